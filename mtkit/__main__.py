@@ -1,0 +1,5 @@
+import sys
+
+from mtkit.cli import main
+
+sys.exit(main())

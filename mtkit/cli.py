@@ -1,0 +1,198 @@
+"""The `mtkit` command line: thin Typer commands that parse arguments and call one typed function.
+
+torch is imported lazily (inside commands that need it), so `mtkit --help` and `mtkit score` stay fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from mtkit import __version__
+from mtkit.errors import MtkitError
+
+app = typer.Typer(
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    help="mtkit: prepare data, train, translate and score neural machine translation models.\n\n"
+    "Example: [bold]mtkit prepare configs/multi30k-transformer.yaml && mtkit train configs/multi30k-transformer.yaml[/bold]",
+)
+
+SetOption = typer.Option(None, "--set", help="Override a config value before validation: --set training.lr=3e-4")
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"mtkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+):
+    pass
+
+
+@app.command()
+def prepare(
+    config: Path = typer.Argument(..., help="Experiment YAML config (its data section is used)."),
+    set_: Optional[List[str]] = SetOption,
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the inputs are unchanged."),
+):
+    """Clean parallel text, train SentencePiece and write binarised token arrays.
+
+    Example: mtkit prepare configs/multi30k-transformer.yaml
+    """
+    from mtkit import config as cfgmod
+    from mtkit.data import prepare as run_prepare
+
+    cfg = cfgmod.load(config, set_ or [])
+    run_prepare(cfg.data, force=force)
+
+
+@app.command()
+def train(
+    config: Optional[Path] = typer.Argument(None, help="Experiment YAML config (not needed with --resume)."),
+    set_: Optional[List[str]] = SetOption,
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this run directory."),
+    force: bool = typer.Option(False, "--force", help="With --resume: accept a config that differs from the run's."),
+    gpus: int = typer.Option(0, "--gpus", help="Launch this many processes on this machine with torchrun (DDP)."),
+):
+    """Train a model on the data `mtkit prepare` wrote; checkpoints land in training.run_dir.
+
+    Examples: mtkit train configs/multi30k-transformer.yaml --set training.max_minutes=20
+              mtkit train --resume runs/multi30k-transformer
+    """
+    from mtkit.train import train_main
+
+    train_main(config=config, overrides=set_ or [], resume=resume, force=force, gpus=gpus)
+
+
+@app.command()
+def translate(
+    run: List[Path] = typer.Argument(..., help="Run directory or checkpoint file."),
+    checkpoint: Optional[List[Path]] = typer.Option(None, "--checkpoint", help="Extra checkpoints to ensemble."),
+    input: Optional[Path] = typer.Option(None, "--input", "-i", help="Source file (default: stdin)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output file (default: stdout)."),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
+    length_penalty: Optional[float] = typer.Option(None, "--length-penalty"),
+    max_len_a: Optional[float] = typer.Option(None, "--max-len-a"),
+    max_len_b: Optional[int] = typer.Option(None, "--max-len-b"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+    nbest: Optional[int] = typer.Option(None, "--nbest"),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    sampling: bool = typer.Option(False, "--sampling", help="Sample instead of beam search."),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    top_k: int = typer.Option(0, "--top-k"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    seed: int = typer.Option(0, "--seed", help="Seed for --sampling."),
+    fmt: str = typer.Option("text", "--format", help="text or jsonl"),
+    alignments: bool = typer.Option(False, "--alignments", help="jsonl: include cross-attention weights."),
+    plot_attention: Optional[Path] = typer.Option(None, "--plot-attention", help="Write an attention heatmap PNG per sentence here."),
+    engine: str = typer.Option("torch", "--engine", help="torch or ctranslate2"),
+):
+    """Translate stdin (or --input) to stdout: one output line per input line, in order.
+
+    Example: echo "A man is riding a bike." | mtkit translate runs/demo
+    """
+    from mtkit.translate import translate_main
+
+    translate_main(
+        paths=list(run) + list(checkpoint or []),
+        input=input, output=output,
+        overrides=dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                       batch_size=batch_size, nbest=nbest, device=device, dtype=dtype, threads=threads),
+        sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        fmt=fmt, alignments=alignments, plot_attention=plot_attention, engine=engine,
+    )
+
+
+@app.command()
+def score(
+    refs: List[Path] = typer.Argument(..., help="One or more reference files."),
+    hyps: Optional[Path] = typer.Option(None, "--hyps", "-i", help="Hypotheses file (default: stdin)."),
+    metrics: List[str] = typer.Option(["bleu", "chrf", "ter"], "--metric", "-m", help="bleu, chrf, ter (repeatable)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    tokenize: Optional[str] = typer.Option(None, "--tokenize", help="sacreBLEU tokenizer for BLEU (default 13a)."),
+    lowercase: bool = typer.Option(False, "--lowercase", "-lc"),
+):
+    """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER).
+
+    Example: mtkit translate runs/demo < test.en | mtkit score test.de
+    """
+    from mtkit.score import score_main
+
+    score_main(refs=refs, hyps=hyps, metrics=metrics, json_out=json_out, tokenize=tokenize, lowercase=lowercase)
+
+
+@app.command()
+def average(
+    run: Path = typer.Argument(..., help="Run directory."),
+    last: int = typer.Option(5, "--last", help="Average the last N checkpoints."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN/checkpoints/average.safetensors"),
+):
+    """Average the weights of the last N checkpoints of a run.
+
+    Example: mtkit average runs/multi30k-transformer --last 5
+    """
+    from mtkit.checkpoint import average_main
+
+    average_main(run, last=last, output=output)
+
+
+@app.command()
+def plot(run: Path = typer.Argument(..., help="Run directory.")):
+    """Draw the training / validation curves of a run to RUN/curves.png.
+
+    Example: mtkit plot runs/demo
+    """
+    from mtkit.plots import plot_curves
+
+    typer.echo(plot_curves(run))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    try:
+        rv = app(args=argv, standalone_mode=False)
+        if isinstance(rv, int):
+            return rv
+    except MtkitError as err:
+        print(f"mtkit: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("mtkit: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        return 0
+    except SystemExit as exc:  # typer.Exit and click usage errors
+        return exc.code if isinstance(exc.code, int) else 0
+    except Exception as exc:  # click exceptions (usage errors) carry their own exit codes
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            print("mtkit: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0
+
+
+def _quiet_broken_pipe():
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass

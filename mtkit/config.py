@@ -1,0 +1,271 @@
+"""The experiment config: one YAML file, four sections, validated on load.
+
+Every default is written once, here. ``load(path, overrides)`` applies dotted ``--set key=value``
+overrides before validation, and turns any problem into one ``MtkitError`` line naming the file and the
+dotted key path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mtkit.errors import MtkitError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ----------------------------------------------------------------------------------------------- data
+class ParallelFiles(Section):
+    """One split as two line-aligned text files (plain or .gz)."""
+
+    src: str
+    tgt: str
+
+
+class HFDataset(Section):
+    """A Hugging Face ``datasets`` source read from local files only (no hub access).
+
+    ``path`` is either a directory written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``
+    (``format: disk``), or a builder name such as ``json``/``csv``/``parquet`` with ``data_files``.
+    Rows are either ``{"translation": {src_lang: ..., tgt_lang: ...}}`` or flat columns named by
+    ``src_field`` / ``tgt_field``.
+    """
+
+    format: Literal["disk", "json", "csv", "parquet", "text"] = "disk"
+    path: str
+    data_files: Optional[dict[str, str]] = None
+    splits: dict[str, str] = Field(default_factory=lambda: {"train": "train", "valid": "validation", "test": "test"})
+    src_field: Optional[str] = None
+    tgt_field: Optional[str] = None
+
+
+class DataConfig(Section):
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    dir: str = Field(description="where prepare writes the binarised data, tokenizer and manifest")
+    splits: dict[str, ParallelFiles] = Field(default_factory=dict, description="split name -> files; 'train' required")
+    hf: Optional[HFDataset] = None
+    # cleaning
+    max_chars: int = Field(1000, gt=0, description="drop training pairs with a side longer than this (characters)")
+    max_tokens: int = Field(200, gt=0, description="drop training pairs with a side longer than this (subwords)")
+    max_length_ratio: float = Field(3.0, gt=0, description="drop training pairs whose subword length ratio exceeds this")
+    dedup: bool = False
+    skip_bad_lines: bool = Field(False, description="drop lines that are not valid UTF-8 instead of failing")
+    # tokenizer
+    vocab_size: int = Field(8000, gt=4)
+    spm_model_type: Literal["bpe", "unigram"] = "bpe"
+    joint_vocab: bool = True
+    character_coverage: float = Field(1.0, gt=0, le=1)
+    spm_input_sentence_size: int = Field(2_000_000, gt=0, description="sentences sampled to train SentencePiece")
+
+    @model_validator(mode="after")
+    def _has_train(self):
+        if self.hf is None and "train" not in self.splits:
+            raise ValueError("needs splits.train (src and tgt files) or an hf section")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------- model
+class TransformerConfig(Section):
+    arch: Literal["transformer"] = "transformer"
+    d_model: int = Field(512, gt=0)
+    heads: int = Field(8, gt=0)
+    encoder_layers: int = Field(6, ge=1)
+    decoder_layers: int = Field(6, ge=1)
+    ffn_dim: int = Field(2048, gt=0)
+    activation: Literal["relu", "gelu"] = "relu"
+    norm: Literal["post", "pre"] = "post"
+    positions: Literal["sinusoidal", "learned", "relative", "rope"] = "sinusoidal"
+    max_relative_distance: int = Field(16, ge=1, description="k of Shaw et al. (positions: relative)")
+    max_positions: int = Field(1024, ge=8)
+    dropout: float = Field(0.1, ge=0, lt=1)
+    attention_dropout: float = Field(0.0, ge=0, lt=1)
+    activation_dropout: float = Field(0.0, ge=0, lt=1)
+    tie_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _heads_divide(self):
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if self.positions == "rope" and (self.d_model // self.heads) % 2:
+            raise ValueError("rope needs an even head dimension (d_model / heads)")
+        return self
+
+
+class BahdanauConfig(Section):
+    arch: Literal["bahdanau"]
+    embed_dim: int = Field(256, gt=0)
+    hidden_size: int = Field(512, gt=0)
+    encoder_layers: int = Field(1, ge=1)
+    dropout: float = Field(0.2, ge=0, lt=1)
+    max_positions: int = Field(1024, ge=8)
+    tie_embeddings: bool = True
+
+
+class LuongConfig(Section):
+    arch: Literal["luong"]
+    embed_dim: int = Field(256, gt=0)
+    hidden_size: int = Field(512, gt=0)
+    layers: int = Field(2, ge=1)
+    score: Literal["dot", "general", "concat", "location"] = "general"
+    attention: Literal["global", "local_p"] = "global"
+    window: int = Field(10, ge=1, description="D of local-p attention (window 2D+1)")
+    input_feeding: bool = True
+    dropout: float = Field(0.2, ge=0, lt=1)
+    max_positions: int = Field(1024, ge=8)
+    tie_embeddings: bool = True
+
+
+ModelConfig = Annotated[Union[TransformerConfig, BahdanauConfig, LuongConfig], Field(discriminator="arch")]
+
+
+# ------------------------------------------------------------------------------------------- training
+class TrainingConfig(Section):
+    run_dir: str
+    seed: int = 1
+    devices: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    threads: Optional[int] = Field(None, ge=1, description="torch intra-op threads (default: all cores)")
+    compile: bool = False
+    batch_tokens: int = Field(4096, gt=0, description="sentences x max(padded source, padded target length) per batch")
+    update_freq: int = Field(1, ge=1, description="batches accumulated per optimizer update")
+    max_updates: Optional[int] = Field(None, ge=1)
+    max_epochs: Optional[int] = Field(None, ge=1)
+    max_minutes: Optional[float] = Field(None, gt=0, description="wall-clock budget of this run")
+    optimizer: Literal["adam", "adamw"] = "adam"
+    lr: float = Field(5e-4, gt=0, description="peak learning rate (noam: the factor)")
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = Field(1e-9, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    schedule: Literal["inverse_sqrt", "noam", "cosine", "constant"] = "inverse_sqrt"
+    warmup_updates: int = Field(4000, ge=0)
+    min_lr: float = Field(0.0, ge=0, description="floor of the cosine schedule")
+    label_smoothing: float = Field(0.1, ge=0, lt=1)
+    clip_norm: float = Field(0.0, ge=0, description="max gradient norm; 0 disables clipping")
+    log_every: int = Field(50, ge=1)
+    validate_every: int = Field(1000, ge=1)
+    save_every: Optional[int] = Field(None, ge=1, description="checkpoint interval (default: validate_every)")
+    valid_bleu: bool = True
+    valid_beam_size: int = Field(1, ge=1)
+    valid_max_sentences: Optional[int] = Field(None, ge=1, description="decode only the first N valid sentences")
+    best_metric: Literal["bleu", "chrf", "loss"] = "bleu"
+    patience: Optional[int] = Field(None, ge=1, description="stop after this many validations without improvement")
+    keep_last: int = Field(3, ge=1)
+    keep_best: int = Field(1, ge=0)
+    average_last: int = Field(0, ge=0, description="write average.safetensors of the last N checkpoints at the end")
+
+
+# ------------------------------------------------------------------------------------------- decoding
+class DecodingConfig(Section):
+    beam_size: int = Field(5, ge=1)
+    length_penalty: float = Field(1.0, ge=0, description="GNMT alpha; 0 = raw log-probability")
+    max_len_a: float = Field(1.5, ge=0)
+    max_len_b: int = Field(10, ge=0)
+    batch_size: int = Field(64, ge=1, description="sentences per batch")
+    chunk_size: int = Field(2000, ge=1, description="lines read from stdin and length-sorted at a time")
+    nbest: int = Field(1, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    threads: Optional[int] = Field(None, ge=1)
+
+
+class Config(Section):
+    data: DataConfig
+    model: ModelConfig = Field(default_factory=TransformerConfig)
+    training: Optional[TrainingConfig] = None
+    decoding: DecodingConfig = Field(default_factory=DecodingConfig)
+
+
+# -------------------------------------------------------------------------------------------- loading
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise MtkitError(f"--set {item!r}: expected section.key=value, e.g. --set training.lr=3e-4")
+    key, raw = item.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(tree: dict, overrides: list[str]) -> dict:
+    for item in overrides:
+        path, value = _parse_override(item)
+        node = tree
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise MtkitError(f"--set {item!r}: {part!r} is not a section")
+            node = child
+        node[path[-1]] = value
+    return tree
+
+
+def _loc(loc: tuple) -> str:
+    # drop the discriminator tag pydantic inserts for tagged unions: model.transformer.d_model -> model.d_model
+    parts = [str(p) for p in loc]
+    if len(parts) >= 2 and parts[0] == "model" and parts[1] in ("transformer", "bahdanau", "luong"):
+        parts.pop(1)
+    return ".".join(parts)
+
+
+def validation_message(err: ValidationError, where: str) -> str:
+    first = err.errors()[0]
+    loc = _loc(first["loc"])
+    kind, msg = first["type"], first["msg"]
+    if kind == "extra_forbidden":
+        return f"{where}: unknown key '{loc}'; check its spelling (see configs/ for the accepted keys)"
+    if kind == "missing":
+        return f"{where}: missing required key '{loc}'"
+    if kind == "union_tag_invalid":
+        return f"{where}: {loc}.arch must be one of transformer, bahdanau, luong"
+    got = first.get("input")
+    got_s = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+    where_key = f"'{loc}'" if loc else "top level"
+    return f"{where}: {where_key}: {msg}{got_s}"
+
+
+def from_dict(tree: dict, where: str = "config") -> Config:
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as err:
+        raise MtkitError(validation_message(err, where)) from None
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MtkitError(f"{path}: config file not found") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise MtkitError(f"{path}: cannot read config ({err.__class__.__name__})") from None
+    try:
+        tree = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        pos = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise MtkitError(f"{path}{pos}: YAML syntax error: {problem}") from None
+    if tree is None:
+        tree = {}
+    if not isinstance(tree, dict):
+        raise MtkitError(f"{path}: the config must be a mapping with sections data, model, training, decoding")
+    tree = apply_overrides(tree, overrides or [])
+    return from_dict(tree, str(path))
+
+
+def to_dict(cfg: Config) -> dict:
+    return cfg.model_dump(mode="json")
+
+
+def dump(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)

@@ -1,0 +1,76 @@
+"""The interface every model implements; search and training use nothing else.
+
+- ``encode(src, src_mask) -> memory``
+- ``init_state(memory, src_mask) -> State``
+- ``step(prev_tokens, state, need_attention=False) -> (log_probs, state, attention or None)``
+- ``state.reorder(index)``: select / repeat batch rows (beam search, pruning finished sentences)
+- ``forward(src, tgt_in) -> logits``: teacher forcing
+
+Conventions: token ids are int64; ``src_mask`` is bool ``(batch, src_len)``, True on real tokens.
+Every tensor held by a State is batch-first, so ``reorder`` is one ``index_select`` on dim 0 per tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import torch
+from torch import Tensor, nn
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+def _reorder(value: Any, index: Tensor) -> Any:
+    if isinstance(value, Tensor):
+        return value.index_select(0, index)
+    if isinstance(value, list):
+        return [_reorder(v, index) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_reorder(v, index) for v in value)
+    if isinstance(value, dict):
+        return {k: _reorder(v, index) for k, v in value.items()}
+    return value  # ints, None, flags: shared by all rows
+
+
+@dataclasses.dataclass
+class State:
+    """Decoder state. Subclasses declare batch-first tensor fields (or lists/tuples/dicts of them)."""
+
+    def reorder(self, index: Tensor) -> "State":
+        """Return the state for rows ``index`` (batch,) of this one; rows may repeat."""
+        return dataclasses.replace(
+            self, **{f.name: _reorder(getattr(self, f.name), index) for f in dataclasses.fields(self)}
+        )
+
+
+class Seq2Seq(nn.Module):
+    """Base class: subclasses implement the five methods below."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    max_positions: int
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def init_state(self, memory: Any, src_mask: Tensor) -> State:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def step(
+        self, prev_tokens: Tensor, state: State, need_attention: bool = False
+    ) -> tuple[Tensor, State, Optional[Tensor]]:  # pragma: no cover - interface
+        """prev_tokens (batch,) -> log_probs (batch, tgt_vocab), new state, attention (batch, src_len) or None."""
+        raise NotImplementedError
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # pragma: no cover - interface
+        """src (batch, src_len), tgt_in (batch, tgt_len) starting with BOS -> logits (batch, tgt_len, vocab)."""
+        raise NotImplementedError
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def src_mask_of(src: Tensor) -> Tensor:
+    """(batch, src_len) bool, True on real tokens."""
+    return src.ne(PAD)
