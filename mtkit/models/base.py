@@ -22,6 +22,8 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
 def _reorder(value: Any, index: Tensor) -> Any:
+    if isinstance(value, State):
+        return value.reorder(index)
     if isinstance(value, Tensor):
         return value.index_select(0, index)
     if isinstance(value, list):

@@ -1,0 +1,224 @@
+"""Self-describing checkpoints: safetensors only (no pickle), written atomically.
+
+One ``.safetensors`` file holds
+- ``model.*``: the weights;
+- ``tokenizer.src`` / ``tokenizer.tgt``: the SentencePiece model bytes (uint8), so a checkpoint translates alone;
+- ``train.*`` (training checkpoints only): optimizer moments, RNG states;
+and a JSON ``metadata`` entry: the resolved config, vocab sizes, tokenizer fingerprint, update, epoch,
+data position, validation metrics. ``best.safetensors`` and ``average.safetensors`` carry no ``train.*``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save as st_save
+
+from mtkit.errors import MtkitError
+
+FORMAT = "mtkit-checkpoint-1"
+CKPT_RE = re.compile(r"^ckpt_(\d+)\.safetensors$")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: temp file, fsync, rename, fsync of the folder."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise MtkitError(f"{path}: cannot write ({err.strerror or err}); free some disk space or fix permissions, "
+                         "the previous files are intact") from None
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@dataclass
+class Bundle:
+    metadata: dict
+    model: dict[str, torch.Tensor]
+    tokenizer: dict[str, bytes] = field(default_factory=dict)
+    train: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def save(path: Path, bundle: Bundle) -> None:
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}  # tied weights are stored once: alias -> stored name
+    seen: dict[tuple, str] = {}
+    for k, v in bundle.model.items():
+        key = (v.data_ptr(), v.shape, v.stride())
+        if key in seen:
+            aliases[k] = seen[key]
+            continue
+        seen[key] = k
+        tensors[f"model.{k}"] = v.detach().to("cpu").contiguous()
+    for side, blob in bundle.tokenizer.items():
+        tensors[f"tokenizer.{side}"] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+    for k, v in bundle.train.items():
+        tensors[f"train.{k}"] = v.detach().to("cpu").contiguous()
+    meta = {"format": FORMAT, "mtkit": json.dumps(bundle.metadata), "aliases": json.dumps(aliases)}
+    atomic_write_bytes(path, st_save(tensors, metadata=meta))
+
+
+def read_metadata(path: Path) -> dict:
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise MtkitError(_unreadable(path, err)) from None
+    if meta.get("format") != FORMAT:
+        raise MtkitError(f"{path}: not an mtkit checkpoint (no '{FORMAT}' metadata)")
+    return json.loads(meta["mtkit"])
+
+
+def _unreadable(path: Path, err: Exception) -> str:
+    if isinstance(err, FileNotFoundError):
+        return f"{path}: checkpoint not found"
+    first = str(err).splitlines()[0] if str(err) else err.__class__.__name__
+    return f"{path}: corrupted or truncated checkpoint ({first}); use an earlier checkpoint of the run"
+
+
+def load(path: Path, *, with_train: bool = False, map_location: str = "cpu") -> Bundle:
+    """Read a checkpoint. Only safetensors is ever parsed; pickles are refused."""
+    path = Path(path)
+    if not path.exists():
+        raise MtkitError(f"{path}: checkpoint not found")
+    with open(path, "rb") as f:
+        head = f.read(9)  # safetensors: 8-byte little-endian header size, then the JSON header
+    if head[8:9] != b"{":
+        if head[:1] == b"\x80" or head[:2] == b"PK":
+            raise MtkitError(f"{path}: refusing a pickle/torch.save file: mtkit loads only safetensors checkpoints "
+                             "(unpickling can run arbitrary code)")
+        raise MtkitError(f"{path}: not a safetensors checkpoint, or truncated; use an earlier checkpoint of the run")
+    metadata = read_metadata(path)
+    model, tokenizer, train = {}, {}, {}
+    try:
+        with safe_open(str(path), framework="pt", device=map_location) as f:
+            for key in f.keys():
+                group, _, name = key.partition(".")
+                if group == "model":
+                    model[name] = f.get_tensor(key)
+                elif group == "tokenizer":
+                    tokenizer[name] = f.get_tensor(key).numpy().tobytes()
+                elif group == "train" and with_train:
+                    train[name] = f.get_tensor(key)
+            aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise MtkitError(_unreadable(path, err)) from None
+    for alias, stored in aliases.items():
+        if stored in model:
+            model[alias] = model[stored]
+    return Bundle(metadata, model, tokenizer, train)
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], where: Path) -> None:
+    """Copy ``weights`` into ``model``, naming the first tensor that is missing, unexpected or misshapen."""
+    own = model.state_dict()
+    for name, tensor in own.items():
+        if name not in weights:
+            raise MtkitError(f"{where}: tensor '{name}' missing from checkpoint; it does not match its config")
+        if weights[name].shape != tensor.shape:
+            raise MtkitError(f"{where}: tensor '{name}' has shape {tuple(weights[name].shape)}, the config implies "
+                             f"{tuple(tensor.shape)}; checkpoint and config do not match")
+    extra = sorted(set(weights) - set(own))
+    if extra:
+        raise MtkitError(f"{where}: unexpected tensor '{extra[0]}' in checkpoint; it does not match its config")
+    model.load_state_dict(weights, strict=True)
+
+
+def list_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
+    """(update, path) of the numbered training checkpoints, oldest first."""
+    if not ckpt_dir.is_dir():
+        return []
+    found = []
+    for p in ckpt_dir.iterdir():
+        m = CKPT_RE.match(p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def latest_loadable(ckpt_dir: Path) -> Optional[Path]:
+    """The newest numbered checkpoint whose header reads; a damaged newest one falls back to the previous."""
+    for _, path in reversed(list_checkpoints(ckpt_dir)):
+        try:
+            read_metadata(path)
+            with safe_open(str(path), framework="pt") as f:
+                list(f.keys())
+            return path
+        except MtkitError:
+            continue
+    return None
+
+
+def resolve(path: Path) -> Path:
+    """A run dir, its checkpoints dir, or a checkpoint file -> the checkpoint file to translate with."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise MtkitError(f"{path}: no such run directory or checkpoint")
+    ckpt_dir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    for name in ("average.safetensors", "best.safetensors"):
+        if (ckpt_dir / name).is_file():
+            return ckpt_dir / name
+    latest = latest_loadable(ckpt_dir)
+    if latest is None:
+        raise MtkitError(f"{path}: no checkpoint found; train first (mtkit train CONFIG)")
+    return latest
+
+
+def average(paths: list[Path]) -> Bundle:
+    """Mean of the model weights of ``paths``; metadata and tokenizer of the newest."""
+    if not paths:
+        raise MtkitError("no checkpoints to average")
+    total: dict[str, torch.Tensor] = {}
+    newest = None
+    for p in paths:
+        bundle = load(p)
+        newest = bundle
+        for k, v in bundle.model.items():
+            if k in total and total[k].shape != v.shape:
+                raise MtkitError(f"{p}: tensor '{k}' differs in shape from the other checkpoints")
+            total[k] = total[k] + v.double() if k in total else v.double()
+    avg = {k: (v / len(paths)).to(newest.model[k].dtype) for k, v in total.items()}
+    meta = dict(newest.metadata, averaged=[str(p.name) for p in paths])
+    meta.pop("train_state", None)
+    return Bundle(meta, avg, newest.tokenizer)
+
+
+def average_main(run: Path, *, last: int, output: Optional[Path]) -> Path:
+    ckpts = [p for _, p in list_checkpoints(Path(run) / "checkpoints")]
+    if not ckpts:
+        raise MtkitError(f"{run}: no numbered checkpoints to average")
+    chosen = ckpts[-last:]
+    out = output or Path(run) / "checkpoints" / "average.safetensors"
+    save(out, average(chosen))
+    print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")
+    return out
+
+
+def describe(meta: dict) -> dict[str, Any]:
+    return {k: meta.get(k) for k in ("update", "epoch", "valid")}

@@ -1,0 +1,95 @@
+"""What `mtkit train` shows: a model summary table and progress (rich on a terminal, plain lines otherwise)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional
+
+from rich.console import Console
+from rich.table import Table
+
+
+def model_rows(cfg) -> list[tuple[str, str]]:
+    m = cfg.model
+    if m.arch == "transformer":
+        return [("layers", f"{m.encoder_layers}+{m.decoder_layers}"), ("d_model / heads / ffn", f"{m.d_model} / {m.heads} / {m.ffn_dim}"),
+                ("norm / positions", f"{m.norm} / {m.positions}"), ("dropout", str(m.dropout))]
+    if m.arch == "bahdanau":
+        return [("embed / hidden", f"{m.embed_dim} / {m.hidden_size}"), ("encoder", f"bi-GRU x{m.encoder_layers}"),
+                ("attention", "additive"), ("dropout", str(m.dropout))]
+    return [("embed / hidden / layers", f"{m.embed_dim} / {m.hidden_size} / {m.layers}"),
+            ("attention", f"{m.attention} {m.score}" + (f" (D={m.window})" if m.attention == "local_p" else "")),
+            ("input feeding", str(m.input_feeding)), ("dropout", str(m.dropout))]
+
+
+def print_summary(cfg, model, manifest: dict, dist) -> None:
+    t = cfg.training
+    table = Table(title=f"mtkit train: {cfg.model.arch}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    n_params = sum(p.numel() for p in model.parameters())
+    table.add_row("parameters", f"{n_params:,} ({n_params / 1e6:.2f}M)")
+    for k, v in model_rows(cfg):
+        table.add_row(k, v)
+    vocab = manifest.get("vocab_size", {})
+    table.add_row("vocabulary", f"{vocab}{' joint' if manifest.get('joint_vocab') else ''}")
+    train = manifest.get("splits", {}).get("train", {})
+    table.add_row("training pairs", f"{train.get('pairs_kept', train.get('pairs', '?')):,}" if train else "?")
+    table.add_row("device / precision", f"{dist.device} x{dist.world_size} / {t.precision}")
+    table.add_row("batch", f"{t.batch_tokens} tokens x update_freq {t.update_freq} x {dist.world_size} process(es) "
+                  f"= {t.batch_tokens * t.update_freq * dist.world_size} per update")
+    table.add_row("optimizer", f"{t.optimizer} lr {t.lr} {t.schedule} warmup {t.warmup_updates}, "
+                  f"label smoothing {t.label_smoothing}")
+    stops = [f"{k}={getattr(t, k)}" for k in ("max_updates", "max_epochs", "max_minutes") if getattr(t, k)]
+    table.add_row("stops at", ", ".join(stops) or "never (Ctrl-C saves and stops)")
+    table.add_row("run dir", t.run_dir)
+    Console(highlight=False).print(table)
+
+
+def format_record(r: dict) -> str:
+    if r["kind"] == "train":
+        return (f"update {r['update']:>6}  epoch {r['epoch']:>3}  loss {r['loss']:.3f}  ppl {r['ppl']:7.2f}  "
+                f"lr {r['lr']:.2e}  {r['tgt_tokens_per_s']:7.0f} tgt tok/s  pad {r['padding']:.1%}  "
+                f"{r['elapsed'] / 60:6.1f} min")
+    parts = [f"valid @ {r['update']:>6}  loss {r['loss']:.3f}  ppl {r['ppl']:.2f}"]
+    if "bleu" in r:
+        parts.append(f"BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}")
+    parts.append(f"({r['seconds']:.1f}s){'  *best*' if r.get('best') else ''}")
+    return "  ".join(parts)
+
+
+class Progress:
+    """Rich progress bar on a terminal; plain log lines when stdout is a pipe or file."""
+
+    def __init__(self, enabled: bool, total: Optional[int], start: int):
+        self.enabled = enabled
+        self.bar = None
+        self.started = time.perf_counter()
+        if enabled and sys.stdout.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+
+            self.bar = RichProgress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                                    TimeRemainingColumn(), transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("train", total=total, completed=start, info="")
+
+    def advance(self, update: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=update)
+
+    def log(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        line = format_record(record)
+        if self.bar is not None:
+            self.bar.console.print(line)
+            if record["kind"] == "train":
+                self.bar.update(self.task, info=f"loss {record['loss']:.3f} lr {record['lr']:.1e} "
+                                f"{record['tgt_tokens_per_s']:.0f} tok/s")
+        else:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,86 @@
+"""Device choice and torch.distributed set-up from torchrun's environment (same code path at world size 1)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from mtkit.errors import MtkitError
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def pick_device(choice: str, local_rank: int = 0) -> torch.device:
+    if choice == "cpu":
+        return torch.device("cpu")
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise MtkitError("device 'cuda' requested but no CUDA GPU is visible; set training.devices: cpu (or auto)")
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def setup(device_choice: str, timeout_minutes: float = 30.0) -> Dist:
+    """Read RANK / WORLD_SIZE / LOCAL_RANK (set by torchrun); start the process group when world > 1."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(device_choice, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_minutes),
+                                **({"device_id": device} if device.type == "cuda" else {}))
+    return Dist(rank, world, local_rank, device)
+
+
+def all_reduce_sum(tensor: torch.Tensor, d: Dist) -> torch.Tensor:
+    if d.enabled:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def all_gather_bytes(tensor: torch.Tensor, d: Dist) -> list[torch.Tensor]:
+    """Gather one equally-sized uint8 tensor from every rank (RNG states)."""
+    if not d.enabled:
+        return [tensor]
+    out = [torch.empty_like(tensor) for _ in range(d.world_size)]
+    dist.all_gather(out, tensor.to(d.device) if d.device.type == "cuda" else tensor)
+    return [t.cpu() for t in out]
+
+
+def broadcast_flag(flag: bool, d: Dist) -> bool:
+    if not d.enabled:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=d.device)
+    dist.broadcast(t, src=0)
+    return bool(t.item())
+
+
+def barrier(d: Dist) -> None:
+    if d.enabled:
+        dist.barrier()
+
+
+def teardown(d: Dist) -> None:
+    if d.enabled and dist.is_initialized():
+        dist.destroy_process_group()

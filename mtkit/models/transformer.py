@@ -1,0 +1,301 @@
+"""The Transformer encoder-decoder (Vaswani et al. 2017) with a key/value cache for decoding.
+
+Positions: sinusoidal, learned absolute, relative (Shaw et al. 2018) or rotary (RoPE, Su et al. 2021).
+Attention runs through ``F.scaled_dot_product_attention`` except where relative position representations
+or returned attention weights need the explicit softmax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mtkit.models.base import PAD, Seq2Seq, State
+
+
+def sinusoidal_table(length: int, dim: int) -> Tensor:
+    """(length, dim): sin on even, cos on odd channels, as in the paper."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
+    return table
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding: rotates channel pairs (i, i + dim/2) by angle pos * theta_i."""
+
+    def __init__(self, head_dim: int, max_positions: int):
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        angles = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        self.register_buffer("cos", angles.cos(), persistent=False)  # (max_positions, head_dim/2)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """x (batch, heads, length, head_dim) at positions start..start+length-1."""
+        length = x.size(-2)
+        cos = self.cos[start : start + length].to(x.dtype)
+        sin = self.sin[start : start + length].to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model: int, heads: int, dropout: float, *, self_attention: bool,
+                 max_relative: int = 0, rotary: Optional[Rotary] = None):
+        super().__init__()
+        self.heads, self.head_dim, self.dropout = heads, d_model // heads, dropout
+        self.self_attention = self_attention
+        if self_attention:
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+        else:
+            self.q = nn.Linear(d_model, d_model)
+            self.kv = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.max_relative = max_relative
+        if max_relative:
+            # Shaw et al.: one learned key and value vector per clipped distance in [-k, k]
+            self.rel_k = nn.Embedding(2 * max_relative + 1, self.head_dim)
+            self.rel_v = nn.Embedding(2 * max_relative + 1, self.head_dim)
+        self.rotary = rotary
+
+    def _split(self, x: Tensor) -> Tensor:  # (batch, len, d_model) -> (batch, heads, len, head_dim)
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+    def project_self(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = self._split(q), self._split(k), self._split(v)
+        if self.rotary is not None:
+            q, k = self.rotary(q, start), self.rotary(k, start)
+        return q, k, v
+
+    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return self._split(k), self._split(v)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], causal: bool,
+               q_start: int = 0, need_weights: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+        """q (batch, heads, tq, hd), k/v (batch, heads, tk, hd), key_mask (batch, tk) True on real keys.
+
+        Returns (batch, tq, d_model) and, if asked, weights averaged over heads (batch, tq, tk).
+        """
+        b, h, tq, hd = q.shape
+        tk = k.size(-2)
+        p = self.dropout if self.training else 0.0
+        if not self.max_relative and not need_weights:
+            mask = key_mask[:, None, None, :] if key_mask is not None else None
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal and tq > 1)
+            return out.transpose(1, 2).reshape(b, tq, h * hd), None
+        scores = q @ k.transpose(-1, -2)  # (batch, heads, tq, tk)
+        if self.max_relative:
+            rel = self.relative_index(q_start, tq, tk, q.device)  # (tq, tk) in [0, 2k]
+            rel_scores = q @ self.rel_k.weight.t()  # (batch, heads, tq, 2k+1)
+            scores = scores + rel_scores.gather(-1, rel.expand(b, h, tq, tk))
+        scores = scores / math.sqrt(hd)
+        if key_mask is not None:
+            scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+        if causal and tq > 1:
+            future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)
+            scores = scores.masked_fill(future, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        dropped = F.dropout(weights, p, self.training)
+        out = dropped @ v
+        if self.max_relative:
+            buckets = torch.zeros(b, h, tq, 2 * self.max_relative + 1, dtype=dropped.dtype, device=q.device)
+            buckets.scatter_add_(-1, rel.expand(b, h, tq, tk), dropped)
+            out = out + buckets @ self.rel_v.weight.to(dropped.dtype)
+        out = out.transpose(1, 2).reshape(b, tq, h * hd)
+        return out, (weights.mean(dim=1) if need_weights else None)
+
+    def relative_index(self, q_start: int, tq: int, tk: int, device) -> Tensor:
+        q_pos = torch.arange(q_start, q_start + tq, device=device)
+        k_pos = torch.arange(tk, device=device)
+        distance = (k_pos[None, :] - q_pos[:, None]).clamp(-self.max_relative, self.max_relative)
+        return distance + self.max_relative
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d_model, ffn_dim), nn.Linear(ffn_dim, d_model)
+        self.activation = F.relu if activation == "relu" else F.gelu
+        self.activation_dropout = activation_dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training)
+        return self.fc2(hidden)
+
+
+class Residual(nn.Module):
+    """x + dropout(sublayer(.)) with LayerNorm before (pre) or after (post) it."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), dropout, pre_norm
+
+    def inp(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre_norm else x
+
+    def add(self, x: Tensor, y: Tensor) -> Tensor:
+        x = x + F.dropout(y, self.dropout, self.training)
+        return x if self.pre_norm else self.norm(x)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg, rotary):
+        super().__init__()
+        pre, rel = cfg.norm == "pre", cfg.max_relative_distance if cfg.positions == "relative" else 0
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=True,
+                                       max_relative=rel, rotary=rotary)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
+        self.r1, self.r2 = Residual(cfg.d_model, cfg.dropout, pre), Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        q, k, v = self.attn.project_self(self.r1.inp(x))
+        x = self.r1.add(x, self.attn.out(self.attn.attend(q, k, v, src_mask, causal=False)[0]))
+        return self.r2.add(x, self.ffn(self.r2.inp(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg, rotary):
+        super().__init__()
+        pre, rel = cfg.norm == "pre", cfg.max_relative_distance if cfg.positions == "relative" else 0
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=True,
+                                            max_relative=rel, rotary=rotary)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=False)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
+        self.r1, self.r2, self.r3 = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
+
+    def forward(self, x: Tensor, cache_k: Optional[Tensor], cache_v: Optional[Tensor], mem_k: Tensor, mem_v: Tensor,
+                src_mask: Tensor, start: int, need_weights: bool = False):
+        """x (batch, t, d_model) at positions start..; cache_k/v hold positions < start (None in training).
+
+        Returns the new x, the extended cache and the cross-attention weights (or None).
+        """
+        q, k, v = self.self_attn.project_self(self.r1.inp(x), start)
+        if cache_k is not None:
+            k, v = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
+        h = self.self_attn.attend(q, k, v, None, causal=True, q_start=start)[0]
+        x = self.r1.add(x, self.self_attn.out(h))
+        cq = self.cross_attn._split(self.cross_attn.q(self.r2.inp(x)))
+        h, weights = self.cross_attn.attend(cq, mem_k, mem_v, src_mask, causal=False, need_weights=need_weights)
+        x = self.r2.add(x, self.cross_attn.out(h))
+        x = self.r3.add(x, self.ffn(self.r3.inp(x)))
+        return x, k, v, weights
+
+
+@dataclasses.dataclass
+class TransformerState(State):
+    self_k: list  # per layer (batch, heads, t, head_dim)
+    self_v: list
+    mem_k: list  # per layer (batch, heads, src_len, head_dim), computed once
+    mem_v: list
+    src_mask: Tensor  # (batch, src_len)
+    step: int  # number of target positions already decoded
+
+
+class Transformer(Seq2Seq):
+    def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
+        super().__init__()
+        self.cfg = cfg
+        self.src_vocab_size, self.tgt_vocab_size, self.max_positions = src_vocab_size, tgt_vocab_size, cfg.max_positions
+        d = cfg.d_model
+        self.embed_scale = math.sqrt(d)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d, padding_idx=PAD)
+        share_src = cfg.tie_embeddings and joint_vocab and src_vocab_size == tgt_vocab_size
+        self.src_embed = self.tgt_embed if share_src else nn.Embedding(src_vocab_size, d, padding_idx=PAD)
+        self.output = None if cfg.tie_embeddings else nn.Linear(d, tgt_vocab_size, bias=False)
+        if cfg.positions == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(cfg.max_positions, d), persistent=False)
+        elif cfg.positions == "learned":
+            self.src_pos = nn.Embedding(cfg.max_positions, d)
+            self.tgt_pos = nn.Embedding(cfg.max_positions, d)
+        rotary = Rotary(d // cfg.heads, cfg.max_positions) if cfg.positions == "rope" else None
+        self.encoder = nn.ModuleList(EncoderLayer(cfg, rotary) for _ in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, rotary) for _ in range(cfg.decoder_layers))
+        pre = cfg.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "embed" not in name and "pos" not in name and "rel_" not in name:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        for emb in {self.src_embed, self.tgt_embed}:
+            nn.init.normal_(emb.weight, 0.0, self.cfg.d_model ** -0.5)
+            with torch.no_grad():
+                emb.weight[PAD].zero_()
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _embed(self, tokens: Tensor, table: nn.Embedding, start: int, learned: Optional[nn.Embedding]) -> Tensor:
+        x = table(tokens) * self.embed_scale  # (batch, len, d_model)
+        length = tokens.size(1)
+        if length + start > self.max_positions:
+            raise ValueError(f"sequence of {length + start} positions exceeds model.max_positions={self.max_positions}")
+        if self.cfg.positions == "sinusoidal":
+            x = x + self.pos_table[start : start + length].to(x.dtype)
+        elif learned is not None:
+            x = x + learned.weight[start : start + length].to(x.dtype)
+        return F.dropout(x, self.cfg.dropout, self.training)
+
+    def _logits(self, x: Tensor) -> Tensor:
+        weight = self.tgt_embed.weight if self.output is None else self.output.weight
+        return F.linear(x, weight)  # (batch, len, tgt_vocab)
+
+    # -- the interface ----------------------------------------------------------------------------
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        x = self._embed(src, self.src_embed, 0, getattr(self, "src_pos", None))
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x)  # (batch, src_len, d_model)
+
+    def init_state(self, memory: Tensor, src_mask: Tensor) -> TransformerState:
+        mem = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
+        b, h, hd = memory.size(0), self.cfg.heads, self.cfg.d_model // self.cfg.heads
+        empty = memory.new_zeros(b, h, 0, hd)
+        n = len(self.decoder)
+        return TransformerState(
+            self_k=[empty] * n, self_v=[empty] * n,
+            mem_k=[k for k, _ in mem], mem_v=[v for _, v in mem], src_mask=src_mask, step=0,
+        )
+
+    def step(self, prev_tokens: Tensor, state: TransformerState, need_attention: bool = False):
+        start = state.step
+        x = self._embed(prev_tokens[:, None], self.tgt_embed, start, getattr(self, "tgt_pos", None))
+        new_k, new_v, weights = [], [], None
+        last = len(self.decoder) - 1
+        for i, layer in enumerate(self.decoder):
+            x, k, v, w = layer(x, state.self_k[i], state.self_v[i], state.mem_k[i], state.mem_v[i], state.src_mask,
+                               start, need_weights=need_attention and i == last)
+            new_k.append(k)
+            new_v.append(v)
+            weights = w if w is not None else weights
+        logits = self._logits(self.decoder_norm(x))[:, 0]  # (batch, vocab)
+        log_probs = logits.float().log_softmax(dim=-1)
+        new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1)
+        return log_probs, new_state, (weights[:, 0] if weights is not None else None)
+
+    def decode_full(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False):
+        """Teacher-forced decoder over the whole target prefix: (logits, last-layer cross-attention)."""
+        x = self._embed(tgt_in, self.tgt_embed, 0, getattr(self, "tgt_pos", None))
+        last, weights = len(self.decoder) - 1, None
+        for i, layer in enumerate(self.decoder):
+            mem_k, mem_v = layer.cross_attn.project_memory(memory)
+            x, _, _, w = layer(x, None, None, mem_k, mem_v, src_mask, 0, need_weights=need_attention and i == last)
+            weights = w if w is not None else weights
+        return self._logits(self.decoder_norm(x)), weights
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        src_mask = src.ne(PAD)
+        return self.decode_full(self.encode(src, src_mask), src_mask, tgt_in)[0]

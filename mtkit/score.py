@@ -1,0 +1,152 @@
+"""BLEU, chrF and TER through sacreBLEU's Python API, with its signatures. Never imports torch.
+
+``corpus_scores`` is what training validation calls; ``score_main`` is ``mtkit score``. Files are read
+the way the ``sacrebleu`` command reads them (UTF-8, split on newlines, trailing whitespace stripped), and
+scores are printed with sacreBLEU's width, so ``mtkit score`` prints the same numbers as ``sacrebleu``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from mtkit.errors import MtkitError
+
+METRICS = ("bleu", "chrf", "ter")
+
+
+def corpus_scores(
+    hyps: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    metrics: Sequence[str] = METRICS,
+    tokenize: Optional[str] = None,
+    lowercase: bool = False,
+    width: int = 1,
+) -> dict[str, dict]:
+    """Score ``hyps`` against one or more reference streams (``refs[k][i]`` is reference k of line i).
+
+    Returns metric name -> {"score": float, "signature": str, "text": sacreBLEU's formatted score line}.
+    ``tokenize`` is BLEU's tokenizer (default 13a); ``lowercase`` applies to BLEU and chrF (TER is
+    case-insensitive, as sacreBLEU's default); ``width`` the decimals of the formatted line.
+    """
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    names = check_options(metrics, tokenize)
+    if not refs:
+        raise MtkitError("no reference stream given")
+    for k, stream in enumerate(refs):
+        if len(stream) != len(hyps):
+            raise MtkitError(f"{len(hyps)} hypotheses but reference stream {k + 1} has {len(stream)} lines")
+    hyps, refs = list(hyps), [list(stream) for stream in refs]
+
+    results = {}
+    for name in dict.fromkeys(names):  # unique, in the order given
+        if name == "bleu":
+            metric = BLEU(lowercase=lowercase, tokenize=tokenize)
+        elif name == "chrf":
+            metric = CHRF(lowercase=lowercase)
+        else:
+            metric = TER()  # sacreBLEU's default (and its CLI's): case-insensitive
+        try:
+            score = metric.corpus_score(hyps, refs)
+        except (ImportError, ModuleNotFoundError) as err:  # e.g. tokenize ja-mecab without its extra
+            raise MtkitError(f"{name}: tokenizer {tokenize!r} needs a missing package ({err}); "
+                             "install it or choose another --tokenize") from None
+        signature = metric.get_signature().format()
+        results[name] = {"score": float(score.score), "signature": signature,
+                         "text": score.format(width=width, signature=signature)}
+    return results
+
+
+def check_options(metrics: Sequence[str], tokenize: Optional[str]) -> list[str]:
+    """Reject unknown metric names and BLEU tokenizers (never silently drop them); return the names."""
+    from sacrebleu.metrics import BLEU
+
+    names = [m.lower() for m in metrics]
+    unknown = [m for m in names if m not in METRICS]
+    if unknown:
+        raise MtkitError(f"unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}")
+    if not names:
+        raise MtkitError(f"no metric given; choose from {', '.join(METRICS)}")
+    if tokenize is not None and tokenize not in BLEU.TOKENIZERS:
+        raise MtkitError(f"unknown tokenizer {tokenize!r}; choose from {', '.join(BLEU.TOKENIZERS)}")
+    return names
+
+
+def read_lines(path: Optional[Path], what: str) -> list[str]:
+    """Lines of a UTF-8 file (plain or .gz), or of stdin when ``path`` is None, as sacrebleu reads them."""
+    try:
+        if path is None:
+            raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+            name = "<stdin>"
+        else:
+            name = str(path)
+            with open(path, "rb") as f:
+                raw = f.read()
+            if raw[:2] == b"\x1f\x8b":
+                raw = gzip.decompress(raw)
+    except FileNotFoundError:
+        raise MtkitError(f"{path}: {what} file not found") from None
+    except IsADirectoryError:
+        raise MtkitError(f"{path}: {what} path is a directory; give a file") from None
+    except (OSError, EOFError) as err:
+        raise MtkitError(f"{path}: cannot read {what} file ({err})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise MtkitError(f"{name}:{line}: invalid UTF-8 in the {what}; re-encode the file as UTF-8") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline after the last line ends it; it does not start another
+    return [line.rstrip() for line in lines]
+
+
+def score_main(
+    *,
+    refs: Sequence[Path],
+    hyps: Optional[Path] = None,
+    metrics: Sequence[str] = METRICS,
+    json_out: bool = False,
+    tokenize: Optional[str] = None,
+    lowercase: bool = False,
+    width: int = 1,
+) -> dict[str, dict]:
+    """``mtkit score``: print a table (or one JSON object) of corpus scores of ``hyps`` against ``refs``."""
+    if not refs:
+        raise MtkitError("give at least one reference file")
+    # check the options before reading stdin, so a typo does not wait for input
+    check_options(metrics, tokenize)
+    hyp_lines = read_lines(hyps, "hypotheses")
+    ref_streams = []
+    for ref in refs:
+        lines = read_lines(Path(ref), "reference")
+        if len(lines) != len(hyp_lines):
+            raise MtkitError(f"{hyps or '<stdin>'} has {len(hyp_lines)} lines but {ref} has {len(lines)}; "
+                             "hypotheses and references must be line-aligned")
+        ref_streams.append(lines)
+    results = corpus_scores(hyp_lines, ref_streams, metrics=metrics, tokenize=tokenize, lowercase=lowercase,
+                            width=width)
+    # printed scores use sacreBLEU's rounding, so they match `sacrebleu REF -i HYP -m METRIC` digit for digit
+    shown = {name: {**r, "score": float(f"{r['score']:.{width}f}")} for name, r in results.items()}
+    if json_out:
+        print(json.dumps(shown, ensure_ascii=False))
+    else:
+        _print_table(shown, width, n_lines=len(hyp_lines), n_refs=len(ref_streams))
+    return shown
+
+
+def _print_table(results: dict, width: int, n_lines: int, n_refs: int):
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(caption=f"{n_lines} lines, {n_refs} reference{'s' if n_refs > 1 else ''}")
+    table.add_column("metric")
+    table.add_column("score", justify="right")
+    table.add_column("sacreBLEU signature", overflow="fold")
+    for name, r in results.items():
+        table.add_row(r["text"].split("|", 1)[0], f"{r['score']:.{width}f}", r["signature"])
+    Console(highlight=False).print(table)

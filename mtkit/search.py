@@ -1,0 +1,471 @@
+"""Decoding over the Seq2Seq interface: greedy, batched beam search, sampling, n-best, length penalty.
+
+Everything here is written once against ``encode / init_state / step / State.reorder`` (models/base.py):
+no model is special-cased. Each time step is a handful of batched tensor ops over all live sentences and
+beams; the only Python loop is over time. A sentence that is done leaves the batch (its state rows are
+dropped with the same ``reorder`` that follows the beams), so late steps only pay for long sentences.
+
+Conventions shared by every decoder:
+- PAD and BOS are never emitted (their log-probs are masked to -inf before choosing).
+- ``max_lengths`` bounds the output tokens (EOS not counted); at that length EOS is forced.
+- A hypothesis of ``n`` tokens has length ``n + 1`` for the length penalty (EOS counts), and
+  ``token_log_probs`` holds ``n + 1`` values (the last one is EOS's); ``log_prob`` is their sum.
+- Scores are model log-probs (<= 0); ``score = log_prob / lp(length)`` with the GNMT penalty
+  ``lp(length) = ((5 + length) / 6) ** length_penalty`` (``length_penalty=0`` keeps the raw sum).
+- ``attention`` (only with ``need_attention=True``) is ``(len(tokens) + 1, real_src_len)``: one row per
+  emitted token including EOS, restricted to the sentence's non-PAD source positions.
+
+Beam search follows fairseq's step: one ``topk`` picks the best ``2 * beam_size`` (beam, token) candidates
+by cumulative log-prob; EOS candidates ranked within the first ``beam_size`` become finished hypotheses
+(so ``beam_size=1`` is greedy; with a length penalty only under ``stopping="beam_full"``), and the best
+``beam_size`` non-EOS candidates continue.
+
+Early stopping (``stopping``):
+- ``"exact"`` (default): a sentence stops when no live beam can still beat its ``nbest``-th best finished
+  hypothesis. Log-probs only fall as a hypothesis grows, so a live beam with cumulative score ``c`` can at
+  best finish with ``c / max(lp(t + 2), lp(max_len + 1))`` (the larger penalty of the shortest and the
+  longest length it can still reach). The returned n-best is therefore the same as running every sentence
+  to its maximum length (ties aside); with ``nbest=1`` and ``length_penalty=0`` it stops as soon as the
+  best candidate is an EOS. Comparing with the ``nbest``-th rather than the ``beam_size``-th finished
+  hypothesis stops sooner and returns the same n-best.
+- ``"beam_full"``: fairseq's rule, stop once ``beam_size`` hypotheses have finished. Faster with a
+  positive length penalty (the exact bound above is loose there), but may miss a longer, better one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Literal, Optional
+
+import torch
+from torch import Tensor
+
+from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
+
+NEG_INF = float("-inf")
+Stopping = Literal["exact", "beam_full"]
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS / EOS
+    score: float  # log_prob / lp(len(tokens) + 1): what hypotheses are ranked by
+    log_prob: float  # sum of token_log_probs
+    token_log_probs: list[float]  # len(tokens) + 1 values, the last one for EOS
+    attention: Optional[Tensor] = None  # (len(tokens) + 1, real_src_len) when asked for
+
+
+def length_penalty_of(length: int, alpha: float) -> float:
+    """GNMT length penalty ((5 + length) / 6) ** alpha; 1.0 for alpha = 0."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src_mask: Tensor, a: float, b: float, cap: Optional[int]) -> Tensor:
+    """(batch,) int64 maximum number of output tokens (EOS excluded): min(ceil(a * src_len + b), cap).
+
+    ``src_len`` counts the real (non-PAD) source tokens. The ceiling forgives float rounding
+    (1.2 * 10 is 12, not 13), and the result is never negative.
+    """
+    src_lengths = src_mask.sum(dim=1).double()  # (batch,)
+    limit = torch.ceil(a * src_lengths + b - 1e-6).long().clamp(min=0)
+    if cap is not None:
+        limit = limit.clamp(max=cap)
+    return limit
+
+
+def _default_cap(model: Seq2Seq) -> Optional[int]:
+    # Decoder inputs are BOS plus every emitted token but the final EOS: max_len + 1 positions.
+    max_positions = getattr(model, "max_positions", None)
+    return None if max_positions is None else int(max_positions) - 1
+
+
+def _check_common(src: Tensor, max_len_a: float, max_len_b: float) -> None:
+    if src.dim() != 2:
+        raise ValueError(f"src must be (batch, src_len), got shape {tuple(src.shape)}")
+    if max_len_a < 0 or max_len_b < 0:
+        raise ValueError(f"max_len_a and max_len_b must be >= 0, got {max_len_a} and {max_len_b}")
+
+
+# --------------------------------------------------------------------------- greedy and sampling
+
+
+def _single_path(
+    model: Seq2Seq,
+    src: Tensor,
+    choose: Callable[[Tensor], Tensor],
+    *,
+    copies: int,
+    max_len_a: float,
+    max_len_b: float,
+    max_len_cap: Optional[int],
+    length_penalty: float,
+    need_attention: bool,
+) -> list[list[Hypothesis]]:
+    """Decode ``copies`` independent paths per sentence; ``choose`` maps scores (rows, vocab) to tokens (rows,).
+
+    The scores handed to ``choose`` are the model's log-probs with PAD/BOS (and, at the length limit,
+    everything but EOS) set to -inf; the recorded token log-probs are the model's own.
+    """
+    device = src.device
+    src_mask = src.ne(PAD)  # (batch, src_len)
+    state = model.init_state(model.encode(src, src_mask), src_mask)
+    max_len = max_lengths(src_mask, max_len_a, max_len_b, max_len_cap)  # (batch,)
+    if copies > 1:
+        copy_rows = torch.arange(src.size(0), device=device).repeat_interleave(copies)  # (rows,)
+        state = state.reorder(copy_rows)
+        max_len = max_len[copy_rows]
+    num_rows = max_len.numel()
+    num_steps = int(max_len.max()) + 1 if num_rows else 0
+
+    out_tokens = torch.full((num_rows, num_steps), PAD, dtype=torch.long, device=device)  # (rows, steps)
+    out_log_probs = torch.zeros(num_rows, num_steps, device=device)  # (rows, steps)
+    out_attention: Optional[Tensor] = None  # (rows, steps, src_len)
+    if need_attention:
+        out_attention = torch.zeros(num_rows, num_steps, src.size(1), device=device)
+    banned = torch.tensor([PAD, BOS], device=device)
+
+    active = torch.arange(num_rows, device=device)  # (live,) row ids of live paths
+    live_max_len = max_len  # (live,)
+    first_forced_step = int(max_len.min()) if num_rows else 0
+    prev_tokens = torch.full((num_rows,), BOS, dtype=torch.long, device=device)  # (live,)
+    for t in range(num_steps):
+        log_probs, state, attention = model.step(prev_tokens, state, need_attention)
+        log_probs = log_probs.float()  # (live, vocab)
+        scores = log_probs.index_fill(1, banned, NEG_INF)  # (live, vocab)
+        if t >= first_forced_step:
+            forced = live_max_len.le(t).unsqueeze(1)  # (live, 1)
+            not_eos = torch.ones_like(scores[0], dtype=torch.bool)
+            not_eos[EOS] = False
+            scores.masked_fill_(forced & not_eos, NEG_INF)
+        tokens = choose(scores)  # (live,)
+        out_tokens[active, t] = tokens
+        out_log_probs[active, t] = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        if out_attention is not None:
+            out_attention[active, t] = attention.float()
+        ended = tokens.eq(EOS)  # (live,)
+        if bool(ended.any()):  # the one sync per step
+            keep = ended.logical_not().nonzero().squeeze(1)  # (still_live,)
+            if keep.numel() == 0:
+                break
+            active, live_max_len, tokens = active[keep], live_max_len[keep], tokens[keep]
+            state = state.reorder(keep)
+            first_forced_step = int(live_max_len.min())
+        prev_tokens = tokens
+
+    # Python lists once, at the end. A path's length is where its first EOS is.
+    is_eos = out_tokens.eq(EOS)  # (rows, steps)
+    lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(max_len, num_steps))
+    tokens_list, log_probs_list, lengths_list = out_tokens.tolist(), out_log_probs.tolist(), lengths.tolist()
+    results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    for row in range(num_rows):
+        length = lengths_list[row]
+        token_log_probs = log_probs_list[row][: length + 1]
+        log_prob = math.fsum(token_log_probs)
+        attention_rows = None
+        if out_attention is not None:
+            attention_rows = out_attention[row, : length + 1][:, src_mask[row // copies]]
+        results[row // copies].append(
+            Hypothesis(
+                tokens=tokens_list[row][:length],
+                score=log_prob / length_penalty_of(length + 1, length_penalty),
+                log_prob=log_prob,
+                token_log_probs=token_log_probs,
+                attention=attention_rows,
+            )
+        )
+    for hyps in results:
+        hyps.sort(key=lambda h: h.score, reverse=True)
+    return results
+
+
+@torch.inference_mode()
+def greedy(
+    model: Seq2Seq,
+    src: Tensor,
+    *,
+    max_len_a: float,
+    max_len_b: float,
+    max_len_cap: Optional[int] = None,
+    length_penalty: float = 0.0,
+    need_attention: bool = False,
+) -> list[list[Hypothesis]]:
+    """Pick the most likely token at every step. src (batch, src_len) -> one hypothesis per sentence.
+
+    ``max_len_cap`` defaults to ``model.max_positions - 1``; ``length_penalty`` only affects the
+    reported ``score``.
+    """
+    _check_common(src, max_len_a, max_len_b)
+    return _single_path(
+        model,
+        src,
+        lambda scores: scores.argmax(dim=1),
+        copies=1,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
+        length_penalty=length_penalty,
+        need_attention=need_attention,
+    )
+
+
+def _filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float) -> Tensor:
+    """logits (rows, vocab) with everything outside the top-k / nucleus set to -inf."""
+    if top_k > 0:
+        kth_best = logits.topk(min(top_k, logits.size(1)), dim=1).values[:, -1:]  # (rows, 1)
+        logits = logits.masked_fill(logits < kth_best, NEG_INF)
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=1, descending=True)  # (rows, vocab)
+        sorted_probs = sorted_logits.softmax(dim=1)
+        mass_before = sorted_probs.cumsum(dim=1) - sorted_probs  # mass of strictly better tokens
+        drop_sorted = mass_before >= top_p  # keep the smallest prefix reaching top_p (never the first)
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # (rows, vocab), unsorted
+        logits = logits.masked_fill(drop, NEG_INF)
+    return logits
+
+
+@torch.inference_mode()
+def sample(
+    model: Seq2Seq,
+    src: Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: Optional[torch.Generator] = None,
+    max_len_a: float,
+    max_len_b: float,
+    max_len_cap: Optional[int] = None,
+    length_penalty: float = 0.0,
+    nbest: int = 1,
+    need_attention: bool = False,
+) -> list[list[Hypothesis]]:
+    """Ancestral sampling: ``nbest`` independent samples per sentence, sorted by score (best first).
+
+    Tokens are drawn from softmax(log_probs / temperature), restricted to the ``top_k`` most likely
+    tokens (0: all) and to the smallest set whose probability reaches ``top_p``. Reported log-probs and
+    scores are the model's own (no temperature, no truncation). Pass a seeded ``generator`` (on the
+    model's device) for reproducible samples.
+    """
+    _check_common(src, max_len_a, max_len_b)
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use greedy for temperature 0), got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if nbest < 1:
+        raise ValueError(f"nbest must be >= 1, got {nbest}")
+
+    def draw(scores: Tensor) -> Tensor:  # (rows, vocab) -> (rows,)
+        logits = _filter_top_k_top_p(scores / temperature, top_k, top_p)
+        return torch.multinomial(logits.softmax(dim=1), 1, generator=generator).squeeze(1)
+
+    return _single_path(
+        model,
+        src,
+        draw,
+        copies=nbest,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
+        length_penalty=length_penalty,
+        need_attention=need_attention,
+    )
+
+
+# --------------------------------------------------------------------------- beam search
+
+
+@dataclass
+class _Finished:
+    """Hypotheses that ended at one time step t (all of length t + 1), as tensors."""
+
+    sentence: Tensor  # (m,) sentence index in the input batch
+    score: Tensor  # (m,) length-penalised
+    tokens: Tensor  # (m, t) without EOS
+    token_log_probs: Tensor  # (m, t + 1)
+    attention: Optional[Tensor]  # (m, t + 1, src_len)
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Seq2Seq,
+    src: Tensor,
+    *,
+    beam_size: int,
+    length_penalty: float,
+    max_len_a: float,
+    max_len_b: float,
+    max_len_cap: Optional[int] = None,
+    nbest: int = 1,
+    stopping: Stopping = "exact",
+    need_attention: bool = False,
+) -> list[list[Hypothesis]]:
+    """Batched beam search. src (batch, src_len) -> the ``nbest`` best hypotheses per sentence, best first.
+
+    ``length_penalty`` is GNMT's alpha; ``stopping`` is explained in the module docstring;
+    ``max_len_cap`` defaults to ``model.max_positions - 1``.
+    """
+    _check_common(src, max_len_a, max_len_b)
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+    if stopping not in ("exact", "beam_full"):
+        raise ValueError(f"stopping must be 'exact' or 'beam_full', got {stopping!r}")
+    if max_len_cap is None:
+        max_len_cap = _default_cap(model)
+
+    device = src.device
+    batch_size, k = src.size(0), beam_size
+    src_mask = src.ne(PAD)  # (batch, src_len)
+    state = model.init_state(model.encode(src, src_mask), src_mask)
+    state = state.reorder(torch.arange(batch_size, device=device).repeat_interleave(k))  # rows: batch * k
+    max_len = max_lengths(src_mask, max_len_a, max_len_b, max_len_cap)  # (batch,)
+    num_steps = int(max_len.max()) + 1 if batch_size else 0
+
+    # Fixed index tensors, sliced as the batch shrinks.
+    row_offsets = torch.arange(batch_size, device=device).unsqueeze(1) * k  # (batch, 1) first row of each
+    banned = torch.tensor([PAD, BOS], device=device)
+
+    # Per live sentence (dim 0 = live sentences, in the same order as the state's row groups).
+    active = torch.arange(batch_size, device=device)  # (live,) sentence index in the batch
+    live_max_len = max_len  # (live,)
+    live_lp_max = ((5.0 + max_len.float() + 1.0) / 6.0) ** length_penalty  # (live,) lp of the longest
+    nbest_scores = torch.full((batch_size, nbest), NEG_INF, device=device)  # (live, nbest) best finished
+    finished_count = torch.zeros(batch_size, dtype=torch.long, device=device)  # (live,)
+    # Only beam 0 is live at the start, so the first step does not pick k copies of one token.
+    beam_scores = torch.full((batch_size, k), NEG_INF, device=device)  # (live, k) cumulative log-prob
+    beam_scores[:, 0] = 0.0
+    # Per live beam row (dim 0 = live * k): the path so far.
+    prefix_tokens = torch.empty(batch_size * k, 0, dtype=torch.long, device=device)  # (rows, t)
+    prefix_log_probs = torch.empty(batch_size * k, 0, device=device)  # (rows, t)
+    prefix_attention = torch.empty(batch_size * k, 0, src.size(1), device=device)  # (rows, t, src_len)
+    prev_tokens = torch.full((batch_size * k,), BOS, dtype=torch.long, device=device)  # (rows,)
+    first_forced_step = int(max_len.min()) if batch_size else 0
+    finished: list[_Finished] = []
+
+    for t in range(num_steps):
+        live = active.numel()
+        log_probs, state, attention = model.step(prev_tokens, state, need_attention)
+        log_probs = log_probs.float()  # (rows, vocab)
+        vocab = log_probs.size(1)
+        # Cumulative score of every (beam, token) extension.
+        cand = log_probs + beam_scores.view(-1, 1)  # (rows, vocab)
+        cand.index_fill_(1, banned, NEG_INF)
+        if t >= first_forced_step:  # some sentence is at its length limit: only EOS may follow
+            forced = live_max_len.le(t).repeat_interleave(k).unsqueeze(1)  # (rows, 1)
+            not_eos = torch.ones(vocab, dtype=torch.bool, device=device)
+            not_eos[EOS] = False
+            cand.masked_fill_(forced & not_eos, NEG_INF)
+
+        # The 2k best extensions per sentence over (beam x vocab), best first.
+        top_scores, top_index = cand.view(live, k * vocab).topk(min(2 * k, k * vocab), dim=1)  # (live, 2k)
+        top_beam = top_index // vocab  # (live, 2k) beam within the sentence
+        top_tokens = top_index - top_beam * vocab  # (live, 2k)
+        top_rows = top_beam + row_offsets[:live]  # (live, 2k) row in the current state
+        top_token_log_probs = log_probs.view(live, k * vocab).gather(1, top_index)  # (live, 2k)
+        top_is_eos = top_tokens.eq(EOS)  # (live, 2k)
+
+        # EOS within the first k candidates finishes a hypothesis of length t + 1 (EOS included).
+        ends = top_is_eos[:, :k] & top_scores[:, :k].gt(NEG_INF)  # (live, k)
+        end_scores = torch.where(ends, top_scores[:, :k] / length_penalty_of(t + 1, length_penalty), NEG_INF)
+        nbest_scores = torch.cat([nbest_scores, end_scores], dim=1).topk(nbest, dim=1).values  # (live, nbest)
+        finished_count = finished_count + ends.sum(dim=1)
+
+        # The k best non-EOS candidates continue (dead ones carry -inf and never come back).
+        beam_scores, chosen = top_scores.masked_fill(top_is_eos, NEG_INF).topk(k, dim=1)  # (live, k)
+        best_live = beam_scores[:, 0]  # (live,)
+        if stopping == "exact":
+            # The best any live beam can still reach; lp is monotonic, so the bound is at an end.
+            done = (best_live / live_lp_max.clamp(min=length_penalty_of(t + 2, length_penalty))).le(
+                nbest_scores[:, -1]
+            )
+        else:
+            done = finished_count.ge(k) | best_live.eq(NEG_INF)  # (live,)
+        any_ended, any_done = torch.stack([ends.any(), done.any()]).tolist()  # the one sync per step
+
+        if any_ended:
+            sent_idx, cand_idx = ends.nonzero(as_tuple=True)  # (m,), (m,)
+            rows = top_rows[sent_idx, cand_idx]  # (m,) beam rows the EOS extends
+            finished.append(
+                _Finished(
+                    sentence=active[sent_idx],
+                    score=end_scores[sent_idx, cand_idx],
+                    tokens=prefix_tokens[rows],
+                    token_log_probs=torch.cat(
+                        [prefix_log_probs[rows], top_token_log_probs[sent_idx, cand_idx].unsqueeze(1)], dim=1
+                    ),
+                    attention=torch.cat([prefix_attention[rows], attention[rows].float().unsqueeze(1)], dim=1)
+                    if need_attention
+                    else None,
+                )
+            )
+
+        parent_rows = top_rows.gather(1, chosen)  # (live, k) rows of the current state to continue
+        next_tokens = top_tokens.gather(1, chosen)  # (live, k)
+        next_log_probs = top_token_log_probs.gather(1, chosen)  # (live, k)
+        if any_done:  # finished sentences leave the batch
+            keep = done.logical_not().nonzero().squeeze(1)  # (still_live,)
+            if keep.numel() == 0:
+                break
+            active, live_max_len, live_lp_max = active[keep], live_max_len[keep], live_lp_max[keep]
+            nbest_scores, finished_count, beam_scores = nbest_scores[keep], finished_count[keep], beam_scores[keep]
+            parent_rows, next_tokens, next_log_probs = parent_rows[keep], next_tokens[keep], next_log_probs[keep]
+            first_forced_step = int(live_max_len.min())
+
+        # Follow the chosen beams (and drop finished sentences) in one reorder.
+        parent_rows = parent_rows.view(-1)  # (new_rows,)
+        state = state.reorder(parent_rows)
+        prefix_tokens = torch.cat([prefix_tokens[parent_rows], next_tokens.view(-1, 1)], dim=1)
+        prefix_log_probs = torch.cat([prefix_log_probs[parent_rows], next_log_probs.view(-1, 1)], dim=1)
+        if need_attention:
+            prefix_attention = torch.cat([prefix_attention, attention.float().unsqueeze(1)], dim=1)[parent_rows]
+        prev_tokens = next_tokens.view(-1)
+
+    return _collect_nbest(finished, batch_size, nbest, src_mask)
+
+
+def _collect_nbest(finished: list[_Finished], batch_size: int, nbest: int, src_mask: Tensor) -> list[list[Hypothesis]]:
+    """The nbest highest-scoring finished hypotheses per sentence, best first, as Python objects."""
+    results: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
+    if not finished:
+        return results
+    sentence = torch.cat([f.sentence for f in finished])  # (total,)
+    score = torch.cat([f.score for f in finished])  # (total,)
+    chunk = torch.cat([torch.full_like(f.sentence, i) for i, f in enumerate(finished)])  # (total,)
+    row = torch.cat([torch.arange(f.sentence.numel(), device=sentence.device) for f in finished])  # (total,)
+    # Group by sentence, best score first within a group (stable: earlier hypotheses win ties).
+    order = score.argsort(descending=True, stable=True)
+    order = order[sentence[order].argsort(stable=True)]  # (total,)
+    group_sizes = torch.bincount(sentence, minlength=batch_size)  # (batch,)
+    group_starts = group_sizes.cumsum(0) - group_sizes  # (batch,)
+    rank = torch.arange(order.numel(), device=order.device) - group_starts[sentence[order]]  # (total,)
+    selected = order[rank < nbest]  # (<= batch * nbest,)
+
+    for s, c, r, sc in zip(
+        sentence[selected].tolist(), chunk[selected].tolist(), row[selected].tolist(), score[selected].tolist()
+    ):
+        f = finished[c]
+        token_log_probs = f.token_log_probs[r].tolist()
+        results[s].append(
+            Hypothesis(
+                tokens=f.tokens[r].tolist(),
+                score=sc,
+                log_prob=math.fsum(token_log_probs),
+                token_log_probs=token_log_probs,
+                attention=None if f.attention is None else f.attention[r][:, src_mask[s]],
+            )
+        )
+    return results
+
+
+__all__ = [
+    "Hypothesis",
+    "beam_search",
+    "greedy",
+    "length_penalty_of",
+    "max_lengths",
+    "sample",
+]

@@ -1,0 +1,569 @@
+"""`mtkit train`: one visible, step-based training loop.
+
+Token batches from length buckets -> label-smoothed cross-entropy -> gradient accumulation (no_sync under DDP)
+-> clip -> Adam with a pure learning-rate function -> validation (loss, BLEU, chrF through the search code)
+-> atomic safetensors checkpoints holding everything needed to resume bit-for-bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from mtkit import checkpoint as ckpt
+from mtkit import config as cfgmod
+from mtkit import distributed as distmod
+from mtkit.errors import MtkitError
+from mtkit.models import PAD, build_model
+
+STOP_KEYS = {"max_updates", "max_epochs", "max_minutes", "patience", "validate_every", "save_every", "log_every",
+             "keep_last", "keep_best", "average_last", "valid_max_sentences", "threads", "compile"}
+
+
+# ------------------------------------------------------------------------------------- pure pieces
+def learning_rate(update: int, t, d_model: int) -> float:
+    """Learning rate of optimizer update number ``update`` (1-based); ``t`` is the training config.
+
+    inverse_sqrt: linear warmup to lr, then lr * sqrt(warmup / update) (fairseq)
+    noam:         lr * d_model^-0.5 * min(update^-0.5, update * warmup^-1.5) (Vaswani et al.; lr is the factor)
+    cosine:       linear warmup, then cosine decay from lr to min_lr at max_updates
+    constant:     linear warmup, then lr
+    """
+    step, warmup = max(update, 1), t.warmup_updates
+    if t.schedule == "noam":
+        return t.lr * d_model ** -0.5 * min(step ** -0.5, step * max(warmup, 1) ** -1.5)
+    if warmup and step < warmup:
+        return t.lr * step / warmup
+    if t.schedule == "inverse_sqrt":
+        return t.lr * math.sqrt(max(warmup, 1) / step)
+    if t.schedule == "cosine":
+        progress = min(1.0, (step - warmup) / max(1, (t.max_updates or step) - warmup))
+        return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1 + math.cos(math.pi * progress))
+    return t.lr
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed over non-pad target tokens: (label-smoothed loss, plain NLL).
+
+    loss = (1 - eps) * nll + eps * mean_over_vocab(-log p), the uniform smoothing of Szegedy et al.
+    """
+    flat = logits.reshape(-1, logits.size(-1)).float()  # (tokens, vocab)
+    tgt = target.reshape(-1)
+    loss = F.cross_entropy(flat, tgt, ignore_index=PAD, label_smoothing=smoothing, reduction="sum")
+    with torch.no_grad():
+        nll = F.cross_entropy(flat, tgt, ignore_index=PAD, reduction="sum") if smoothing else loss.detach()
+    return loss, nll
+
+
+# --------------------------------------------------------------------------------------- run dir
+class RunLock:
+    """An exclusive flock on RUN/train.lock: a second trainer on the same run dir is refused; the OS
+    releases the lock when the process dies, so a crash never leaves the run dir locked."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / "train.lock"
+        self.fd = None
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(self.fd, 64).decode(errors="replace").strip() or "another process"
+            os.close(self.fd)
+            raise MtkitError(f"{self.path.parent}: another mtkit train (pid {holder}) is using this run dir; "
+                             "wait for it to finish or choose another training.run_dir") from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, str(os.getpid()).encode())
+        return self
+
+    def __exit__(self, *exc):
+        with contextlib.suppress(OSError):
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+
+
+def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    keys = sorted(set(a) | set(b))
+    out = []
+    for k in keys:
+        path = f"{prefix}{k}"
+        if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
+            out += _differences(a[k], b[k], path + ".")
+        elif a.get(k) != b.get(k) and not (prefix == "training." and k in STOP_KEYS):
+            out.append(path)
+    return out
+
+
+def resolve_config(config: Optional[Path], overrides: list[str], resume: Optional[Path], force: bool):
+    """-> (config, resuming). With --resume the run's saved config is the base; a CONFIG given too must match it."""
+    if resume is None:
+        if config is None:
+            raise MtkitError("give a CONFIG file, or --resume RUN_DIR to continue a run")
+        cfg = cfgmod.load(config, overrides)
+        if cfg.training is None:
+            raise MtkitError(f"{config}: missing section 'training' (at least training.run_dir)")
+        run_dir = Path(cfg.training.run_dir)
+        if ckpt.list_checkpoints(run_dir / "checkpoints"):
+            raise MtkitError(f"{run_dir}: already holds checkpoints; continue it with "
+                             f"'mtkit train --resume {run_dir}' or set another training.run_dir")
+        return cfg, False
+    saved_path = Path(resume) / "config.yaml"
+    if not saved_path.is_file():
+        raise MtkitError(f"{resume}: not a run directory (no config.yaml); start it with mtkit train CONFIG")
+    saved = cfgmod.load(saved_path, overrides)
+    if config is not None:
+        given = cfgmod.load(config, overrides)
+        diff = _differences(cfgmod.to_dict(saved), cfgmod.to_dict(given))
+        if diff and not force:
+            raise MtkitError(f"{config}: differs from the run's config {saved_path} at {', '.join(diff[:4])}; "
+                             "drop CONFIG to resume as saved, or add --force to resume with it")
+        saved = given
+    if saved.training is None:
+        raise MtkitError(f"{saved_path}: missing section 'training'")
+    if Path(saved.training.run_dir).resolve() != Path(resume).resolve():
+        saved = cfgmod.from_dict(cfgmod.apply_overrides(cfgmod.to_dict(saved), [f"training.run_dir={resume}"]))
+    return saved, True
+
+
+# ------------------------------------------------------------------------------------------ main
+def train_main(*, config: Optional[Path], overrides: list[str], resume: Optional[Path], force: bool, gpus: int) -> None:
+    if gpus > 1 and "LOCAL_RANK" not in os.environ:
+        launch_torchrun(gpus)
+        return
+    cfg, resuming = resolve_config(config, overrides, resume, force)
+    Trainer(cfg, resuming=resuming).run()
+
+
+def launch_torchrun(nproc: int) -> None:
+    """`mtkit train --gpus N ...` = `torchrun --standalone --nproc_per_node N -m mtkit train ...` (one machine)."""
+    args = [a for a in sys.argv[1:] if not a.startswith("--gpus")]
+    if "--gpus" in sys.argv:
+        i = sys.argv.index("--gpus")
+        args = sys.argv[1:i] + sys.argv[i + 2 :]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "mtkit"]
+    code = subprocess.call(cmd + args)
+    if code:
+        raise MtkitError(f"torchrun exited with code {code}; see the messages of the failing rank above")
+
+
+class Trainer:
+    def __init__(self, cfg: cfgmod.Config, *, resuming: bool = False):
+        from mtkit.data import ParallelData
+        from mtkit.tokenizer import Tokenizer
+
+        self.cfg, self.t = cfg, cfg.training
+        self.run_dir = Path(self.t.run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.resuming = resuming
+        if self.t.threads:
+            torch.set_num_threads(self.t.threads)
+        self.dist = distmod.setup(self.t.devices)
+        self.device = self.dist.device
+        data_dir = Path(cfg.data.dir)
+        if not (data_dir / "manifest.json").is_file():
+            raise MtkitError(f"{data_dir}: no prepared data (manifest.json missing); run 'mtkit prepare CONFIG' first")
+        self.manifest = json.loads((data_dir / "manifest.json").read_text())
+        self.tokenizer = Tokenizer.from_dir(data_dir)
+        self.train_data = ParallelData(data_dir, "train")
+        self.valid_data = ParallelData(data_dir, "valid") if "valid" in self.manifest.get("splits", {}) else None
+        torch.manual_seed(self.t.seed + self.dist.rank)
+        self.model = build_model(cfg.model, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size,
+                                 self.tokenizer.joint).to(self.device)
+        self.optimizer = self._optimizer()
+        self.scaler = torch.amp.GradScaler("cuda") if self.t.precision == "fp16" and self.device.type == "cuda" else None
+        if self.t.precision == "fp16" and self.device.type != "cuda":
+            raise MtkitError("training.precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
+        self.update, self.epoch, self.position, self.elapsed = 0, 1, 0, 0.0
+        self.best: Optional[float] = None
+        self.bad_validations = 0
+        self.stop_signal: Optional[str] = None
+
+    # -- set-up -------------------------------------------------------------------------------------
+    def _optimizer(self):
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
+        groups = [{"params": decay, "weight_decay": self.t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        kind = torch.optim.AdamW if self.t.optimizer == "adamw" else torch.optim.Adam
+        if self.t.optimizer == "adam":
+            groups = [{"params": decay + no_decay, "weight_decay": self.t.weight_decay}]
+        fused = self.device.type == "cuda"
+        return kind(groups, lr=self.lr_at(1), betas=tuple(self.t.betas), eps=self.t.eps, foreach=not fused, fused=fused)
+
+    def lr_at(self, update: int) -> float:
+        width = getattr(self.cfg.model, "d_model", None) or getattr(self.cfg.model, "hidden_size", 512)
+        return learning_rate(update, self.t, width)
+
+    def autocast(self):
+        if self.t.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.t.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def metadata(self, valid: Optional[dict]) -> dict:
+        return {
+            "config": cfgmod.to_dict(self.cfg),
+            "src_vocab_size": self.tokenizer.src_vocab_size,
+            "tgt_vocab_size": self.tokenizer.tgt_vocab_size,
+            "joint_vocab": self.tokenizer.joint,
+            "tokenizer_fingerprint": self.tokenizer.fingerprint(),
+            "update": self.update, "epoch": self.epoch, "position": self.position,
+            "elapsed": self.elapsed, "best": self.best, "bad_validations": self.bad_validations,
+            "valid": valid, "world_size": self.dist.world_size,
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "torch": torch.__version__,
+        }
+
+    def tokenizer_blobs(self) -> dict[str, bytes]:
+        return self.tokenizer.model_bytes()
+
+    def train_tensors(self) -> dict[str, torch.Tensor]:
+        tensors = {}
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        for i, p in enumerate(params):
+            for k, v in self.optimizer.state.get(p, {}).items():
+                if torch.is_tensor(v):
+                    tensors[f"opt.{i}.{k}"] = v
+        for r, state in enumerate(distmod.all_gather_bytes(torch.get_rng_state(), self.dist)):
+            tensors[f"rng.cpu.{r}"] = state
+        if self.device.type == "cuda":
+            for r, state in enumerate(distmod.all_gather_bytes(torch.cuda.get_rng_state(self.device), self.dist)):
+                tensors[f"rng.cuda.{r}"] = state
+        return tensors
+
+    def raw_model(self):
+        return self.model
+
+    def save_checkpoint(self, valid: Optional[dict]) -> None:
+        train = self.train_tensors()  # collective under DDP: every rank takes part
+        if self.dist.is_main:
+            bundle = ckpt.Bundle(self.metadata(valid), self.raw_model().state_dict(), self.tokenizer_blobs(), train)
+            path = self.ckpt_dir / f"ckpt_{self.update:07d}.safetensors"
+            ckpt.save(path, bundle)
+            self.prune_checkpoints()
+        distmod.barrier(self.dist)
+
+    def prune_checkpoints(self) -> None:
+        found = ckpt.list_checkpoints(self.ckpt_dir)
+        keep = {p for _, p in found[-self.t.keep_last :]}
+        if self.t.keep_best and self.valid_data is not None:
+            scored = []
+            for _, p in found:
+                v = ckpt.read_metadata(p).get("valid") or {}
+                if self.t.best_metric in v:
+                    sign = 1 if self.t.best_metric == "loss" else -1
+                    scored.append((sign * v[self.t.best_metric], p))
+            keep |= {p for _, p in sorted(scored)[: self.t.keep_best]}
+        for _, p in found:
+            if p not in keep:
+                p.unlink(missing_ok=True)
+
+    def restore(self) -> None:
+        path = ckpt.latest_loadable(self.ckpt_dir)
+        if path is None:
+            if self.dist.is_main:
+                print(f"no checkpoint in {self.ckpt_dir} yet: starting from update 0")
+            return
+        bundle = ckpt.load(path, with_train=True, map_location="cpu")
+        meta = bundle.metadata
+        if meta.get("tokenizer_fingerprint") != self.tokenizer.fingerprint():
+            raise MtkitError(f"{path}: was trained with another tokenizer than {self.cfg.data.dir}; "
+                             "re-run prepare with the run's data config or start a new run")
+        ckpt.load_weights(self.raw_model(), bundle.model, path)
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        state = {}
+        for key, v in bundle.train.items():
+            if key.startswith("opt."):
+                _, i, name = key.split(".", 2)
+                state.setdefault(int(i), {})[name] = v.to(self.device) if name != "step" else v
+        sd = self.optimizer.state_dict()
+        sd["state"] = state
+        self.optimizer.load_state_dict(sd)
+        del params
+        rng = bundle.train.get(f"rng.cpu.{self.dist.rank}")
+        if rng is not None and meta.get("world_size", 1) == self.dist.world_size:
+            torch.set_rng_state(rng)
+        cuda_rng = bundle.train.get(f"rng.cuda.{self.dist.rank}")
+        if cuda_rng is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(cuda_rng, self.device)
+        if self.scaler and meta.get("scaler"):
+            self.scaler.load_state_dict(meta["scaler"])
+        self.update, self.epoch, self.position = meta["update"], meta["epoch"], meta["position"]
+        self.elapsed, self.best, self.bad_validations = meta["elapsed"], meta["best"], meta["bad_validations"]
+        if self.dist.is_main:
+            print(f"resumed from {path.name}: update {self.update}, epoch {self.epoch}")
+
+    # -- validation ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> dict:
+        from mtkit.data import collate, make_batches
+        from mtkit.score import corpus_scores
+        from mtkit.search import beam_search, greedy
+
+        model = self.raw_model()
+        was_training = model.training
+        model.eval()
+        data = self.valid_data
+        loss_sum = nll_sum = tokens = 0.0
+        batches = make_batches(data.src_lengths, data.tgt_lengths, self.t.batch_tokens, seed=0, epoch=0, shuffle=False)
+        for idx in batches:
+            batch = collate(data, idx, self.device)
+            with self.autocast():
+                logits = model(batch.src, batch.tgt_in)
+            loss, nll = label_smoothed_loss(logits, batch.tgt_out, self.t.label_smoothing)
+            loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.tgt_tokens
+        result = {"loss": loss_sum / tokens, "nll": nll_sum / tokens, "ppl": math.exp(min(nll_sum / tokens, 50))}
+        if self.t.valid_bleu:
+            n = len(data) if self.t.valid_max_sentences is None else min(len(data), self.t.valid_max_sentences)
+            order = sorted(range(n), key=lambda i: int(data.src_lengths[i]))
+            hyps: list[str] = [""] * n
+            dec = self.cfg.decoding
+            for start in range(0, n, 100):
+                idx = order[start : start + 100]
+                batch = collate(data, idx, self.device)
+                with self.autocast():
+                    if self.t.valid_beam_size > 1:
+                        out = beam_search(model, batch.src, beam_size=self.t.valid_beam_size,
+                                          length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
+                                          max_len_b=dec.max_len_b)
+                    else:
+                        out = greedy(model, batch.src, max_len_a=dec.max_len_a, max_len_b=dec.max_len_b)
+                for i, hyp in zip(idx, self.tokenizer.decode_tgt([h[0].tokens for h in out])):
+                    hyps[i] = hyp
+            refs = data.reference_lines()[:n]
+            scores = corpus_scores(hyps, [refs], metrics=("bleu", "chrf"))
+            result["bleu"], result["chrf"] = scores["bleu"]["score"], scores["chrf"]["score"]
+            result["example"] = {"hyp": hyps[order[len(order) // 2]], "ref": refs[order[len(order) // 2]]}
+        model.train(was_training)
+        return result
+
+    def improved(self, valid: dict) -> bool:
+        value = valid.get(self.t.best_metric)
+        if value is None:
+            return False
+        better = self.best is None or (value < self.best if self.t.best_metric == "loss" else value > self.best)
+        if better:
+            self.best = value
+        return better
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.ckpt_dir.mkdir(exist_ok=True)
+        lock = RunLock(self.run_dir) if self.dist.is_main else contextlib.nullcontext()
+        with lock:
+            try:
+                self._run()
+            finally:
+                distmod.teardown(self.dist)
+
+    def _install_signal_handlers(self):
+        def handler(signum, frame):
+            if self.stop_signal is not None:  # second signal: stop now
+                raise KeyboardInterrupt
+            self.stop_signal = signal.Signals(signum).name
+
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, handler)
+
+    def _run(self) -> None:
+        from mtkit.data import collate, make_batches, shard_batches
+        from mtkit.console import Progress, print_summary
+
+        t, d = self.t, self.dist
+        if self.resuming:
+            self.restore()
+        if d.is_main:
+            cfgmod_text = cfgmod.dump(self.cfg)
+            ckpt.atomic_write_text(self.run_dir / "config.yaml", cfgmod_text)
+            print_summary(self.cfg, self.model, self.manifest, self.dist)
+        model = self.model
+        if t.compile:
+            model = torch.compile(model)
+        if d.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.train_model = model
+        model.train()
+        self._install_signal_handlers()
+        metrics_path = self.run_dir / "metrics.jsonl"
+        progress = Progress(enabled=d.is_main, total=t.max_updates, start=self.update)
+        data = self.train_data
+
+        def epoch_batches(epoch: int):
+            batches = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=t.seed, epoch=epoch)
+            return shard_batches(batches, d.rank, d.world_size)
+
+        batches = epoch_batches(self.epoch)
+        if not batches:
+            raise MtkitError(f"{self.cfg.data.dir}: no training batch for rank {d.rank}; the corpus is too small for "
+                             f"{d.world_size} processes")
+        window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "src": 0.0, "padded": 0.0, "updates": 0, "time": time.perf_counter()}
+        run_start = time.perf_counter() - self.elapsed
+        last_validated = last_saved = self.update if self.resuming else -1
+        finished_reason = None
+        while True:
+            if self.position >= len(batches):
+                self.epoch += 1
+                self.position = 0
+                if t.max_epochs and self.epoch > t.max_epochs:
+                    finished_reason = f"max_epochs={t.max_epochs}"
+                    self.epoch -= 1
+                    self.position = len(batches)
+                    break
+                batches = epoch_batches(self.epoch)
+            group = batches[self.position : self.position + t.update_freq]
+            # --- one optimizer update over len(group) accumulated batches ---
+            loss_sum = torch.zeros((), device=self.device)
+            nll_sum = torch.zeros((), device=self.device)
+            tgt_tokens = src_tokens = padded = 0
+            for i, idx in enumerate(group):
+                batch = collate(data, idx, self.device)
+                sync = contextlib.nullcontext() if (not d.enabled or i == len(group) - 1) else model.no_sync()
+                try:
+                    with sync:
+                        with self.autocast():
+                            logits = model(batch.src, batch.tgt_in)
+                        loss, nll = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing)
+                        (self.scaler.scale(loss) if self.scaler else loss).backward()
+                except (torch.OutOfMemoryError, RuntimeError) as err:
+                    if isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err) or "can't allocate" in str(err):
+                        shape = tuple(batch.src.shape)
+                        raise MtkitError(f"out of memory on a batch of {shape[0]} sentences x {max(shape[1], batch.tgt_in.size(1))} "
+                                         f"tokens at update {self.update + 1}; lower training.batch_tokens "
+                                         f"(now {t.batch_tokens}) and raise training.update_freq to keep the "
+                                         "effective batch") from None
+                    raise
+                loss_sum += loss.detach()
+                nll_sum += nll
+                tgt_tokens += batch.tgt_tokens
+                src_tokens += batch.src_tokens
+                padded += batch.src.numel() + batch.tgt_in.numel()
+            self.position += len(group)
+            time_up = t.max_minutes is not None and (time.perf_counter() - run_start) / 60 >= t.max_minutes
+            stats = torch.tensor([float(tgt_tokens), loss_sum.item(), nll_sum.item(),
+                                  1.0 if (time_up or self.stop_signal) else 0.0], dtype=torch.float64, device=self.device)
+            distmod.all_reduce_sum(stats, d)
+            total_tokens, total_loss, total_nll, stop_votes = stats.tolist()
+            if not math.isfinite(total_loss):
+                raise MtkitError(f"loss became {total_loss} at update {self.update + 1}; stopped without saving it. "
+                                 f"The last good checkpoint is in {self.ckpt_dir}; lower training.lr or enable "
+                                 "training.clip_norm and resume")
+            if self.scaler:
+                self.scaler.unscale_(self.optimizer)
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            torch._foreach_mul_(grads, d.world_size / max(total_tokens, 1.0))
+            if t.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
+            lr = self.lr_at(self.update + 1)
+            for g in self.optimizer.param_groups:
+                g["lr"] = lr
+            if self.scaler:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.update += 1
+            self.elapsed = time.perf_counter() - run_start
+            # --- bookkeeping ---
+            w = window
+            w["loss"] += total_loss
+            w["nll"] += total_nll
+            w["tokens"] += total_tokens
+            w["src"] += src_tokens * d.world_size
+            w["padded"] += padded * d.world_size
+            w["updates"] += 1
+            if self.update % t.log_every == 0 and d.is_main:
+                now = time.perf_counter()
+                record = {
+                    "kind": "train", "update": self.update, "epoch": self.epoch,
+                    "loss": w["loss"] / w["tokens"], "nll": w["nll"] / w["tokens"],
+                    "ppl": math.exp(min(w["nll"] / w["tokens"], 50)), "lr": lr,
+                    "tgt_tokens_per_s": w["tokens"] / (now - w["time"]),
+                    "padding": 1 - (w["tokens"] + w["src"]) / max(w["padded"], 1),
+                    "batch_tokens": w["tokens"] / w["updates"], "elapsed": self.elapsed,
+                }
+                append_jsonl(metrics_path, record)
+                progress.log(record)
+                window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "src": 0.0, "padded": 0.0, "updates": 0, "time": now}
+            progress.advance(self.update)
+            stop = None
+            if t.max_updates and self.update >= t.max_updates:
+                stop = f"max_updates={t.max_updates}"
+            elif stop_votes > 0:
+                stop = self.stop_signal or f"max_minutes={t.max_minutes}"
+            valid = None
+            if self.update % t.validate_every == 0 or (stop and self.update != last_validated):
+                valid = self.run_validation(metrics_path, progress)
+                last_validated = self.update
+                if t.patience and self.bad_validations >= t.patience:
+                    stop = stop or f"no improvement in {t.patience} validations (patience)"
+            if self.update % (t.save_every or t.validate_every) == 0 or stop:
+                if self.update != last_saved:
+                    self.save_checkpoint(valid)
+                    last_saved = self.update
+                    # keep the clock honest: checkpointing time counts towards the budget
+            if stop:
+                finished_reason = stop
+                break
+        progress.close()
+        if self.update != last_saved:
+            self.save_checkpoint(None)
+        if d.is_main:
+            if t.average_last > 1:
+                ckpt.average_main(self.run_dir, last=t.average_last, output=None)
+            try:
+                from mtkit.plots import plot_curves
+
+                plot_curves(self.run_dir)
+            except Exception as err:  # a plot must never fail a training run
+                print(f"note: could not draw curves ({err})")
+            print(f"stopped at update {self.update} ({finished_reason}); run dir: {self.run_dir}")
+            if self.stop_signal:
+                print(f"resume with: mtkit train --resume {self.run_dir}")
+
+    def run_validation(self, metrics_path: Path, progress) -> Optional[dict]:
+        if self.valid_data is None:
+            return None
+        valid = None
+        if self.dist.is_main:
+            start = time.perf_counter()
+            valid = self.validate()
+            valid["seconds"] = time.perf_counter() - start
+            better = self.improved(valid)
+            self.bad_validations = 0 if better else self.bad_validations + 1
+            if better:
+                bundle = ckpt.Bundle(self.metadata(valid), self.raw_model().state_dict(), self.tokenizer_blobs())
+                ckpt.save(self.ckpt_dir / "best.safetensors", bundle)
+            record = {"kind": "valid", "update": self.update, "epoch": self.epoch, "elapsed": self.elapsed,
+                      "best": better, **valid}
+            append_jsonl(metrics_path, record)
+            progress.log(record)
+        # every rank needs the same patience counter to stop together
+        bad = torch.tensor([float(self.bad_validations)], device=self.device)
+        if self.dist.enabled:
+            torch.distributed.broadcast(bad, src=0)
+        self.bad_validations = int(bad.item())
+        return valid
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()

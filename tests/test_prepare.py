@@ -1,0 +1,330 @@
+"""`mtkit prepare`: layout and manifest, cleaning filters, one-line errors, no-op reruns, atomicity, HF inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import toy_pairs, write_lines
+from mtkit import config as cfgmod
+from mtkit import data as datamod
+from mtkit.data import ParallelData, prepare
+from mtkit.errors import MtkitError
+from mtkit.tokenizer import Tokenizer
+
+
+def one_line_error(result, *fragments):
+    """Exit code 2 and a single stderr line containing every fragment."""
+    assert result.code == 2, (result.code, result.err)
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert "Traceback" not in result.err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def snapshot(directory: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in sorted(directory.iterdir())}
+
+
+# ----------------------------------------------------------------------------------------- happy path
+def test_prepare_writes_layout_and_manifest(tmp_path, toy_config, run_cli):
+    result = run_cli("prepare", toy_config())
+    assert result.code == 0, result.err
+    assert "train" in result.out and "valid" in result.out  # the summary table
+
+    data_dir = tmp_path / "data"
+    manifest = json.loads((data_dir / "manifest.json").read_text())
+    assert manifest["version"] == datamod.FORMAT_VERSION
+    assert (manifest["src_lang"], manifest["tgt_lang"], manifest["joint_vocab"]) == ("en", "de", True)
+    assert manifest["tokenizer"] == {"src": "spm.model", "tgt": "spm.model"}
+    assert manifest["vocab_size"] == {"src": 100, "tgt": 100}
+    assert manifest["dtype"] == {"src": "uint16", "tgt": "uint16"}
+    assert len(manifest["inputs_fingerprint"]) == 64
+    for split, n in (("train", 300), ("valid", 30), ("test", 30)):
+        entry = manifest["splits"][split]
+        assert entry["pairs_read"] == n
+        assert entry["bad_lines_skipped"] == 0
+        for lang in ("en", "de"):
+            idx = np.fromfile(data_dir / f"{split}.{lang}.idx", dtype=np.int64)
+            tokens = np.fromfile(data_dir / f"{split}.{lang}.bin", dtype=np.uint16)
+            assert len(idx) == entry["pairs_kept"] + 1 and idx[0] == 0 and idx[-1] == len(tokens)
+            assert (tokens >= 4).all()  # no PAD/UNK/BOS/EOS stored
+        assert entry["src_tokens"] == len(np.fromfile(data_dir / f"{split}.en.bin", dtype=np.uint16))
+        assert (data_dir / f"{split}.en.txt").exists() == (split != "train")
+    assert set(manifest["splits"]["train"]["filtered"]) == set(datamod.FILTER_REASONS)
+
+    tok = Tokenizer.from_dir(data_dir)
+    assert tok.joint and tok.src_vocab_size == tok.tgt_vocab_size == 100
+    assert tok.src_pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert len(tok.fingerprint()) == 64 and tok.fingerprint() == manifest["tokenizer_fingerprint"]
+
+    # the token arrays decode back to the cleaned references, line for line
+    valid = ParallelData(data_dir, "valid")
+    refs = valid.text_path("tgt").read_text(encoding="utf-8").splitlines()
+    assert refs == [p[1] for p in toy_pairs(30, seed=1)]
+    assert tok.decode_tgt([valid.tgt(i) for i in range(len(valid))]) == refs
+    assert valid.reference_lines() == refs
+
+    # a checkpoint carries the model bytes; the rebuilt tokenizer is the same one
+    blobs = tok.model_bytes()
+    assert list(blobs) == ["src"] and blobs["src"] == (data_dir / "spm.model").read_bytes()
+    again = Tokenizer.from_model_bytes(blobs)
+    assert again.joint and again.fingerprint() == tok.fingerprint()
+    assert again.encode_src(refs[:3]) == tok.encode_src(refs[:3])
+    assert tok.decode_tgt([[2, *tok.encode_tgt(["Ein Hund ."])[0], 3, 0, 10_000]]) == ["Ein Hund ."]
+
+
+def test_separate_vocabularies_and_gzip_input(tmp_path, write_parallel, write_config, run_cli):
+    src, tgt = write_parallel("train", n=300, gz=True)
+    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 60, "joint_vocab": False,
+                                 "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    result = run_cli("prepare", cfg)
+    assert result.code == 0, result.err
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert manifest["tokenizer"] == {"src": "spm.en.model", "tgt": "spm.de.model"}
+    assert manifest["splits"]["train"]["pairs_read"] == 300
+    tok = Tokenizer.from_dir(tmp_path / "data")
+    assert not tok.joint and tok.src_vocab_size == tok.tgt_vocab_size == 60
+    data = ParallelData(tmp_path / "data", "train")
+    assert tok.decode_tgt([data.tgt(0)]) == [toy_pairs(300)[0][1]]
+    again = Tokenizer.from_model_bytes(tok.model_bytes())
+    assert not again.joint and again.fingerprint() == tok.fingerprint()
+    assert again.decode_tgt([data.tgt(0)]) == tok.decode_tgt([data.tgt(0)])
+    with pytest.raises(MtkitError, match="keeps no text"):
+        data.reference_lines()
+
+
+def test_cleaning_and_train_only_filters(tmp_path, write_parallel, write_config, run_cli):
+    good = toy_pairs(200)
+    train = good + [
+        ("  A   dog\t runs .  ", "Ein Hund läuft ."),  # kept, whitespace normalised
+        ("", "Ein Hund ."), ("   ", "Hund"),  # empty
+        ("A dog . " * 80, "Ein Hund ."),  # over max_chars
+        good[0],  # exact duplicate
+        (" ".join(["dog"] * 90), " ".join(["Hund"] * 90)),  # over max_tokens subwords
+        ("A dog .", "Ein Hund ist mit der Katze und dem Ball im Garten neben dem Baum ."),  # length ratio > 3
+    ]
+    valid = [("A dog .", "Ein Hund ."), ("", ""), ("A  cat .", "Eine   Katze .")]
+    src, tgt = write_parallel("train", pairs=train)
+    vsrc, vtgt = write_parallel("valid", pairs=valid)
+    cfg = write_config({"data": {
+        "dir": str(tmp_path / "data"), "vocab_size": 100, "max_chars": 500, "max_tokens": 80,
+        "max_length_ratio": 3.0, "dedup": True,
+        "splits": {"train": {"src": str(src), "tgt": str(tgt)}, "valid": {"src": str(vsrc), "tgt": str(vtgt)}}}})
+
+    result = run_cli("prepare", cfg)
+    assert result.code == 0, result.err
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    entry = manifest["splits"]["train"]
+    assert entry["pairs_read"] == len(train)
+    assert entry["filtered"] == {"empty": 2, "max_chars": 1, "duplicate": 1, "max_tokens": 1, "length_ratio": 1}
+    assert entry["pairs_kept"] == len(train) - 6
+    assert "filtered: train empty: 2" in result.out
+
+    # valid is kept whole: the empty pair stays, whitespace is normalised
+    v = manifest["splits"]["valid"]
+    assert (v["pairs_read"], v["pairs_kept"], v["filtered"]) == (3, 3, {})
+    refs = (tmp_path / "data" / "valid.de.txt").read_text(encoding="utf-8").split("\n")
+    assert refs == ["Ein Hund .", "", "Eine Katze .", ""]
+    data = ParallelData(tmp_path / "data", "valid")
+    assert data.src_lengths[1] == data.tgt_lengths[1] == 0
+
+    train_data = ParallelData(tmp_path / "data", "train")
+    tok = Tokenizer.from_dir(tmp_path / "data")
+    kept_sources = tok.decode_src([train_data.src(i) for i in range(len(train_data))])
+    assert "A dog runs ." in kept_sources
+    assert (train_data.src_lengths <= 80).all() and (train_data.tgt_lengths <= 80).all()
+
+
+# ------------------------------------------------------------------------------------ one-line errors
+def test_parallel_files_of_different_lengths(tmp_path, write_parallel, write_config, run_cli):
+    src, tgt = write_parallel("train", n=50)
+    write_lines(tgt, tgt.read_text(encoding="utf-8").splitlines()[:47])
+    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    one_line_error(run_cli("prepare", cfg), str(src), "50 lines", str(tgt), "47")
+    assert not (tmp_path / "data").exists()
+
+
+def test_missing_file(tmp_path, toy_corpus, toy_config, run_cli):
+    missing = str(tmp_path / "corpus" / "nope.en")
+    cfg = toy_config(splits={**toy_corpus, "train": {"src": missing, "tgt": toy_corpus["train"]["tgt"]}})
+    one_line_error(run_cli("prepare", cfg), "data.splits.train.src", missing, "not found")
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path, write_parallel, write_config, run_cli):
+    src, tgt = write_parallel("train", n=100)
+    lines = tgt.read_bytes().split(b"\n")
+    lines[6] = b"Ein Hund \xff\xfe l\xe4uft ."  # latin-1 bytes on line 7
+    tgt.write_bytes(b"\n".join(lines))
+    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 100,
+                                 "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    one_line_error(run_cli("prepare", cfg), f"{tgt}:7:", "invalid UTF-8", "skip_bad_lines")
+
+
+def test_skip_bad_lines_drops_and_counts(tmp_path, write_parallel, write_config, run_cli):
+    src, tgt = write_parallel("train", n=200)
+    src_lines = src.read_bytes().split(b"\n")
+    tgt_lines = tgt.read_bytes().split(b"\n")
+    src_lines[3] = b"caf\xe9"
+    tgt_lines[10] = b"\xc3\x28 broken"
+    src.write_bytes(b"\n".join(src_lines))
+    tgt.write_bytes(b"\n".join(tgt_lines))
+    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 100, "skip_bad_lines": True,
+                                 "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    result = run_cli("prepare", cfg)
+    assert result.code == 0, result.err
+    entry = json.loads((tmp_path / "data" / "manifest.json").read_text())["splits"]["train"]
+    assert (entry["pairs_read"], entry["bad_lines_skipped"], entry["pairs_kept"]) == (200, 2, 198)
+
+
+def test_empty_corpus_after_cleaning(tmp_path, write_parallel, write_config, run_cli):
+    src, tgt = write_parallel("train", pairs=[("", "Hund"), ("  ", ""), ("Dog", "\t")])
+    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    one_line_error(run_cli("prepare", cfg), "no training pairs left", "3 read", "3 empty")
+    assert not (tmp_path / "data").exists()
+
+
+def test_yaml_syntax_error_has_line_and_column(tmp_path, run_cli):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("data:\n  dir: out\n  splits: {train: {src: a, tgt: b}\n  vocab_size: 100\n", encoding="utf-8")
+    line = one_line_error(run_cli("prepare", cfg), str(cfg), "YAML syntax error")
+    assert line.split(f"{cfg}:", 1)[1].split(":")[0].isdigit()  # path:LINE:COL
+
+
+def test_unknown_config_key_names_dotted_path(toy_config, run_cli):
+    one_line_error(run_cli("prepare", toy_config(vocab_sise=100)), "unknown key 'data.vocab_sise'")
+
+
+def test_vocab_too_large(tmp_path, toy_config, run_cli):
+    line = one_line_error(run_cli("prepare", toy_config(vocab_size=5000)), "data.vocab_size", "at most", "lower")
+    assert any(word.rstrip(";").isdigit() and int(word.rstrip(";")) < 5000 for word in line.split())
+    assert not (tmp_path / "data").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # temp dir cleaned up
+
+
+def test_refuses_to_replace_a_foreign_directory(tmp_path, toy_config, run_cli):
+    precious = tmp_path / "data" / "notes.txt"
+    precious.parent.mkdir()
+    precious.write_text("keep me")
+    one_line_error(run_cli("prepare", toy_config()), "not an mtkit data dir")
+    assert precious.read_text() == "keep me"
+
+
+# ---------------------------------------------------------------------------------- reruns, atomicity
+def test_rerun_on_unchanged_inputs_is_a_no_op(tmp_path, toy_corpus, toy_config, run_cli):
+    cfg = toy_config()
+    assert run_cli("prepare", cfg).code == 0
+    data_dir = tmp_path / "data"
+    before = snapshot(data_dir)
+
+    result = run_cli("prepare", cfg)
+    assert result.code == 0 and "up to date" in result.out
+    assert snapshot(data_dir) == before
+
+    assert run_cli("prepare", cfg, "--force").code == 0  # --force rebuilds
+    assert snapshot(data_dir) != before
+
+    before = snapshot(data_dir)
+    train_src = Path(toy_corpus["train"]["src"])
+    os.utime(train_src, ns=(train_src.stat().st_atime_ns, train_src.stat().st_mtime_ns + 10**9))
+    assert "up to date" not in run_cli("prepare", cfg).out  # a touched input rebuilds
+    assert snapshot(data_dir) != before
+
+    result = run_cli("prepare", cfg, "--set", "data.vocab_size=90")  # so does a changed data config
+    assert result.code == 0 and "up to date" not in result.out
+    assert json.loads((data_dir / "manifest.json").read_text())["vocab_size"]["src"] == 90
+
+
+def test_interrupted_prepare_keeps_the_old_data(tmp_path, toy_config, monkeypatch):
+    cfg = cfgmod.load(toy_config())
+    prepare(cfg.data)
+    data_dir = tmp_path / "data"
+    before = snapshot(data_dir)
+    manifest_before = (data_dir / "manifest.json").read_text()
+
+    calls = {"n": 0}
+    real_encode = Tokenizer.encode_src
+
+    def failing_encode(self, lines):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # as if Ctrl-C hit in the middle of encoding
+        return real_encode(self, lines)
+
+    monkeypatch.setattr(datamod, "CHUNK_LINES", 100)  # several chunks per split
+    monkeypatch.setattr(Tokenizer, "encode_src", failing_encode)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(cfg.data, force=True)
+    assert calls["n"] == 3
+    assert snapshot(data_dir) == before
+    assert (data_dir / "manifest.json").read_text() == manifest_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "corpus", "data"]  # no temp dir left
+
+    # an interrupted first build leaves no data dir at all
+    calls["n"] = 0
+    fresh = cfgmod.load(toy_config(dir=str(tmp_path / "fresh")))
+    with pytest.raises(KeyboardInterrupt):
+        prepare(fresh.data)
+    assert not (tmp_path / "fresh").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "corpus", "data"]
+
+
+# ---------------------------------------------------------------------------------- Hugging Face input
+def test_hf_save_to_disk(tmp_path, write_config, run_cli):
+    datasets = pytest.importorskip("datasets")
+    train, valid = toy_pairs(200, seed=3), toy_pairs(12, seed=4)
+    rows = lambda pairs: {"translation": [{"en": s, "de": t} for s, t in pairs]}  # noqa: E731
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows(train)),
+                          "validation": datasets.Dataset.from_dict(rows(valid))}).save_to_disk(str(tmp_path / "hfdict"))
+    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 100,
+                                 "hf": {"format": "disk", "path": str(tmp_path / "hfdict")}}})
+    result = run_cli("prepare", cfg)
+    assert result.code == 0, result.err
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert set(manifest["splits"]) == {"train", "valid"}  # no "test" split in the dataset: skipped
+    assert manifest["splits"]["train"]["pairs_read"] == 200
+    refs = (tmp_path / "data" / "valid.de.txt").read_text(encoding="utf-8").splitlines()
+    assert refs == [t for _, t in valid]
+
+    # a single Dataset with flat columns is the train split; src_field/tgt_field name the columns
+    datasets.Dataset.from_dict({"english": [s for s, _ in train], "german": [t for _, t in train]}).save_to_disk(
+        str(tmp_path / "flat"))
+    cfg = write_config({"data": {"dir": str(tmp_path / "data2"), "vocab_size": 100,
+                                 "hf": {"path": str(tmp_path / "flat"), "src_field": "english", "tgt_field": "german"}}},
+                       name="flat.yaml")
+    assert run_cli("prepare", cfg).code == 0
+    assert json.loads((tmp_path / "data2" / "manifest.json").read_text())["splits"]["train"]["pairs_kept"] == 200
+
+    cfg = write_config({"data": {"dir": str(tmp_path / "data3"), "hf": {"path": str(tmp_path / "flat")}}}, name="bad.yaml")
+    one_line_error(run_cli("prepare", cfg), "no column 'en'", "english, german", "data.hf.src_field")
+
+
+def test_hf_json_files(tmp_path, write_config, run_cli):
+    pytest.importorskip("datasets")
+    corpus = tmp_path / "jsonl"
+    corpus.mkdir()
+    for name, n, seed in (("train", 200, 5), ("dev", 10, 6)):
+        rows = [json.dumps({"en": s, "de": t}, ensure_ascii=False) for s, t in toy_pairs(n, seed)]
+        (corpus / f"{name}.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 100, "hf": {
+        "format": "json", "path": str(corpus), "data_files": {"train": "train.jsonl", "validation": "dev.jsonl"}}}})
+    result = run_cli("prepare", cfg)
+    assert result.code == 0, result.err
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["pairs_read"] == 200 and manifest["splits"]["valid"]["pairs_read"] == 10
+    assert not any(p.name.startswith(".") for p in (tmp_path / "data").iterdir())  # no HF cache shipped
+    assert run_cli("prepare", cfg).out.startswith(f"{tmp_path / 'data'}: up to date")
+
+
+def test_prepare_never_imports_torch(tmp_path, toy_config):
+    code = ("import sys; from mtkit.cli import main; rc = main(['prepare', sys.argv[1]]); "
+            "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code, str(toy_config())], check=True, capture_output=True, timeout=60)

@@ -1,0 +1,170 @@
+"""The Transformer: causality, padding invariance, cache == full forward, positions, size, and that it learns."""
+
+import pytest
+import torch
+
+from mtkit.config import TransformerConfig
+from mtkit.models import BOS, EOS, PAD, build_model
+from mtkit.models.transformer import MultiHeadAttention, Rotary
+
+POSITIONS = ["sinusoidal", "learned", "relative", "rope"]
+
+
+def tiny(positions="sinusoidal", norm="pre", **kw):
+    cfg = TransformerConfig(d_model=32, heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=64, positions=positions,
+                            norm=norm, max_relative_distance=3, dropout=0.0, max_positions=64, **kw)
+    torch.manual_seed(0)
+    return build_model(cfg, 24, 24, joint_vocab=True).eval()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 24, (3, 8), generator=g)
+    src[:, -1] = EOS
+    src[1, 5:] = PAD
+    src[1, 4] = EOS
+    tgt = torch.randint(4, 24, (3, 7), generator=g)
+    tgt[:, 0] = BOS
+    return src, tgt
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_cached_steps_equal_full_forward(positions, norm):
+    model = tiny(positions, norm)
+    src, tgt = batch()
+    with torch.no_grad():
+        full = model(src, tgt).log_softmax(-1)
+        mask = src.ne(PAD)
+        state = model.init_state(model.encode(src, mask), mask)
+        steps = []
+        for t in range(tgt.size(1)):
+            log_probs, state, attn = model.step(tgt[:, t], state, need_attention=True)
+            steps.append(log_probs)
+            assert torch.allclose(attn.sum(-1), torch.ones(3), atol=1e-5)
+            assert attn[1, 5:].abs().max() == 0  # no attention on padding
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_causality(positions):
+    model = tiny(positions)
+    src, tgt = batch()
+    changed = tgt.clone()
+    changed[:, 4:] = torch.randint(4, 24, changed[:, 4:].shape)
+    with torch.no_grad():
+        a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :4], b[:, :4])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_padding_invariance(positions):
+    model = tiny(positions)
+    src, tgt = batch()
+    alone_src = src[1:2, :5]  # sentence 1 is 5 tokens + padding in the batch
+    with torch.no_grad():
+        in_batch = model(src, tgt)[1]
+        alone = model(alone_src, tgt[1:2])[0]
+    torch.testing.assert_close(in_batch, alone, atol=1e-5, rtol=1e-5)
+
+
+def test_reorder_selects_rows():
+    model = tiny()
+    src, tgt = batch()
+    mask = src.ne(PAD)
+    with torch.no_grad():
+        state = model.init_state(model.encode(src, mask), mask)
+        _, state, _ = model.step(tgt[:, 0], state)
+        index = torch.tensor([2, 2, 0])
+        lp_reordered, _, _ = model.step(tgt[index, 1], state.reorder(index))
+        lp_all, _, _ = model.step(tgt[:, 1], state)
+    torch.testing.assert_close(lp_reordered, lp_all[index])
+
+
+def test_relative_distances_are_clipped():
+    attn = MultiHeadAttention(16, 2, 0.0, self_attention=True, max_relative=2)
+    index = attn.relative_index(0, 6, 6, "cpu")
+    assert index[0, 5] == index[0, 3] == 4  # distances +5 and +3 share the +k bucket
+    assert index[5, 0] == index[4, 0] == 0  # -5 and -4 share the -k bucket
+    assert index[3, 2] == 1 and index[3, 3] == 2 and index[3, 4] == 3
+
+
+def test_rope_scores_depend_only_on_offset():
+    rotary = Rotary(8, 64)
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+
+    def score(pq, pk):
+        return (rotary(q, pq) * rotary(k, pk)).sum().item()
+
+    assert score(3, 1) == pytest.approx(score(13, 11), abs=1e-5)
+    assert score(7, 7) == pytest.approx(score(0, 0), abs=1e-5)
+    assert score(3, 1) != pytest.approx(score(3, 2), abs=1e-3)
+
+
+def test_transformer_base_parameter_count():
+    cfg = TransformerConfig()  # 6+6 layers, d 512, 8 heads, ffn 2048: the paper's base model
+    model = build_model(cfg, 37000, 37000, joint_vocab=True)
+    d, f, v = 512, 2048, 37000
+    attention = 4 * (d * d + d)
+    ffn = d * f + f + f * d + d
+    encoder_layer = attention + ffn + 2 * 2 * d
+    decoder_layer = 2 * attention + ffn + 3 * 2 * d
+    expected = v * d + 6 * encoder_layer + 6 * decoder_layer  # one shared embedding/output matrix
+    assert model.num_parameters() == expected
+    assert 60e6 < expected < 66e6  # "65M" in Vaswani et al. (2017), Table 3
+
+
+def test_untied_separate_vocabularies():
+    cfg = TransformerConfig(d_model=32, heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, tie_embeddings=False)
+    model = build_model(cfg, 30, 20, joint_vocab=False)
+    assert model.src_embed is not model.tgt_embed and model.output.weight.shape == (20, 32)
+    src, tgt = batch()
+    assert model(src.clamp(max=29), tgt.clamp(max=19)).shape == (3, 7, 20)
+
+
+def greedy_decode(model, src, max_len):
+    mask = src.ne(PAD)
+    state = model.init_state(model.encode(src, mask), mask)
+    tokens = torch.full((src.size(0),), BOS)
+    out = []
+    for _ in range(max_len):
+        log_probs, state, _ = model.step(tokens, state)
+        tokens = log_probs.argmax(-1)
+        out.append(tokens)
+    return torch.stack(out, 1)
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "relative", "rope"])
+def test_learns_to_reverse(positions):
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=64, heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=128, positions=positions,
+                            norm="pre", dropout=0.0, max_relative_distance=8, max_positions=32)
+    model = build_model(cfg, 14, 14, joint_vocab=True)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+
+    def sample(n):
+        length = 6
+        body = torch.randint(4, 14, (n, length), generator=g)
+        src = torch.cat([body, torch.full((n, 1), EOS)], 1)
+        rev = body.flip(1)
+        tgt_in = torch.cat([torch.full((n, 1), BOS), rev], 1)
+        tgt_out = torch.cat([rev, torch.full((n, 1), EOS)], 1)
+        return src, tgt_in, tgt_out
+
+    for _ in range(600):  # stops as soon as the task is learned
+        src, tgt_in, tgt_out = sample(64)
+        loss = torch.nn.functional.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 0.01:
+            break
+    assert loss.item() < 0.01
+    model.eval()
+    src, _, tgt_out = sample(32)
+    with torch.no_grad():
+        decoded = greedy_decode(model, src, 7)
+    assert torch.equal(decoded, tgt_out)
