@@ -54,17 +54,46 @@ def learning_rate(update: int, t, d_model: int) -> float:
     return t.lr
 
 
-def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed over non-pad target tokens: (label-smoothed loss, plain NLL).
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """Label-smoothed cross-entropy of (tokens, vocab) logits, summed, with the gradient written in one pass.
 
-    loss = (1 - eps) * nll + eps * mean_over_vocab(-log p), the uniform smoothing of Szegedy et al.
+    loss = (1 - eps) * nll + eps * mean_over_vocab(-log p)   (the uniform smoothing of Szegedy et al. 2016)
+    d loss / d logits = softmax(logits) - ((1 - eps) * onehot(target) + eps / vocab)
+    Rows whose target is PAD are expected to be removed by the caller.
     """
-    flat = logits.reshape(-1, logits.size(-1)).float()  # (tokens, vocab)
-    tgt = target.reshape(-1)
-    loss = F.cross_entropy(flat, tgt, ignore_index=PAD, label_smoothing=smoothing, reduction="sum")
-    with torch.no_grad():
-        nll = F.cross_entropy(flat, tgt, ignore_index=PAD, reduction="sum") if smoothing else loss.detach()
-    return loss, nll
+
+    @staticmethod
+    def forward(ctx, logits, target, smoothing: float):
+        log_probs = logits.float().log_softmax(dim=-1)  # (tokens, vocab)
+        nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (tokens,)
+        smooth = -log_probs.mean(dim=-1)
+        loss = ((1.0 - smoothing) * nll + smoothing * smooth).sum()
+        ctx.save_for_backward(log_probs, target)
+        ctx.smoothing, ctx.in_dtype = smoothing, logits.dtype
+        return loss, nll.sum()
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        log_probs, target = ctx.saved_tensors
+        eps, vocab = ctx.smoothing, log_probs.size(-1)
+        grad = log_probs.exp_()  # softmax, in place: log_probs is not needed again
+        grad.sub_(eps / vocab)
+        grad.scatter_add_(1, target[:, None], grad.new_full((target.numel(), 1), -(1.0 - eps)))
+        grad.mul_(grad_loss)
+        return grad.to(ctx.in_dtype), None, None
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed over non-pad target tokens: (label-smoothed loss, plain NLL (no gradient)).
+
+    ``logits`` is (batch, tgt_len, vocab) with ``target`` (batch, tgt_len), or already (tokens, vocab) with
+    ``target`` (tokens,) holding no padding.
+    """
+    if logits.dim() == 3:
+        keep = target.ne(PAD)
+        logits, target = logits[keep], target[keep]
+    loss, nll = _SmoothedCrossEntropy.apply(logits, target, smoothing)
+    return loss, nll.detach()
 
 
 # --------------------------------------------------------------------------------------- run dir
@@ -200,8 +229,8 @@ class Trainer:
         kind = torch.optim.AdamW if self.t.optimizer == "adamw" else torch.optim.Adam
         if self.t.optimizer == "adam":
             groups = [{"params": decay + no_decay, "weight_decay": self.t.weight_decay}]
-        fused = self.device.type == "cuda"
-        return kind(groups, lr=self.lr_at(1), betas=tuple(self.t.betas), eps=self.t.eps, foreach=not fused, fused=fused)
+        # the fused kernel (one pass over each parameter) exists for CPU and CUDA tensors in torch >= 2.4
+        return kind(groups, lr=self.lr_at(1), betas=tuple(self.t.betas), eps=self.t.eps, fused=True)
 
     def lr_at(self, update: int) -> float:
         width = getattr(self.cfg.model, "d_model", None) or getattr(self.cfg.model, "hidden_size", 512)
@@ -437,9 +466,10 @@ class Trainer:
                 sync = contextlib.nullcontext() if (not d.enabled or i == len(group) - 1) else model.no_sync()
                 try:
                     with sync:
+                        keep = batch.tgt_out.ne(PAD)
                         with self.autocast():
-                            logits = model(batch.src, batch.tgt_in)
-                        loss, nll = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing)
+                            logits = model(batch.src, batch.tgt_in, keep)  # (tokens, vocab)
+                        loss, nll = label_smoothed_loss(logits, batch.tgt_out[keep], t.label_smoothing)
                         (self.scaler.scale(loss) if self.scaler else loss).backward()
                 except (torch.OutOfMemoryError, RuntimeError) as err:
                     if isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err) or "can't allocate" in str(err):

@@ -4,7 +4,7 @@
 - ``init_state(memory, src_mask) -> State``
 - ``step(prev_tokens, state, need_attention=False) -> (log_probs, state, attention or None)``
 - ``state.reorder(index)``: select / repeat batch rows (beam search, pruning finished sentences)
-- ``forward(src, tgt_in) -> logits``: teacher forcing
+- ``forward(src, tgt_in, keep=None) -> logits``: teacher forcing
 
 Conventions: token ids are int64; ``src_mask`` is bool ``(batch, src_len)``, True on real tokens.
 Every tensor held by a State is batch-first, so ``reorder`` is one ``index_select`` on dim 0 per tensor.
@@ -65,8 +65,12 @@ class Seq2Seq(nn.Module):
         """prev_tokens (batch,) -> log_probs (batch, tgt_vocab), new state, attention (batch, src_len) or None."""
         raise NotImplementedError
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # pragma: no cover - interface
-        """src (batch, src_len), tgt_in (batch, tgt_len) starting with BOS -> logits (batch, tgt_len, vocab)."""
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:  # pragma: no cover
+        """src (batch, src_len), tgt_in (batch, tgt_len) starting with BOS -> logits (batch, tgt_len, vocab).
+
+        ``keep`` (batch, tgt_len) bool: compute logits only at those positions -> (tokens, vocab); training
+        passes the non-pad target positions so no time is spent projecting padding onto the vocabulary.
+        """
         raise NotImplementedError
 
     def num_parameters(self) -> int:

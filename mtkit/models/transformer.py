@@ -286,16 +286,21 @@ class Transformer(Seq2Seq):
         new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1)
         return log_probs, new_state, (weights[:, 0] if weights is not None else None)
 
-    def decode_full(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False):
-        """Teacher-forced decoder over the whole target prefix: (logits, last-layer cross-attention)."""
+    def decode_full(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False,
+                    keep: Optional[Tensor] = None):
+        """Teacher-forced decoder over the whole target prefix: (logits, last-layer cross-attention).
+
+        With ``keep`` (batch, tgt_len) bool, logits are computed only there: (tokens, vocab).
+        """
         x = self._embed(tgt_in, self.tgt_embed, 0, getattr(self, "tgt_pos", None))
         last, weights = len(self.decoder) - 1, None
         for i, layer in enumerate(self.decoder):
             mem_k, mem_v = layer.cross_attn.project_memory(memory)
             x, _, _, w = layer(x, None, None, mem_k, mem_v, src_mask, 0, need_weights=need_attention and i == last)
             weights = w if w is not None else weights
-        return self._logits(self.decoder_norm(x)), weights
+        x = self.decoder_norm(x if keep is None else x[keep])
+        return self._logits(x), weights
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:
         src_mask = src.ne(PAD)
-        return self.decode_full(self.encode(src, src_mask), src_mask, tgt_in)[0]
+        return self.decode_full(self.encode(src, src_mask), src_mask, tgt_in, keep=keep)[0]
