@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt "torch==2.13.0"
-	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,ct2]"
 	touch $@
 
 demo: setup

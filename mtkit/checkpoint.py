@@ -5,7 +5,9 @@ One ``.safetensors`` file holds
 - ``tokenizer.src`` / ``tokenizer.tgt``: the SentencePiece model bytes (uint8), so a checkpoint translates alone;
 - ``train.*`` (training checkpoints only): optimizer moments, RNG states;
 and a JSON ``metadata`` entry: the resolved config, vocab sizes, tokenizer fingerprint, update, epoch,
-data position, validation metrics. ``best.safetensors`` and ``average.safetensors`` carry no ``train.*``.
+data position, validation metrics, plus a CRC-32 of every tensor (safetensors itself has no checksum, so a
+flipped byte in the data would otherwise load silently). ``best.safetensors`` and ``average.safetensors``
+carry no ``train.*``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -25,6 +28,11 @@ from mtkit.errors import MtkitError
 
 FORMAT = "mtkit-checkpoint-1"
 CKPT_RE = re.compile(r"^ckpt_(\d+)\.safetensors$")
+TMP_RE = re.compile(r"^\..+\.(\d+)\.tmp$")  # what atomic_write_bytes leaves behind when killed mid-write
+
+
+def _crc32(tensor: torch.Tensor) -> int:
+    return zlib.crc32(tensor.reshape(-1).view(torch.uint8).numpy())
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -38,7 +46,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         raise MtkitError(f"{path}: cannot write ({err.strerror or err}); free some disk space or fix permissions, "
                          "the previous files are intact") from None
     try:
@@ -78,7 +89,9 @@ def save(path: Path, bundle: Bundle) -> None:
         tensors[f"tokenizer.{side}"] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
     for k, v in bundle.train.items():
         tensors[f"train.{k}"] = v.detach().to("cpu").contiguous()
-    meta = {"format": FORMAT, "mtkit": json.dumps(bundle.metadata), "aliases": json.dumps(aliases)}
+    crc = {k: _crc32(v) for k, v in tensors.items()}
+    meta = {"format": FORMAT, "mtkit": json.dumps(bundle.metadata), "aliases": json.dumps(aliases),
+            "crc32": json.dumps(crc)}
     atomic_write_bytes(path, st_save(tensors, metadata=meta))
 
 
@@ -90,7 +103,11 @@ def read_metadata(path: Path) -> dict:
         raise MtkitError(_unreadable(path, err)) from None
     if meta.get("format") != FORMAT:
         raise MtkitError(f"{path}: not an mtkit checkpoint (no '{FORMAT}' metadata)")
-    return json.loads(meta["mtkit"])
+    try:
+        return json.loads(meta["mtkit"])
+    except (KeyError, ValueError):
+        raise MtkitError(f"{path}: corrupted checkpoint (unreadable mtkit metadata); use an earlier checkpoint "
+                         "of the run") from None
 
 
 def _unreadable(path: Path, err: Exception) -> str:
@@ -115,16 +132,24 @@ def load(path: Path, *, with_train: bool = False, map_location: str = "cpu") -> 
     metadata = read_metadata(path)
     model, tokenizer, train = {}, {}, {}
     try:
-        with safe_open(str(path), framework="pt", device=map_location) as f:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            header = f.metadata() or {}
+            aliases = json.loads(header.get("aliases", "{}"))
+            crc = json.loads(header.get("crc32", "{}"))  # absent in checkpoints written before it existed
             for key in f.keys():
                 group, _, name = key.partition(".")
+                if group == "train" and not with_train:
+                    continue
+                tensor = f.get_tensor(key)
+                if key in crc and _crc32(tensor) != crc[key]:
+                    raise MtkitError(f"{path}: corrupted checkpoint (tensor '{key}' fails its CRC-32 check); "
+                                     "use an earlier checkpoint of the run")
                 if group == "model":
-                    model[name] = f.get_tensor(key)
+                    model[name] = tensor.to(map_location)
                 elif group == "tokenizer":
-                    tokenizer[name] = f.get_tensor(key).numpy().tobytes()
-                elif group == "train" and with_train:
-                    train[name] = f.get_tensor(key)
-            aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
+                    tokenizer[name] = tensor.numpy().tobytes()
+                elif group == "train":
+                    train[name] = tensor.to(map_location)
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         raise MtkitError(_unreadable(path, err)) from None
     for alias, stored in aliases.items():
@@ -158,6 +183,28 @@ def list_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
         if m:
             found.append((int(m.group(1)), p))
     return sorted(found)
+
+
+def remove_stale_temps(folder: Path) -> None:
+    """Delete the temp files of writes killed midway: those whose writer (the pid in the name) is gone."""
+    if not Path(folder).is_dir():
+        return
+    for p in Path(folder).iterdir():
+        m = TMP_RE.match(p.name)
+        if m and p.is_file() and not _alive(int(m.group(1))):
+            p.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process has no write in flight while it cleans up
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def latest_loadable(ckpt_dir: Path) -> Optional[Path]:
@@ -210,6 +257,8 @@ def average(paths: list[Path]) -> Bundle:
 
 
 def average_main(run: Path, *, last: int, output: Optional[Path]) -> Path:
+    if last < 1:
+        raise MtkitError(f"--last {last}: give the number of checkpoints to average (1 or more)")
     ckpts = [p for _, p in list_checkpoints(Path(run) / "checkpoints")]
     if not ckpts:
         raise MtkitError(f"{run}: no numbered checkpoints to average")

@@ -5,6 +5,7 @@ torch is imported lazily (inside commands that need it), so `mtkit --help` and `
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -24,6 +25,24 @@ app = typer.Typer(
 )
 
 SetOption = typer.Option(None, "--set", help="Override a config value before validation: --set training.lr=3e-4")
+
+
+class _Interrupted(Exception):
+    """Ctrl-C inside a command, carried past click/typer (which would turn it into a silent exit 130)."""
+
+
+class _OutputClosed(Exception):
+    """The reader of stdout went away (`| head -1`), carried past typer (which would exit 1)."""
+
+
+@contextlib.contextmanager
+def _plain_exits():
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise _Interrupted() from None
+    except BrokenPipeError:
+        raise _OutputClosed() from None
 
 
 def _version(value: bool):
@@ -103,16 +122,17 @@ def translate(
 
     Example: echo "A man is riding a bike." | mtkit translate runs/demo
     """
-    from mtkit.translate import translate_main
+    with _plain_exits():
+        from mtkit.translate import translate_main
 
-    translate_main(
-        paths=list(run) + list(checkpoint or []),
-        input=input, output=output,
-        overrides=dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                       batch_size=batch_size, nbest=nbest, device=device, dtype=dtype, threads=threads),
-        sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-        fmt=fmt, alignments=alignments, plot_attention=plot_attention, engine=engine,
-    )
+        translate_main(
+            paths=list(run) + list(checkpoint or []),
+            input=input, output=output,
+            overrides=dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                           batch_size=batch_size, nbest=nbest, device=device, dtype=dtype, threads=threads),
+            sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+            fmt=fmt, alignments=alignments, plot_attention=plot_attention, engine=engine,
+        )
 
 
 @app.command()
@@ -128,9 +148,10 @@ def score(
 
     Example: mtkit translate runs/demo < test.en | mtkit score test.de
     """
-    from mtkit.score import score_main
+    with _plain_exits():
+        from mtkit.score import score_main
 
-    score_main(refs=refs, hyps=hyps, metrics=metrics, json_out=json_out, tokenize=tokenize, lowercase=lowercase)
+        score_main(refs=refs, hyps=hyps, metrics=metrics, json_out=json_out, tokenize=tokenize, lowercase=lowercase)
 
 
 @app.command()
@@ -159,18 +180,38 @@ def plot(run: Path = typer.Argument(..., help="Run directory.")):
     typer.echo(plot_curves(run))
 
 
+@app.command()
+def export(
+    run: Path = typer.Argument(..., help="Run directory or checkpoint file (the checkpoint translate would use)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the exported model to."),
+    fmt: str = typer.Option("ctranslate2", "--format", help="ctranslate2 (needs the extra: pip install \"mtkit\\[ct2]\")"),
+    quantization: Optional[str] = typer.Option(
+        None, "--quantization", "-q", help="int8, int16, float16, bfloat16 (or int8_float32, ...); default float32."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
+):
+    """Export a trained Transformer for CTranslate2, with its SentencePiece models and config.
+
+    Example: mtkit export runs/demo --out runs/demo-ct2 --quantization int8 && mtkit translate runs/demo-ct2
+    """
+    from mtkit.export import export_main
+
+    export_main(run=run, fmt=fmt, out=out, quantization=quantization, force=force)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False)
+        if rv == 130:  # typer's silent exit for a Ctrl-C that reached it
+            _interrupted()
         if isinstance(rv, int):
             return rv
     except MtkitError as err:
         print(f"mtkit: error: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
-        print("mtkit: interrupted", file=sys.stderr)
+    except (KeyboardInterrupt, _Interrupted):
+        _interrupted()
         return 130
-    except BrokenPipeError:
+    except (BrokenPipeError, _OutputClosed):
         _quiet_broken_pipe()
         return 0
     except SystemExit as exc:  # typer.Exit and click usage errors
@@ -179,13 +220,21 @@ def main(argv: Optional[list[str]] = None) -> int:
         import click
 
         if isinstance(exc, click.exceptions.Abort):
-            print("mtkit: interrupted", file=sys.stderr)
+            _interrupted()
             return 130
         if isinstance(exc, click.ClickException):
             exc.show()
             return exc.exit_code
         raise
     return 0
+
+
+def _interrupted():
+    """The one line a Ctrl-C leaves (after a line break on a terminal, where ^C was echoed)."""
+    try:
+        print(("\n" if sys.stderr.isatty() else "") + "mtkit: interrupted", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _quiet_broken_pipe():

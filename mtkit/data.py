@@ -625,13 +625,25 @@ def make_batches(src_lengths, tgt_lengths, batch_tokens: int, *, seed: int, epoc
 
 
 def shard_batches(batches: Sequence, rank: int, world_size: int) -> list:
-    """Rank r gets batches r, r + W, ...; every rank the same count (the last len % W are dropped)."""
+    """Rank r gets batches r, r + W, ... of the epoch: disjoint shards, together holding every example.
+
+    Every rank must get the same number of batches (a rank that ran out would leave the others waiting in
+    their next gradient all-reduce), so when len(batches) is not a multiple of W the batches with the most
+    sentences are cut in two (in place, so the order stays the same on every rank) until it is.
+    """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside world size {world_size}")
-    usable = len(batches) - len(batches) % world_size
-    if len(batches) and usable == 0:
-        raise MtkitError(f"only {len(batches)} batches for {world_size} processes; lower training.batch_tokens")
-    return list(batches[rank:usable:world_size])
+    batches = list(batches)
+    sizes = [len(b) for b in batches]
+    for _ in range(-len(batches) % world_size):
+        i = int(np.argmax(sizes))
+        if sizes[i] < 2:
+            raise MtkitError(f"only {sum(sizes)} training sentences for {world_size} processes; "
+                             "use fewer processes or more data")
+        half = sizes[i] // 2
+        batches[i : i + 1] = [batches[i][:half], batches[i][half:]]
+        sizes[i : i + 1] = [half, sizes[i] - half]
+    return batches[rank::world_size]
 
 
 def padding_fraction(batches: Sequence[np.ndarray], src_lengths, tgt_lengths) -> float:

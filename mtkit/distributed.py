@@ -53,6 +53,18 @@ def setup(device_choice: str, timeout_minutes: float = 30.0) -> Dist:
     return Dist(rank, world, local_rank, device)
 
 
+# what gloo / NCCL / the store say when the process at the other end died or stopped answering
+_PEER_LOST = ("connection closed by peer", "connection reset by peer", "broken pipe", "timed out", "timeout",
+              "socket closed", "nccl communicator was aborted", "connection refused")
+
+
+def peer_lost(err: BaseException) -> bool:
+    """True when ``err`` came from a collective whose partner process failed (not from this process's own bug)."""
+    if isinstance(err, getattr(dist, "DistError", ())):
+        return True
+    return isinstance(err, RuntimeError) and any(s in str(err).lower() for s in _PEER_LOST)
+
+
 def all_reduce_sum(tensor: torch.Tensor, d: Dist) -> torch.Tensor:
     if d.enabled:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
@@ -74,6 +86,15 @@ def broadcast_flag(flag: bool, d: Dist) -> bool:
     t = torch.tensor([1.0 if flag else 0.0], device=d.device)
     dist.broadcast(t, src=0)
     return bool(t.item())
+
+
+def same_on_all_ranks(value: int, d: Dist) -> bool:
+    """Whether every rank holds the same integer (a collective: every rank must call it)."""
+    if not d.enabled:
+        return True
+    t = torch.tensor([value, -value], dtype=torch.int64, device=d.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t[0]) == -int(t[1])
 
 
 def barrier(d: Dist) -> None:

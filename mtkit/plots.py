@@ -8,6 +8,8 @@ from pathlib import Path
 
 from mtkit.errors import MtkitError
 
+MAX_LABELS = 80  # attention heatmaps label each subword up to this many per axis (positions beyond)
+
 
 def _pyplot():
     import matplotlib
@@ -72,10 +74,13 @@ def plot_attention(weights, src_tokens: list[str], tgt_tokens: list[str], path: 
     """weights (tgt_len, src_len) -> heatmap PNG: source pieces on x, target pieces on y."""
     plt = _pyplot()
     w = weights[: len(tgt_tokens), : len(src_tokens)]
-    fig, ax = plt.subplots(figsize=(max(4, 0.45 * len(src_tokens) + 2), max(3, 0.4 * len(tgt_tokens) + 1.5)))
+    # a readable size for a sentence, capped so a 1000-subword line still draws in a moment (40 in = 4400 px)
+    fig, ax = plt.subplots(figsize=(min(40, max(4, 0.45 * len(src_tokens) + 2)), min(40, max(3, 0.4 * len(tgt_tokens) + 1.5))))
     im = ax.imshow(w, cmap="viridis", aspect="auto", vmin=0.0)
-    ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=60, ha="right", fontsize=9)
-    ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=9)
+    if len(src_tokens) <= MAX_LABELS:
+        ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=60, ha="right", fontsize=9)
+    if len(tgt_tokens) <= MAX_LABELS:
+        ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=9)
     ax.set_xlabel("source")
     ax.set_ylabel("target")
     if title:

@@ -29,7 +29,8 @@ from mtkit.errors import MtkitError
 from mtkit.models import PAD, build_model
 
 STOP_KEYS = {"max_updates", "max_epochs", "max_minutes", "patience", "validate_every", "save_every", "log_every",
-             "keep_last", "keep_best", "average_last", "valid_max_sentences", "threads", "compile"}
+             "keep_last", "keep_best", "average_last", "valid_max_sentences", "threads", "compile", "devices",
+             "run_dir"}
 
 
 # ------------------------------------------------------------------------------------- pure pieces
@@ -153,6 +154,11 @@ def resolve_config(config: Optional[Path], overrides: list[str], resume: Optiona
     if not saved_path.is_file():
         raise MtkitError(f"{resume}: not a run directory (no config.yaml); start it with mtkit train CONFIG")
     saved = cfgmod.load(saved_path, overrides)
+    if config is None and overrides and not force:
+        diff = _differences(cfgmod.to_dict(cfgmod.load(saved_path, [])), cfgmod.to_dict(saved))
+        if diff:
+            raise MtkitError(f"--set changes the run's config {saved_path} at {', '.join(diff[:4])}; only stopping "
+                             "and logging keys may change on resume: add --force to resume with it anyway")
     if config is not None:
         given = cfgmod.load(config, overrides)
         diff = _differences(cfgmod.to_dict(saved), cfgmod.to_dict(given))
@@ -169,21 +175,43 @@ def resolve_config(config: Optional[Path], overrides: list[str], resume: Optiona
 
 # ------------------------------------------------------------------------------------------ main
 def train_main(*, config: Optional[Path], overrides: list[str], resume: Optional[Path], force: bool, gpus: int) -> None:
+    cfg, resuming = resolve_config(config, overrides, resume, force)  # config errors once, before any launch
     if gpus > 1 and "LOCAL_RANK" not in os.environ:
-        launch_torchrun(gpus)
+        launch_torchrun(gpus, cfg, config=config, overrides=overrides, resume=resume, force=force)
         return
-    cfg, resuming = resolve_config(config, overrides, resume, force)
     Trainer(cfg, resuming=resuming).run()
 
 
-def launch_torchrun(nproc: int) -> None:
-    """`mtkit train --gpus N ...` = `torchrun --standalone --nproc_per_node N -m mtkit train ...` (one machine)."""
-    args = [a for a in sys.argv[1:] if not a.startswith("--gpus")]
-    if "--gpus" in sys.argv:
-        i = sys.argv.index("--gpus")
-        args = sys.argv[1:i] + sys.argv[i + 2 :]
+def launch_torchrun(nproc: int, cfg, *, config: Optional[Path], overrides: list[str], resume: Optional[Path],
+                    force: bool) -> None:
+    """`mtkit train --gpus N ...` = `torchrun --standalone --nproc_per_node N -m mtkit train ...` (one machine).
+
+    With training.devices cpu (or auto without a GPU) the N processes train on the CPU over gloo.
+    """
+    device = distmod.pick_device(cfg.training.devices)
+    if device.type == "cuda" and nproc > torch.cuda.device_count():
+        raise MtkitError(f"--gpus {nproc}: only {torch.cuda.device_count()} CUDA GPU(s) visible; "
+                         f"use --gpus {torch.cuda.device_count()} or set training.devices: cpu")
+    args = ["train"] + ([str(config)] if config is not None else [])
+    args += [a for item in overrides for a in ("--set", item)]
+    args += (["--resume", str(resume)] if resume is not None else []) + (["--force"] if force else [])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "mtkit"]
-    code = subprocess.call(cmd + args)
+    proc = subprocess.Popen(cmd + args)
+    interrupted = []
+
+    def forward(signum, frame):  # torchrun passes it on to the workers, which save and stop
+        interrupted.append(signum)
+        proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:  # the workers got the same Ctrl-C: wait while they save and stop
+            interrupted.append(signal.SIGINT)
+    if interrupted:
+        raise KeyboardInterrupt  # the workers said where they stopped and how to resume
     if code:
         raise MtkitError(f"torchrun exited with code {code}; see the messages of the failing rank above")
 
@@ -194,6 +222,9 @@ class Trainer:
         from mtkit.tokenizer import Tokenizer
 
         self.cfg, self.t = cfg, cfg.training
+        if self.t.schedule == "cosine" and not self.t.max_updates:
+            raise MtkitError("training.schedule cosine decays to min_lr at training.max_updates: set "
+                             "training.max_updates (or use schedule inverse_sqrt)")
         self.run_dir = Path(self.t.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.resuming = resuming
@@ -292,7 +323,10 @@ class Trainer:
         if self.t.keep_best and self.valid_data is not None:
             scored = []
             for _, p in found:
-                v = ckpt.read_metadata(p).get("valid") or {}
+                try:
+                    v = ckpt.read_metadata(p).get("valid") or {}
+                except MtkitError:
+                    continue
                 if self.t.best_metric in v:
                     sign = 1 if self.t.best_metric == "loss" else -1
                     scored.append((sign * v[self.t.best_metric], p))
@@ -302,12 +336,23 @@ class Trainer:
                 p.unlink(missing_ok=True)
 
     def restore(self) -> None:
-        path = ckpt.latest_loadable(self.ckpt_dir)
-        if path is None:
+        found = [p for _, p in ckpt.list_checkpoints(self.ckpt_dir)]
+        if not found:
             if self.dist.is_main:
                 print(f"no checkpoint in {self.ckpt_dir} yet: starting from update 0")
             return
-        bundle = ckpt.load(path, with_train=True, map_location="cpu")
+        bundle, errors = None, []
+        for path in reversed(found):  # a damaged newest checkpoint falls back to the previous one
+            try:
+                bundle = ckpt.load(path, with_train=True, map_location="cpu")
+                break
+            except MtkitError as err:
+                errors.append(err)
+        if bundle is None:
+            raise errors[0]
+        if self.dist.is_main:
+            for err in errors:
+                print(f"mtkit: warning: {err} -- resuming from {path.name} instead", file=sys.stderr)
         meta = bundle.metadata
         if meta.get("tokenizer_fingerprint") != self.tokenizer.fingerprint():
             raise MtkitError(f"{path}: was trained with another tokenizer than {self.cfg.data.dir}; "
@@ -333,8 +378,13 @@ class Trainer:
             self.scaler.load_state_dict(meta["scaler"])
         self.update, self.epoch, self.position = meta["update"], meta["epoch"], meta["position"]
         self.elapsed, self.best, self.bad_validations = meta["elapsed"], meta["best"], meta["bad_validations"]
+        saved_world = meta.get("world_size", 1)
+        if saved_world != self.dist.world_size:
+            # position counts batches of one rank's shard: W_saved * position of the epoch's batches are done
+            self.position = self.position * saved_world // self.dist.world_size
         if self.dist.is_main:
-            print(f"resumed from {path.name}: update {self.update}, epoch {self.epoch}")
+            moved = f" ({saved_world} -> {self.dist.world_size} processes)" if saved_world != self.dist.world_size else ""
+            print(f"resumed from {path.name}: update {self.update}, epoch {self.epoch}{moved}")
 
     # -- validation ----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -361,14 +411,14 @@ class Trainer:
             order = sorted(range(n), key=lambda i: int(data.src_lengths[i]))
             hyps: list[str] = [""] * n
             dec = self.cfg.decoding
-            for start in range(0, n, 100):
-                idx = order[start : start + 100]
+            for start in range(0, n, dec.batch_size):
+                idx = order[start : start + dec.batch_size]
                 batch = collate(data, idx, self.device)
                 with self.autocast():
                     if self.t.valid_beam_size > 1:
                         out = beam_search(model, batch.src, beam_size=self.t.valid_beam_size,
                                           length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
-                                          max_len_b=dec.max_len_b)
+                                          max_len_b=dec.max_len_b, stopping=dec.stopping)
                     else:
                         out = greedy(model, batch.src, max_len_a=dec.max_len_a, max_len_b=dec.max_len_b)
                 for i, hyp in zip(idx, self.tokenizer.decode_tgt([h[0].tokens for h in out])):
@@ -391,20 +441,43 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.ckpt_dir.mkdir(exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.ckpt_dir.mkdir(exist_ok=True)
+        except OSError as err:
+            raise MtkitError(f"{self.run_dir}: cannot create the run directory ({err.strerror or err}); "
+                             "choose another training.run_dir") from None
         lock = RunLock(self.run_dir) if self.dist.is_main else contextlib.nullcontext()
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         with lock:
+            if self.dist.is_main:
+                ckpt.remove_stale_temps(self.ckpt_dir)
+                ckpt.remove_stale_temps(self.run_dir)
             try:
                 self._run()
+            except RuntimeError as err:
+                if not (self.dist.enabled and distmod.peer_lost(err)):
+                    raise
+                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise MtkitError(f"rank {self.dist.rank}: another process of this run failed or stopped answering "
+                                 f"({first[:200]}); its own error is above. Continue from the last checkpoint "
+                                 f"with: mtkit train --resume {self.run_dir}") from None
             finally:
+                for s, h in handlers.items():
+                    if h is not None:
+                        signal.signal(s, h)
                 distmod.teardown(self.dist)
 
     def _install_signal_handlers(self):
+        first_at = [0.0]
+
         def handler(signum, frame):
-            if self.stop_signal is not None:  # second signal: stop now
+            # torchrun passes a Ctrl-C on to its workers, which also got it from the terminal: a repeat within
+            # a second is that echo, not a second request
+            if self.stop_signal is not None and time.monotonic() - first_at[0] > 1.0:  # second signal: stop now
                 raise KeyboardInterrupt
-            self.stop_signal = signal.Signals(signum).name
+            if self.stop_signal is None:
+                self.stop_signal, first_at[0] = signal.Signals(signum).name, time.monotonic()
 
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, handler)
@@ -416,9 +489,16 @@ class Trainer:
         t, d = self.t, self.dist
         if self.resuming:
             self.restore()
+            if not distmod.same_on_all_ranks(self.update, d):
+                raise MtkitError(f"{self.ckpt_dir}: the {d.world_size} processes found different latest checkpoints; "
+                                 "on several machines training.run_dir must be one shared directory")
         if d.is_main:
             cfgmod_text = cfgmod.dump(self.cfg)
             ckpt.atomic_write_text(self.run_dir / "config.yaml", cfgmod_text)
+            for side, blob in self.tokenizer_blobs().items():
+                ckpt.atomic_write_bytes(self.run_dir / f"spm.{side}.model", blob)
+            if self.resuming:
+                trim_metrics(self.run_dir / "metrics.jsonl", self.update)
             print_summary(self.cfg, self.model, self.manifest, self.dist)
         model = self.model
         if t.compile:
@@ -446,7 +526,9 @@ class Trainer:
         run_start = time.perf_counter() - self.elapsed
         last_validated = last_saved = self.update if self.resuming else -1
         finished_reason = None
-        while True:
+        if t.max_updates and self.update >= t.max_updates:  # resuming a finished run trains nothing more
+            finished_reason = f"max_updates={t.max_updates} already reached"
+        while finished_reason is None:
             if self.position >= len(batches):
                 self.epoch += 1
                 self.position = 0
@@ -472,7 +554,7 @@ class Trainer:
                         loss, nll = label_smoothed_loss(logits, batch.tgt_out[keep], t.label_smoothing)
                         (self.scaler.scale(loss) if self.scaler else loss).backward()
                 except (torch.OutOfMemoryError, RuntimeError) as err:
-                    if isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err) or "can't allocate" in str(err):
+                    if is_out_of_memory(err):
                         shape = tuple(batch.src.shape)
                         raise MtkitError(f"out of memory on a batch of {shape[0]} sentences x {max(shape[1], batch.tgt_in.size(1))} "
                                          f"tokens at update {self.update + 1}; lower training.batch_tokens "
@@ -487,9 +569,10 @@ class Trainer:
             self.position += len(group)
             time_up = t.max_minutes is not None and (time.perf_counter() - run_start) / 60 >= t.max_minutes
             stats = torch.tensor([float(tgt_tokens), loss_sum.item(), nll_sum.item(),
-                                  1.0 if (time_up or self.stop_signal) else 0.0], dtype=torch.float64, device=self.device)
+                                  1.0 if (time_up or self.stop_signal) else 0.0, 1.0 if self.stop_signal else 0.0],
+                                 dtype=torch.float64, device=self.device)
             distmod.all_reduce_sum(stats, d)
-            total_tokens, total_loss, total_nll, stop_votes = stats.tolist()
+            total_tokens, total_loss, total_nll, stop_votes, signal_votes = stats.tolist()
             if not math.isfinite(total_loss):
                 raise MtkitError(f"loss became {total_loss} at update {self.update + 1}; stopped without saving it. "
                                  f"The last good checkpoint is in {self.ckpt_dir}; lower training.lr or enable "
@@ -537,9 +620,9 @@ class Trainer:
             if t.max_updates and self.update >= t.max_updates:
                 stop = f"max_updates={t.max_updates}"
             elif stop_votes > 0:
-                stop = self.stop_signal or f"max_minutes={t.max_minutes}"
+                stop = self.stop_signal or ("signal" if signal_votes > 0 else f"max_minutes={t.max_minutes}")
             valid = None
-            if self.update % t.validate_every == 0 or (stop and self.update != last_validated):
+            if self.update % t.validate_every == 0 or (stop and not signal_votes and self.update != last_validated):
                 valid = self.run_validation(metrics_path, progress)
                 last_validated = self.update
                 if t.patience and self.bad_validations >= t.patience:
@@ -574,7 +657,14 @@ class Trainer:
         valid = None
         if self.dist.is_main:
             start = time.perf_counter()
-            valid = self.validate()
+            try:
+                valid = self.validate()
+            except (torch.OutOfMemoryError, RuntimeError) as err:
+                if not is_out_of_memory(err):
+                    raise
+                raise MtkitError(f"out of memory while validating at update {self.update}; lower training.batch_tokens "
+                                 f"(now {self.t.batch_tokens}, the loss batches) or decoding.batch_size (now "
+                                 f"{self.cfg.decoding.batch_size}, the BLEU decoding batches)") from None
             valid["seconds"] = time.perf_counter() - start
             better = self.improved(valid)
             self.bad_validations = 0 if better else self.bad_validations + 1
@@ -591,6 +681,27 @@ class Trainer:
             torch.distributed.broadcast(bad, src=0)
         self.bad_validations = int(bad.item())
         return valid
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or the RuntimeError of a CPU / MPS allocation that failed."""
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err) or "can't allocate" in str(err)
+
+
+def trim_metrics(path: Path, update: int) -> None:
+    """Keep the records of updates <= ``update`` (the resumed checkpoint's): a killed run's later records, and a
+    line cut by the kill, would otherwise mix with their replay."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("update", 0) <= update:
+            kept.append(line + "\n")
+    ckpt.atomic_write_text(path, "".join(kept))
 
 
 def append_jsonl(path: Path, record: dict) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Optional
@@ -18,7 +19,7 @@ import torch
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
-from mtkit.models import EOS, PAD, Seq2Seq, State, build_model
+from mtkit.models import BOS, EOS, PAD, UNK, Seq2Seq, State, build_model
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -114,6 +115,7 @@ class Options:
     batch_size: int = 64
     chunk_size: int = 2000
     nbest: int = 1
+    stopping: str = "beam_full"
     sampling: bool = False
     temperature: float = 1.0
     top_k: int = 0
@@ -160,22 +162,155 @@ class Translator:
             common = dict(max_len_a=o.max_len_a, max_len_b=o.max_len_b)
             if o.sampling:
                 out = search.sample(self.model, src, temperature=o.temperature, top_k=o.top_k, top_p=o.top_p,
-                                    generator=self.generator, nbest=o.nbest, **common)
+                                    generator=self.generator, nbest=o.nbest, length_penalty=o.length_penalty,
+                                    need_attention=o.need_attention, **common)
             elif o.beam_size == 1 and o.nbest == 1:
-                out = search.greedy(self.model, src, need_attention=o.need_attention, **common)
+                out = search.greedy(self.model, src, length_penalty=o.length_penalty, need_attention=o.need_attention,
+                                    **common)
             else:
                 out = search.beam_search(self.model, src, beam_size=max(o.beam_size, o.nbest), length_penalty=o.length_penalty,
-                                         nbest=o.nbest, need_attention=o.need_attention, **common)
+                                         nbest=o.nbest, stopping=o.stopping, need_attention=o.need_attention, **common)
             for i, hyps in zip(idx, out):
                 results[i] = hyps
         return results
 
 
+class Ct2Translator:
+    """The Translator surface (``encode``, ``translate_ids``, ``tokenizer``, ``opt``, ``truncated``) over a
+    CTranslate2 model written by ``mtkit export``, so ``translate_stream`` serves both engines.
+
+    Decoding keeps the torch engine's contract: PAD and BOS are never emitted, EOS may come first (empty output),
+    at most ``ceil(a * src_len + b)`` tokens (``src_len`` with EOS, capped at max_positions - 1; CTranslate2 takes
+    one limit per call, so sentences are grouped by their limit), and scores are log-probabilities over the GNMT
+    penalty ``((5 + n + 1) / 6) ** length_penalty``. Beam search stops a sentence once ``beam_size`` hypotheses
+    have finished (the ``beam_full`` rule; ``stopping: exact`` is not available here) and ranks them with our
+    penalty. Hypotheses carry no attention.
+
+    CTranslate2 renormalises its log-probs over the tokens it may emit (all but PAD and BOS), so its scores
+    sit slightly above the model's own (by the PAD and BOS mass, tiny in a trained model) and its beams are
+    ranked by them: where that mass is not tiny, a near-tie may go another way than in the torch engine.
+    With ``exact_scores`` the kept hypotheses are rescored by a teacher-forced pass (``score_batch``): their
+    ``score``/``log_prob`` are then the model's and ``token_log_probs`` is filled (otherwise it is empty).
+    ``translate_main`` asks for it where scores are shown (n-best lists, jsonl).
+    """
+
+    encode = Translator.encode  # the same normalisation and truncation
+    # CTranslate2's beam search stops at beam_size finished hypotheses (our beam_full rule) only under a length
+    # penalty (with none it exits once the top beam ends), keeps the beam_size best by score / length ** penalty
+    # and ranks by that. A penalty this small keeps that stopping rule while ranking by log-probability, which
+    # keeps the hypotheses our GNMT penalty would pick (ranked afterwards, on the raw log-probs) far more often
+    # than CTranslate2's length ** alpha, which favours hypotheses cut at the length limit.
+    _NEUTRAL_PENALTY = 1e-6
+
+    def __init__(self, model_dir: Path, tokenizer, options: Options, *, max_positions: int, device: str = "cpu",
+                 compute_type: str = "default", threads: int = 0, exact_scores: bool = False):
+        from mtkit.export import import_ctranslate2
+
+        ct2 = import_ctranslate2()
+        try:
+            self.engine = ct2.Translator(str(model_dir), device=device, compute_type=compute_type, inter_threads=1,
+                                         intra_threads=threads)
+        except (ValueError, RuntimeError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
+            raise MtkitError(f"CTranslate2 cannot run this model on {device} as {compute_type} ({first})") from None
+        self.tokenizer, self.opt, self.exact_scores = tokenizer, options, exact_scores
+        self.max_src = self.max_len_cap = max_positions - 1  # the source keeps room for EOS
+        self.truncated = 0
+        self.src_vocab = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
+        self.tgt_vocab = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
+        self.tgt_ids = {piece: i for i, piece in enumerate(self.tgt_vocab)}
+        self.banned = [[self.tgt_vocab[PAD]], [self.tgt_vocab[BOS]]]
+        if options.sampling:
+            ct2.set_random_seed(options.seed)
+
+    def max_length(self, src_len: int) -> int:
+        """``search.max_lengths`` for one sentence of ``src_len`` tokens (EOS included)."""
+        o = self.opt
+        return min(max(math.ceil(o.max_len_a * src_len + o.max_len_b - 1e-6), 0), self.max_len_cap)
+
+    def translate_ids(self, ids: list[list[int]]) -> list[list]:
+        results: list[list] = [[] for _ in ids]
+        groups: dict[int, list[int]] = {}  # output limit -> sentences, shortest first
+        for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
+            if ids[i]:  # empty inputs give empty outputs without a model call
+                groups.setdefault(self.max_length(len(ids[i]) + 1), []).append(i)
+        for limit, idx in groups.items():
+            sources = [[self.src_vocab[t] for t in ids[i]] for i in idx]  # CTranslate2 appends </s>
+            for i, hyps in zip(idx, self._search(sources, limit)):
+                results[i] = hyps
+        return results
+
+    def _search(self, sources: list[list[str]], limit: int) -> list[list]:
+        from mtkit.search import Hypothesis, length_penalty_of
+
+        o = self.opt
+        found: list[list[tuple[list[str], Optional[float]]]] = []  # per source: (pieces, log-prob or None)
+        if limit == 0:  # only EOS may follow BOS
+            found = [[([], None)] for _ in sources]
+        else:
+            if o.sampling:
+                ct2_penalty = 0.0
+                kwargs = dict(beam_size=1, num_hypotheses=o.nbest, sampling_topk=o.top_k, sampling_topp=o.top_p,
+                              sampling_temperature=o.temperature)
+            else:
+                beam = max(o.beam_size, o.nbest)
+                ct2_penalty = 0.0 if beam == 1 else self._NEUTRAL_PENALTY
+                kwargs = dict(beam_size=beam, num_hypotheses=beam)
+            out = self.engine.translate_batch(
+                sources, max_batch_size=o.batch_size, length_penalty=ct2_penalty, max_decoding_length=limit,
+                min_decoding_length=0, max_input_length=0, return_scores=True, suppress_sequences=self.banned,
+                **kwargs)
+            for result in out:
+                # Undo CTranslate2's score / length ** penalty. Two kinds get no usable score (None): an empty
+                # hypothesis under a penalty (-inf), and one cut at the limit, which CTranslate2 ends without
+                # EOS where we force it (so its score lacks log p(EOS)).
+                found.append([(pieces, score * len(pieces) ** ct2_penalty
+                               if (pieces or not ct2_penalty) and len(pieces) < limit else None)
+                              for pieces, score in zip(result.hypotheses, result.scores)])
+        missing = [(s, c) for s, cands in enumerate(found) for c, (_, lp) in enumerate(cands) if lp is None]
+        if missing:
+            scored = self._score([sources[s] for s, _ in missing], [found[s][c][0] for s, c in missing])
+            for (s, c), (log_prob, _) in zip(missing, scored):
+                found[s][c] = (found[s][c][0], log_prob)
+        results = []
+        for cands in found:
+            hyps = [Hypothesis([self.tgt_ids.get(p, UNK) for p in pieces],
+                               log_prob / length_penalty_of(len(pieces) + 1, o.length_penalty), log_prob, [])
+                    for pieces, log_prob in cands]
+            hyps.sort(key=lambda h: h.score, reverse=True)
+            results.append(hyps[: o.nbest])
+        if self.exact_scores:
+            kept = [(s, h) for s, hyps in enumerate(results) for h in hyps]
+            targets = [[self.tgt_vocab[t] for t in h.tokens] for _, h in kept]
+            scored = self._score([sources[s] for s, _ in kept], targets)
+            for (_, h), (log_prob, token_log_probs) in zip(kept, scored):
+                h.log_prob, h.token_log_probs = log_prob, token_log_probs
+                h.score = log_prob / length_penalty_of(len(h.tokens) + 1, o.length_penalty)
+            for hyps in results:
+                hyps.sort(key=lambda h: h.score, reverse=True)
+        return results
+
+    def _score(self, sources: list[list[str]], targets: list[list[str]]) -> list[tuple[float, list[float]]]:
+        """(log-prob, token log-probs with EOS's last) of each target given its source: the model's own numbers."""
+        scored = self.engine.score_batch(sources, targets, max_batch_size=self.opt.batch_size, max_input_length=0)
+        return [(math.fsum(r.log_probs), list(r.log_probs)) for r in scored]
+
+
 # ------------------------------------------------------------------------------------------- output
+_LINE_BREAKS = str.maketrans({"\n": " ", "\r": " "})
+
+
+def one_line(text: str) -> str:
+    """A hypothesis can never add an output line: CR / LF (were a subword to hold one) become spaces."""
+    return text.translate(_LINE_BREAKS)
+
+
 def format_text(hyps: list, texts: list[str], nbest: int) -> str:
+    """One line per input line; with nbest > 1 exactly ``nbest`` lines "hypothesis<TAB>score" (empty when missing)."""
     if nbest == 1:
-        return (texts[0] if texts else "") + "\n"
-    return "".join(f"{t}\t{h.score:.4f}\n" for h, t in zip(hyps, texts)) if hyps else "\n" * nbest
+        return (one_line(texts[0]) if texts else "") + "\n"
+    lines = [f"{one_line(t)}\t{h.score:.4f}" for h, t in zip(hyps[:nbest], texts)]
+    return "".join(line + "\n" for line in lines) + "\n" * (nbest - len(lines))
 
 
 def format_jsonl(source: str, hyps: list, texts: list[str], pieces, alignments: bool) -> str:
@@ -220,24 +355,87 @@ def translate_stream(translator: Translator, lines: Iterable[str], out: IO[str],
     return written
 
 
+def _decoding_config(base: cfgmod.DecodingConfig, overrides: dict) -> cfgmod.DecodingConfig:
+    dec = base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    try:
+        return cfgmod.DecodingConfig.model_validate(dec.model_dump())
+    except Exception as err:  # pydantic ValidationError
+        raise MtkitError(cfgmod.validation_message(err, "translate options")) from None
+
+
+def _options(dec: cfgmod.DecodingConfig, **run_options) -> Options:
+    return Options(beam_size=dec.beam_size, length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
+                   max_len_b=dec.max_len_b, batch_size=dec.batch_size, chunk_size=dec.chunk_size, nbest=dec.nbest,
+                   stopping=dec.stopping, **run_options)
+
+
+def ct2_translator(paths: list[Path], overrides: dict, *, exact_scores: bool = False, **run_options) -> Ct2Translator:
+    """The CTranslate2 engine for an export dir (``mtkit export``), or for a run dir / checkpoint converted on the fly.
+
+    ``--dtype`` picks CTranslate2's compute type (int8, int16, float16, bfloat16, float32, ...); by default the
+    type the model was exported with.
+    """
+    import shutil
+    import tempfile
+
+    from mtkit import export
+
+    if len(paths) > 1:
+        raise MtkitError("--engine ctranslate2 translates with one model; ensembles (--checkpoint) need --engine torch")
+    if run_options.get("need_attention"):
+        raise MtkitError("--alignments and --plot-attention need --engine torch")
+    export.import_ctranslate2()
+    compute_type = overrides.get("dtype") or "default"
+    if compute_type not in ("default", "auto", *export.QUANTIZATIONS):
+        raise MtkitError(f"--dtype {compute_type!r}: the ctranslate2 engine computes in one of "
+                         f"{', '.join(export.QUANTIZATIONS)} (default: the exported type)")
+    path, tmp = Path(paths[0]), None
+    try:
+        if export.is_export_dir(path):
+            model_dir = path
+        else:  # a run dir or checkpoint: convert to a temporary dir, which CTranslate2 reads once
+            tmp = Path(tempfile.mkdtemp(prefix="mtkit-ct2-"))
+            model_dir = tmp / "model"
+            export.convert(path, model_dir, None)
+        meta, tokenizer = export.read_export(model_dir)
+        base = cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)").decoding
+        dec = _decoding_config(base, {**overrides, "dtype": None})
+        return Ct2Translator(model_dir, tokenizer, _options(dec, **run_options), max_positions=meta["max_positions"],
+                             device=dec.device, compute_type=compute_type, threads=dec.threads or 0,
+                             exact_scores=exact_scores or dec.nbest > 1)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def translate_main(*, paths: list[Path], input: Optional[Path], output: Optional[Path], overrides: dict,
                    sampling: bool, temperature: float, top_k: int, top_p: float, seed: int, fmt: str,
                    alignments: bool, plot_attention: Optional[Path], engine: str) -> None:
-    from mtkit.distributed import pick_device
+    """``--engine ctranslate2``, or a dir written by ``mtkit export``, translates through CTranslate2."""
+    from mtkit.export import is_export_dir
 
     if fmt not in ("text", "jsonl"):
         raise MtkitError(f"--format {fmt!r}: use text or jsonl")
-    if engine == "ctranslate2":
-        raise MtkitError("--engine ctranslate2 is not available yet in this version; use --engine torch")
-    if engine != "torch":
-        raise MtkitError(f"--engine {engine!r}: use torch")
+    if engine not in ("torch", "ctranslate2"):
+        raise MtkitError(f"--engine {engine!r}: use torch or ctranslate2")
+    if input is not None and not Path(input).is_file():
+        raise MtkitError(f"{input}: input file not found")
+    run_options = dict(sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                       need_attention=alignments or plot_attention is not None)
+    if engine == "ctranslate2" or is_export_dir(paths[0]):
+        translator = ct2_translator(paths, overrides, exact_scores=fmt == "jsonl", **run_options)
+    else:
+        translator = _torch_translator(paths, overrides, **run_options)
+    _write_translations(translator, input=input, output=output, fmt=fmt, alignments=alignments,
+                        plot_attention=plot_attention)
+
+
+def _torch_translator(paths: list[Path], overrides: dict, **run_options) -> Translator:
+    from mtkit.distributed import pick_device
+
     first_file = ckpt.resolve(paths[0])
     meta_cfg = cfgmod.from_dict(ckpt.read_metadata(first_file)["config"], str(first_file))
-    dec = meta_cfg.decoding.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    try:
-        dec = cfgmod.DecodingConfig.model_validate(dec.model_dump())
-    except Exception as err:  # pydantic ValidationError
-        raise MtkitError(cfgmod.validation_message(err, "translate options")) from None
+    dec = _decoding_config(meta_cfg.decoding, overrides)
     if dec.threads:
         torch.set_num_threads(dec.threads)
     device = pick_device(dec.device)
@@ -250,23 +448,27 @@ def translate_main(*, paths: list[Path], input: Optional[Path], output: Optional
         if other.tokenizer.fingerprint() != tokenizer.fingerprint():
             raise MtkitError(f"{other.path}: uses another tokenizer than {loaded[0].path}; ensembles need one vocabulary")
     model = loaded[0].model if len(loaded) == 1 else Ensemble([x.model for x in loaded])
-    options = Options(beam_size=dec.beam_size, length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
-                      max_len_b=dec.max_len_b, batch_size=dec.batch_size, chunk_size=dec.chunk_size, nbest=dec.nbest,
-                      sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                      need_attention=alignments or plot_attention is not None)
-    translator = Translator(model, tokenizer, options, device)
+    return Translator(model, tokenizer, _options(dec, **run_options), device)
+
+
+def _write_translations(translator, *, input: Optional[Path], output: Optional[Path], fmt: str, alignments: bool,
+                        plot_attention: Optional[Path]) -> None:
     if plot_attention is not None:
-        plot_attention.mkdir(parents=True, exist_ok=True)
-    if input is not None and not Path(input).is_file():
-        raise MtkitError(f"{input}: input file not found")
-    src = open(input, "rb") if input is not None else sys.stdin.buffer
+        try:
+            plot_attention.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise MtkitError(f"--plot-attention {plot_attention}: cannot create the folder ({err.strerror or err})") from None
     out_tmp = None
     if output is not None:
-        out_tmp = Path(output).with_name(f".{Path(output).name}.tmp")
-        sink = open(out_tmp, "w", encoding="utf-8")
+        out_tmp = Path(output).with_name(f".{Path(output).name}.{os.getpid()}.tmp")
+        try:
+            sink = open(out_tmp, "w", encoding="utf-8")
+        except OSError as err:
+            raise MtkitError(f"{output}: cannot write ({err.strerror or err}); check the folder exists and is writable") from None
     else:
         sys.stdout.reconfigure(encoding="utf-8", errors="replace")
         sink = sys.stdout
+    src = open(input, "rb") if input is not None else sys.stdin.buffer
     ok = False
     try:
         translate_stream(translator, read_lines(src), sink, fmt=fmt, alignments=alignments, plot_dir=plot_attention)
@@ -275,6 +477,9 @@ def translate_main(*, paths: list[Path], input: Optional[Path], output: Optional
         if input is not None:
             src.close()
         if out_tmp is not None:
+            if ok:  # whole or not at all
+                sink.flush()
+                os.fsync(sink.fileno())
             sink.close()
             if ok:
                 out_tmp.replace(output)

@@ -1,4 +1,4 @@
-"""Token-budget batches, rank shards and the collate layout (BOS / EOS / PAD positions)."""
+"""Token-budget batches and the collate layout (BOS / EOS / PAD positions); rank shards: test_distributed.py."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mtkit import config as cfgmod
-from mtkit.data import ParallelData, collate, make_batches, padding_fraction, prepare, shard_batches
+from mtkit.data import ParallelData, collate, make_batches, padding_fraction, prepare
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import BOS, EOS, PAD
 
@@ -63,27 +63,6 @@ def test_max_sentences():
     src, tgt = np.ones(100, int), np.ones(100, int)
     batches = make_batches(src, tgt, 10_000, seed=0, epoch=0, max_sentences=16)
     assert [len(b) for b in sorted(batches, key=len, reverse=True)] == [16] * 6 + [4]
-
-
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_shards_are_disjoint_equal_and_cover(world_size):
-    src, tgt = random_lengths(seed=9)
-    batches = make_batches(src, tgt, 300, seed=1, epoch=0)
-    shards = [shard_batches(batches, rank, world_size) for rank in range(world_size)]
-    assert len({len(s) for s in shards}) == 1  # same number of steps on every rank
-    assert len(shards[0]) == len(batches) // world_size
-    seen = np.concatenate([np.concatenate(s) for s in shards])
-    assert len(seen) == len(set(seen.tolist()))  # disjoint
-    dropped = batches[len(batches) - len(batches) % world_size:]
-    expected = set(range(len(src))) - set(np.concatenate(dropped).tolist() if dropped else [])
-    assert set(seen.tolist()) == expected  # everything but the last len % W batches
-
-
-def test_too_few_batches_for_the_world():
-    with pytest.raises(MtkitError, match="only 1 batches for 2 processes"):
-        shard_batches([np.arange(3)], 0, 2)
-    with pytest.raises(ValueError):
-        shard_batches([np.arange(3)], 2, 2)
 
 
 # ----------------------------------------------------------------------------------------- collate

@@ -163,3 +163,30 @@ def test_learns_to_reverse(positions):
     with torch.no_grad():
         decoded = greedy_decode(model, src, length + 1)
     assert torch.equal(decoded, tgt_out)
+
+
+def test_beam_grouped_cross_attention_equals_per_row(monkeypatch):
+    """The encoder side is kept once per sentence during beam search; gathering it per hypothesis instead
+    (the plain way) must give the same hypotheses, scores and attention."""
+    from mtkit import search
+    from mtkit.models.transformer import TransformerState
+
+    model = tiny("relative")
+    src, _ = batch()
+    kwargs = dict(beam_size=4, length_penalty=1.0, max_len_a=1.5, max_len_b=5, nbest=2, need_attention=True)
+    with torch.no_grad():
+        grouped = search.beam_search(model, src, **kwargs)
+        original = TransformerState.encoder_side
+
+        def per_row(self):
+            mem_k, mem_v, src_mask, row_source, group = original(self)
+            gather = lambda xs: [x.index_select(0, row_source) for x in xs]  # noqa: E731
+            return gather(mem_k), gather(mem_v), src_mask.index_select(0, row_source), torch.arange(len(row_source)), 1
+
+        monkeypatch.setattr(TransformerState, "encoder_side", per_row)
+        plain = search.beam_search(model, src, **kwargs)
+    for a, b in zip(grouped, plain):
+        for h1, h2 in zip(a, b):
+            assert h1.tokens == h2.tokens
+            assert h1.score == pytest.approx(h2.score, abs=1e-5)
+            torch.testing.assert_close(h1.attention, h2.attention, atol=1e-5, rtol=1e-5)

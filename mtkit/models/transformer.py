@@ -175,9 +175,12 @@ class DecoderLayer(nn.Module):
         self.r1, self.r2, self.r3 = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
 
     def forward(self, x: Tensor, cache_k: Optional[Tensor], cache_v: Optional[Tensor], mem_k: Tensor, mem_v: Tensor,
-                src_mask: Tensor, start: int, need_weights: bool = False):
+                src_mask: Tensor, start: int, need_weights: bool = False, group: int = 1):
         """x (batch, t, d_model) at positions start..; cache_k/v hold positions < start (None in training).
 
+        ``group`` > 1 (decoding, t = 1): rows come in runs of ``group`` hypotheses of one source sentence and
+        mem_k/mem_v/src_mask hold one row per sentence; the cross-attention folds each run into the query
+        axis, so the encoder keys and values are never copied per beam.
         Returns the new x, the extended cache and the cross-attention weights (or None).
         """
         q, k, v = self.self_attn.project_self(self.r1.inp(x), start)
@@ -185,8 +188,15 @@ class DecoderLayer(nn.Module):
             k, v = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
         h = self.self_attn.attend(q, k, v, None, causal=True, q_start=start)[0]
         x = self.r1.add(x, self.self_attn.out(h))
-        cq = self.cross_attn._split(self.cross_attn.q(self.r2.inp(x)))
-        h, weights = self.cross_attn.attend(cq, mem_k, mem_v, src_mask, causal=False, need_weights=need_weights)
+        cq = self.cross_attn.q(self.r2.inp(x))  # (rows, t, d_model)
+        rows, t, d = cq.shape
+        if group > 1:
+            cq = cq.view(rows // group, group, d)  # (sentences, group, d_model): beams become query positions
+        h, weights = self.cross_attn.attend(self.cross_attn._split(cq), mem_k, mem_v, src_mask, causal=False,
+                                            need_weights=need_weights)
+        if group > 1:
+            h = h.reshape(rows, t, d)
+            weights = weights.reshape(rows, t, -1) if weights is not None else None
         x = self.r2.add(x, self.cross_attn.out(h))
         x = self.r3.add(x, self.ffn(self.r3.inp(x)))
         return x, k, v, weights
@@ -194,12 +204,52 @@ class DecoderLayer(nn.Module):
 
 @dataclasses.dataclass
 class TransformerState(State):
-    self_k: list  # per layer (batch, heads, t, head_dim)
+    """Decoder state. Rows are hypotheses; the encoder side is kept once per source sentence.
+
+    ``row_source[r]`` says which row of mem_k/mem_v/src_mask hypothesis ``r`` reads, so ``reorder`` (beam
+    search following its beams) only moves the self-attention cache and that index, never the encoder
+    keys and values.
+    """
+
+    self_k: list  # per layer (rows, heads, t, head_dim)
     self_v: list
-    mem_k: list  # per layer (batch, heads, src_len, head_dim), computed once
+    mem_k: list  # per layer (sources, heads, src_len, head_dim), computed once
     mem_v: list
-    src_mask: Tensor  # (batch, src_len)
+    src_mask: Tensor  # (sources, src_len)
+    row_source: Tensor  # (rows,) int64
     step: int  # number of target positions already decoded
+
+    def reorder(self, index: Tensor) -> "TransformerState":
+        return dataclasses.replace(
+            self,
+            self_k=[k.index_select(0, index) for k in self.self_k],
+            self_v=[v.index_select(0, index) for v in self.self_v],
+            row_source=self.row_source.index_select(0, index),
+        )
+
+    def encoder_side(self) -> tuple[list, list, Tensor, Tensor, int]:
+        """(mem_k, mem_v, src_mask, row_source, group) ready for one step.
+
+        Sources no hypothesis reads any more (finished sentences) are dropped; when every source has the same
+        number of consecutive rows (beam search, greedy) ``group`` is that number, else the encoder side is
+        gathered per row (group 1).
+        """
+        mem_k, mem_v, src_mask, row_source = self.mem_k, self.mem_v, self.src_mask, self.row_source
+        used, inverse = torch.unique(row_source, sorted=True, return_inverse=True)
+        if used.numel() < src_mask.size(0):
+            mem_k = [k.index_select(0, used) for k in mem_k]
+            mem_v = [v.index_select(0, used) for v in mem_v]
+            src_mask, row_source = src_mask.index_select(0, used), inverse
+        sources, rows = src_mask.size(0), row_source.numel()
+        group = rows // sources
+        if rows == sources * group and torch.equal(
+            row_source, torch.arange(sources, device=row_source.device).repeat_interleave(group)
+        ):
+            return mem_k, mem_v, src_mask, row_source, group
+        mem_k = [k.index_select(0, row_source) for k in mem_k]  # arbitrary order: one row per hypothesis
+        mem_v = [v.index_select(0, row_source) for v in mem_v]
+        src_mask = src_mask.index_select(0, row_source)
+        return mem_k, mem_v, src_mask, torch.arange(rows, device=row_source.device), 1
 
 
 class Transformer(Seq2Seq):
@@ -267,23 +317,26 @@ class Transformer(Seq2Seq):
         n = len(self.decoder)
         return TransformerState(
             self_k=[empty] * n, self_v=[empty] * n,
-            mem_k=[k for k, _ in mem], mem_v=[v for _, v in mem], src_mask=src_mask, step=0,
+            mem_k=[k for k, _ in mem], mem_v=[v for _, v in mem], src_mask=src_mask,
+            row_source=torch.arange(b, device=memory.device), step=0,
         )
 
     def step(self, prev_tokens: Tensor, state: TransformerState, need_attention: bool = False):
         start = state.step
+        mem_k, mem_v, src_mask, row_source, group = state.encoder_side()
         x = self._embed(prev_tokens[:, None], self.tgt_embed, start, getattr(self, "tgt_pos", None))
         new_k, new_v, weights = [], [], None
         last = len(self.decoder) - 1
         for i, layer in enumerate(self.decoder):
-            x, k, v, w = layer(x, state.self_k[i], state.self_v[i], state.mem_k[i], state.mem_v[i], state.src_mask,
-                               start, need_weights=need_attention and i == last)
+            x, k, v, w = layer(x, state.self_k[i], state.self_v[i], mem_k[i], mem_v[i], src_mask,
+                               start, need_weights=need_attention and i == last, group=group)
             new_k.append(k)
             new_v.append(v)
             weights = w if w is not None else weights
-        logits = self._logits(self.decoder_norm(x))[:, 0]  # (batch, vocab)
+        logits = self._logits(self.decoder_norm(x))[:, 0]  # (rows, vocab)
         log_probs = logits.float().log_softmax(dim=-1)
-        new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1)
+        new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, mem_k=mem_k, mem_v=mem_v,
+                                        src_mask=src_mask, row_source=row_source, step=start + 1)
         return log_probs, new_state, (weights[:, 0] if weights is not None else None)
 
     def decode_full(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False,

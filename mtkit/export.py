@@ -1,0 +1,267 @@
+"""`mtkit export`: a trained Transformer -> a CTranslate2 model directory (the optional extra ``mtkit[ct2]``).
+
+The spec is built with CTranslate2's Python model-spec API (``ctranslate2.specs``), tensor by tensor:
+
+- vocabularies are the SentencePiece pieces by id, so CTranslate2's ``<unk> <s> </s>`` are our UNK/BOS/EOS
+  (ids 1-3) and ``<pad>`` is id 0; the source gets ``</s>`` appended (``add_source_eos``), as in mtkit;
+- embeddings are scaled by sqrt(d_model); sinusoidal positions are stored as an explicit table (CTranslate2's
+  built-in table has another layout, sin and cos in two halves; ours interleaves them), learned ones likewise;
+- relative positions (Shaw et al.) map to CTranslate2's ``relative_position`` keys/values (same clipping
+  ``clamp(key - query, -k, k)``); rotary positions to ``rotary_dim=0`` with halves rotated
+  (``rotary_interleave=False``), the layout of ``models.transformer.Rotary``;
+- the fused ``qkv`` of self-attention is CTranslate2's fused first linear; cross-attention is ``q`` then the
+  fused ``kv``; pre- or post-norm; LayerNorm epsilon 1e-5 (PyTorch's).
+
+The directory holds CTranslate2's ``model.bin``, ``config.json`` and vocabularies, the SentencePiece
+model(s) and ``mtkit_export.json`` (the run's config, so ``mtkit translate DIR`` needs nothing else).
+It is written to a temporary sibling and renamed into place: whole or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from mtkit.errors import MtkitError
+
+EXPORT_META = "mtkit_export.json"
+EXPORT_FORMAT = "mtkit-ctranslate2-1"
+FORMATS = ("ctranslate2",)
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+INSTALL_HINT = 'pip install "mtkit[ct2]" (or pip install ctranslate2)'
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which models.transformer uses
+
+
+def import_ctranslate2():
+    """The ctranslate2 module, or a one-line error that says how to install it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise MtkitError(f"the CTranslate2 engine needs the ctranslate2 package, which is not installed; "
+                         f"install it with: {INSTALL_HINT}") from None
+    return ctranslate2
+
+
+def check_exportable(model_cfg, where: str) -> None:
+    """Refuse, in one line, a model CTranslate2's Transformer spec cannot represent."""
+    if model_cfg.arch != "transformer":
+        raise MtkitError(f"{where}: model.arch is {model_cfg.arch!r} (an RNN); CTranslate2 runs only Transformer "
+                         "models: translate this one with --engine torch")
+
+
+# ------------------------------------------------------------------------------------------ the spec
+def _np(tensor):
+    return tensor.detach().to("cpu").float().contiguous().numpy()
+
+
+def _linear(spec, linear) -> None:
+    spec.weight = _np(linear.weight)
+    if linear.bias is not None:
+        spec.bias = _np(linear.bias)
+
+
+def _norm(spec, norm) -> None:
+    spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
+
+
+def _attention(spec, attn, relative: bool) -> None:
+    """Self-attention: [fused qkv, out]; cross-attention: [q, fused kv, out] (CTranslate2's layouts)."""
+    if attn.self_attention:
+        _linear(spec.linear[0], attn.qkv)
+    else:
+        _linear(spec.linear[0], attn.q)
+        _linear(spec.linear[1], attn.kv)
+    _linear(spec.linear[-1], attn.out)
+    if relative:
+        spec.relative_position_keys = _np(attn.rel_k.weight)  # (2k + 1, head_dim)
+        spec.relative_position_values = _np(attn.rel_v.weight)
+
+
+def build_spec(model, tokenizer):
+    """A ``ctranslate2.specs.TransformerSpec`` holding ``model`` (a models.transformer.Transformer)."""
+    import_ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    from mtkit.models.base import BOS, EOS, UNK
+    from mtkit.models.transformer import sinusoidal_table
+
+    cfg = model.cfg
+    pre_norm, relative, rope = cfg.norm == "pre", cfg.positions == "relative", cfg.positions == "rope"
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation]
+    rotary = dict(rotary_dim=0, rotary_interleave=False, rotary_base=10000.0) if rope else {}
+    try:
+        encoder = transformer_spec.TransformerEncoderSpec(cfg.encoder_layers, cfg.heads, pre_norm=pre_norm,
+                                                          activation=activation, relative_position=relative, **rotary)
+    except TypeError:  # older releases have rotary embeddings in decoders only
+        raise MtkitError("model.positions = rope: this ctranslate2 has no rotary encoder; upgrade it "
+                         "(pip install -U ctranslate2) or translate with --engine torch") from None
+    decoder = transformer_spec.TransformerDecoderSpec(cfg.decoder_layers, cfg.heads, pre_norm=pre_norm,
+                                                      activation=activation, relative_position=relative,
+                                                      alignment_heads=cfg.heads, **rotary)
+    if rope:  # the encoder spec keeps a position table slot even with rotary attention; rotary replaces it
+        del encoder.position_encodings
+    spec = transformer_spec.TransformerSpec(encoder, decoder)
+
+    # Inputs: scaled embeddings plus our own position table (absent for relative and rotary positions).
+    encoder.embeddings[0].weight = _np(model.src_embed.weight)
+    decoder.embeddings.weight = _np(model.tgt_embed.weight)
+    encoder.scale_embeddings = decoder.scale_embeddings = True
+    if cfg.positions == "sinusoidal":
+        table = _np(sinusoidal_table(cfg.max_positions, cfg.d_model))  # (max_positions, d_model)
+        encoder.position_encodings.encodings = table
+        decoder.position_encodings.encodings = table
+    elif cfg.positions == "learned":
+        encoder.position_encodings.encodings = _np(model.src_pos.weight)
+        decoder.position_encodings.encodings = _np(model.tgt_pos.weight)
+
+    for layer_spec, layer in zip(encoder.layer, model.encoder):
+        _attention(layer_spec.self_attention, layer.attn, relative)
+        _norm(layer_spec.self_attention.layer_norm, layer.r1.norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+        _norm(layer_spec.ffn.layer_norm, layer.r2.norm)
+    for layer_spec, layer in zip(decoder.layer, model.decoder):
+        _attention(layer_spec.self_attention, layer.self_attn, relative)
+        _norm(layer_spec.self_attention.layer_norm, layer.r1.norm)
+        _attention(layer_spec.attention, layer.cross_attn, False)
+        _norm(layer_spec.attention.layer_norm, layer.r2.norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+        _norm(layer_spec.ffn.layer_norm, layer.r3.norm)
+    if pre_norm:
+        _norm(encoder.layer_norm, model.encoder_norm)
+        _norm(decoder.layer_norm, model.decoder_norm)
+    decoder.projection.weight = _np(model.tgt_embed.weight if model.output is None else model.output.weight)
+
+    src_pieces = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
+    tgt_pieces = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
+    config = spec.config
+    config.unk_token, config.bos_token, config.eos_token = tgt_pieces[UNK], tgt_pieces[BOS], tgt_pieces[EOS]
+    config.decoder_start_token = tgt_pieces[BOS]
+    config.add_source_bos, config.add_source_eos = False, True
+    config.layer_norm_epsilon = LAYER_NORM_EPS
+    return spec
+
+
+def save_spec(spec, directory: Path, quantization: Optional[str]) -> None:
+    """Validate, quantize and write ``spec`` to ``directory`` (which must not exist) via CTranslate2's Converter."""
+    from ctranslate2.converters import Converter
+
+    class _Built(Converter):
+        def _load(self):
+            return spec
+
+    try:
+        _Built().convert(str(directory), quantization=quantization)
+    except (ValueError, RuntimeError) as err:
+        raise MtkitError(f"CTranslate2 refused the model: {str(err).strip().splitlines()[0]}") from None
+
+
+# ----------------------------------------------------------------------------------------- the files
+def tokenizer_files(tokenizer) -> dict[str, str]:
+    """File names of the SentencePiece models in an export dir: {"src": ..., "tgt": ...}."""
+    return {"src": "spm.model", "tgt": "spm.model"} if tokenizer.joint else {"src": "source.spm.model",
+                                                                            "tgt": "target.spm.model"}
+
+
+def is_export_dir(path: Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and (path / EXPORT_META).is_file() and (path / "model.bin").is_file()
+
+
+def read_export(path: Path) -> tuple[dict, object]:
+    """(metadata, Tokenizer) of an export dir."""
+    from mtkit.tokenizer import Tokenizer
+
+    path = Path(path)
+    meta_file = path / EXPORT_META
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        if meta.get("format") != EXPORT_FORMAT:
+            raise ValueError(meta.get("format"))
+        files = meta["tokenizer"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise MtkitError(f"{meta_file}: not an mtkit CTranslate2 export; "
+                         f"rerun mtkit export RUN_DIR --out {path}") from None
+    return meta, Tokenizer(path / files["src"], path / files["tgt"])
+
+
+def convert(checkpoint: Path, directory: Path, quantization: Optional[str]) -> dict:
+    """Write the export of ``checkpoint`` (run dir or file) into ``directory`` (must not exist); its metadata."""
+    from mtkit import checkpoint as ckpt
+    from mtkit import config as cfgmod
+    from mtkit.translate import load_checkpoint
+
+    import_ctranslate2()
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise MtkitError(f"--quantization {quantization!r}: use one of {', '.join(QUANTIZATIONS)}")
+    file = ckpt.resolve(Path(checkpoint))
+    cfg = cfgmod.from_dict(ckpt.read_metadata(file)["config"], f"{file} (embedded config)")
+    check_exportable(cfg.model, str(file))
+    loaded = load_checkpoint(file)
+    spec = build_spec(loaded.model, loaded.tokenizer)
+    save_spec(spec, directory, quantization)
+    files = tokenizer_files(loaded.tokenizer)
+    for side, blob in loaded.tokenizer.model_bytes().items():
+        (directory / files[side]).write_bytes(blob)
+    meta = {
+        "format": EXPORT_FORMAT,
+        "checkpoint": str(file),
+        "update": loaded.metadata.get("update"),
+        "quantization": quantization or "float32",
+        "src_vocab_size": loaded.tokenizer.src_vocab_size,
+        "tgt_vocab_size": loaded.tokenizer.tgt_vocab_size,
+        "max_positions": cfg.model.max_positions,
+        "tokenizer": files,
+        "tokenizer_fingerprint": loaded.tokenizer.fingerprint(),
+        "config": loaded.metadata["config"],
+    }
+    (directory / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return meta
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in [*directory.iterdir(), directory]:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], force: bool) -> Path:
+    """``mtkit export``: convert the run's checkpoint (as translate picks it) into ``out``."""
+    if fmt not in FORMATS:
+        raise MtkitError(f"--format {fmt!r}: use {' or '.join(FORMATS)}")
+    out = Path(out)
+    if out.exists():
+        if not force:
+            raise MtkitError(f"{out}: already exists; pass --force to replace it")
+        if not out.is_dir() or (any(out.iterdir()) and not (out / EXPORT_META).is_file()):
+            raise MtkitError(f"{out}: exists and is not an mtkit export; --force only replaces an earlier export "
+                             "(choose another --out)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tag = hashlib.sha1(f"{os.getpid()}{out}".encode()).hexdigest()[:8]
+    tmp, old = out.with_name(f".{out.name}.{tag}.tmp"), out.with_name(f".{out.name}.{tag}.old")
+    try:
+        meta = convert(run, tmp, quantization)
+        _fsync_tree(tmp)
+        if out.exists():
+            out.rename(old)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    size = sum(p.stat().st_size for p in out.iterdir()) / 2**20
+    print(f"exported {meta['checkpoint']} (update {meta['update']}) to {out} as CTranslate2 "
+          f"{meta['quantization']}, {size:.1f} MiB; translate with: mtkit translate {out}")
+    return out

@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""Train a config for M minutes of wall time and print what it achieved.
+
+    python scripts/bench_train.py configs/multi30k-transformer.yaml --minutes 20
+
+Prints: target tokens/s (mean of the log windows after the first `--warmup-logs`), updates, padding
+fraction, peak RSS of the training process, achieved matmul FLOP/s (counted with torch's FlopCounterMode on
+real batches) beside a plain matmul of the same shapes, and the BLEU/chrF of the final checkpoint (averaged
+when the config says so) on test_2016_flickr at beam 5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    print("$", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def read_gz(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tuple[float, float, float]:
+    """(GFLOP per update as FlopCounterMode counts them (matmuls and attention), measured s per update on the same batches, plain-matmul GFLOP/s)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mtkit import config as cfgmod
+    from mtkit.data import collate, make_batches
+    from mtkit.models import PAD
+    from mtkit.train import Trainer, label_smoothed_loss
+
+    cfg = cfgmod.load(config, overrides + ["training.run_dir=/tmp/mtkit-bench-flops"])
+    trainer = Trainer(cfg)
+    model, data, opt = trainer.model.train(), trainer.train_data, trainer.optimizer
+    plan = make_batches(data.src_lengths, data.tgt_lengths, cfg.training.batch_tokens, seed=1, epoch=1)[: batches + 2]
+
+    def update(idx):
+        b = collate(data, idx)
+        keep = b.tgt_out.ne(PAD)
+        loss, _ = label_smoothed_loss(model(b.src, b.tgt_in, keep), b.tgt_out[keep], cfg.training.label_smoothing)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for idx in plan[:2]:
+        update(idx)
+    with FlopCounterMode(display=False) as counter:
+        for idx in plan[2:]:
+            update(idx)
+    start = time.perf_counter()
+    for idx in plan[2:]:
+        update(idx)
+    seconds = (time.perf_counter() - start) / batches
+    gflop = counter.get_total_flops() / batches / 1e9
+    # a plain matmul of the model's typical shape: (batch_tokens, d_model) x (d_model, ffn_dim)
+    d = getattr(cfg.model, "d_model", 256)
+    f = getattr(cfg.model, "ffn_dim", 1024)
+    a, w = torch.randn(cfg.training.batch_tokens, d), torch.randn(d, f)
+    for _ in range(3):
+        a @ w
+    t0, reps = time.perf_counter(), 30
+    for _ in range(reps):
+        a @ w
+    plain = 2 * a.size(0) * d * f * reps / (time.perf_counter() - t0) / 1e9
+    return gflop, seconds, plain
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("config")
+    ap.add_argument("--minutes", type=float, default=20)
+    ap.add_argument("--run-dir", default=None, help="default: runs/bench-<config name>")
+    ap.add_argument("--set", action="append", default=[], help="extra config overrides")
+    ap.add_argument("--warmup-logs", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip-flops", action="store_true")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    name = Path(args.config).stem
+    run_dir = Path(args.run_dir or f"runs/bench-{name}")
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    mtkit = [sys.executable, "-m", "mtkit"]
+    overrides = [f"training.run_dir={run_dir}", f"training.max_minutes={args.minutes}",
+                 f"training.threads={args.threads}", "training.max_updates=null", *args.set]
+    sets = [x for o in overrides for x in ("--set", o)]
+    run(mtkit + ["prepare", args.config] + [x for o in args.set for x in ("--set", o)])
+    started = time.perf_counter()
+    run(mtkit + ["train", args.config] + sets, stdout=subprocess.DEVNULL if os.environ.get("QUIET") else None)
+    wall = time.perf_counter() - started
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    steady = train[args.warmup_logs :] or train
+    tok_s = sum(r["tgt_tokens_per_s"] for r in steady) / len(steady)
+    padding = sum(r["padding"] for r in steady) / len(steady)
+    updates = train[-1]["update"] if train else 0
+    valid = [r for r in records if r["kind"] == "valid"]
+
+    src = ROOT / "data/multi30k/test_2016_flickr.en.gz"
+    ref = ROOT / "data/multi30k/test_2016_flickr.de.gz"
+    hyp_path = run_dir / "test.beam5.de"
+    with gzip.open(src, "rb") as fin, open(hyp_path, "wb") as fout:
+        run(mtkit + ["translate", str(run_dir), "--beam-size", "5", "--threads", str(args.threads)], stdin=fin, stdout=fout)
+    ref_path = run_dir / "test.ref.de"
+    ref_path.write_text("\n".join(read_gz(ref)) + "\n", encoding="utf-8")
+    out = subprocess.run(mtkit + ["score", str(ref_path), "-i", str(hyp_path), "--json", "-m", "bleu", "-m", "chrf"],
+                         capture_output=True, text=True, check=True)
+    scores = json.loads(out.stdout)
+
+    print()
+    print(f"== mtkit bench_train {args.config}: {args.minutes} min on {args.threads} threads "
+          f"({time.strftime('%Y-%m-%d %H:%M')})")
+    print(f"updates                 {updates}")
+    print(f"target tokens/s         {tok_s:.0f} (mean of {len(steady)} log windows after {args.warmup_logs})")
+    print(f"padding fraction        {padding:.3f}")
+    print(f"peak RSS (train)        {peak_rss_mb:.0f} MB")
+    print(f"wall time train         {wall / 60:.1f} min")
+    if valid:
+        best = max(valid, key=lambda r: r.get("bleu", -1))
+        print(f"best valid BLEU         {best.get('bleu', float('nan')):.2f} at update {best['update']}")
+    print(f"test BLEU beam 5        {scores['bleu']['score']:.2f}   ({scores['bleu']['signature']})")
+    print(f"test chrF beam 5        {scores['chrf']['score']:.2f}")
+    if not args.skip_flops:
+        gflop, seconds, plain = flops_per_update(args.config, args.set)
+        print(f"GFLOP / update          {gflop:.1f}  ({seconds:.2f} s/update on the same batches -> "
+              f"{gflop / seconds:.0f} GFLOP/s achieved; plain {plain:.0f} GFLOP/s)")
+
+
+if __name__ == "__main__":
+    main()

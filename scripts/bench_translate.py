@@ -1,0 +1,115 @@
+#!/usr/bin/env python
+"""Translate test_2016_flickr with a trained run and print speed and quality per engine, compute type and beam.
+
+    python scripts/bench_translate.py runs/multi30k-transformer                          # PyTorch engine
+    python scripts/bench_translate.py runs/multi30k-transformer --engine ctranslate2 --compute-type float32 int8
+    python scripts/bench_translate.py runs/demo-ct2 --engine ctranslate2               # an `mtkit export` dir
+
+Both engines run in this process through the code `mtkit translate` uses (``translate_stream`` over a
+``Translator`` or ``Ct2Translator``) with the run's decoding options (length penalty, a * len + b output limit,
+batch size), the beam size set per row. Only translation is timed (tokenizing, searching, detokenizing; after
+a short warm-up), not model loading or conversion. Prints sentences/s, target subwords/s (EOS not counted) and
+sacreBLEU BLEU / chrF against the references, with their signatures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import os
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def read_gz(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+class CountingTranslator:
+    """Delegates to a translator and counts the subwords of the best hypotheses it returns."""
+
+    def __init__(self, inner):
+        self.inner, self.target_tokens = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def translate_ids(self, ids):
+        results = self.inner.translate_ids(ids)
+        self.target_tokens += sum(len(hyps[0].tokens) for hyps in results if hyps)
+        return results
+
+
+def build(run: Path, engine: str, compute_type: str, beam: int, threads: int, batch_size: int | None):
+    """A translator for one row of the table (loading and conversion happen here, untimed)."""
+    from mtkit import translate as tr
+    from mtkit.export import is_export_dir
+
+    overrides = {"beam_size": beam, "batch_size": batch_size, "nbest": 1, "threads": threads, "device": "cpu",
+                 "dtype": compute_type}
+    run_options = dict(sampling=False, temperature=1.0, top_k=0, top_p=1.0, seed=0, need_attention=False)
+    if engine == "ctranslate2":
+        return tr.ct2_translator([run], overrides, **run_options)
+    if is_export_dir(run):
+        raise SystemExit(f"{run} is a CTranslate2 export: use --engine ctranslate2")
+    return tr._torch_translator([run], overrides, **run_options)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path, help="run dir or checkpoint (torch, ctranslate2), or an export dir")
+    parser.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch")
+    parser.add_argument("--compute-type", nargs="+", default=None,
+                        help="torch: float32 bfloat16; ctranslate2: float32 int8 int16 int8_float32 ... "
+                             "(default: float32, and int8 for ctranslate2)")
+    parser.add_argument("--beams", type=int, nargs="+", default=[5, 1])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default: the run's)")
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "multi30k",
+                        help="folder holding test_2016_flickr.en.gz and .de.gz")
+    parser.add_argument("--warmup", type=int, default=20, help="sentences translated untimed before each row")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+
+    from mtkit.errors import MtkitError
+    from mtkit.score import corpus_scores
+    from mtkit.translate import translate_stream
+
+    sources = read_gz(args.data / "test_2016_flickr.en.gz")
+    references = read_gz(args.data / "test_2016_flickr.de.gz")
+    compute_types = args.compute_type or (["float32", "int8"] if args.engine == "ctranslate2" else ["float32"])
+    print(f"{args.run}: {len(sources)} sentences of test_2016_flickr, engine {args.engine}, {args.threads} threads")
+    print(f"{'engine':<12} {'compute':<13} {'beam':>4} {'seconds':>8} {'sent/s':>8} {'tgt tok/s':>10} "
+          f"{'BLEU':>6} {'chrF':>6}")
+    signatures = {}
+    for compute_type in compute_types:
+        for beam in args.beams:
+            try:
+                translator = CountingTranslator(build(args.run, args.engine, compute_type, beam, args.threads,
+                                                      args.batch_size))
+            except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
+                print(f"{args.engine:<12} {compute_type:<13} {beam:>4}  skipped: {err}", flush=True)
+                continue
+            translate_stream(translator, sources[: args.warmup], io.StringIO())
+            translator.target_tokens = 0
+            sink = io.StringIO()
+            start = time.perf_counter()
+            translate_stream(translator, sources, sink)
+            seconds = time.perf_counter() - start
+            hyps = sink.getvalue().split("\n")[:-1]
+            assert len(hyps) == len(sources), (len(hyps), len(sources))
+            scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
+            signatures.update({name: s["signature"] for name, s in scores.items()})
+            print(f"{args.engine:<12} {compute_type:<13} {beam:>4} {seconds:>8.2f} {len(sources) / seconds:>8.1f} "
+                  f"{translator.target_tokens / seconds:>10.0f} {scores['bleu']['score']:>6.2f} "
+                  f"{scores['chrf']['score']:>6.2f}", flush=True)
+    for name, signature in signatures.items():
+        print(f"{name}: {signature}")
+
+
+if __name__ == "__main__":
+    main()

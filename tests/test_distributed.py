@@ -1,0 +1,247 @@
+"""DDP training on the CPU: gloo processes started by torchrun, driven through the real `mtkit train` CLI.
+
+- two processes, each with half of every update's batches, give the weights of one process that accumulates
+  both halves (Transformer and a Luong RNN), and metrics.jsonl logs the global (effective) batch
+- rank shards are disjoint, together hold every example of the epoch, and give every rank the same count
+- resume under two processes continues from the saved update and matches the uninterrupted run
+- a rank that raises makes the run exit non-zero within a bounded time; the other rank says why
+
+Every process runs with OMP_NUM_THREADS=1 so that two ranks fit on a two-core CI machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from mtkit import checkpoint as ckpt
+from mtkit import config as cfgmod
+from mtkit.data import ParallelData, make_batches, prepare, shard_batches
+from mtkit.errors import MtkitError
+
+TIMEOUT = 120  # seconds; a hang fails the test instead of stalling CI
+SEED = 1  # training.seed; the trainer's first epoch is epoch 1
+
+TRANSFORMER = {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
+               "ffn_dim": 64, "dropout": 0.0}
+LUONG = {"arch": "luong", "embed_dim": 32, "hidden_size": 32, "layers": 1, "dropout": 0.0}
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def run(args: list, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    """Run a command to completion (stdout and stderr merged into .stdout)."""
+    return subprocess.run([str(a) for a in args], env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout)
+
+
+def train_here(*args) -> None:
+    """`mtkit train ARGS` in this process, on one thread: the one-process reference runs (no torch start-up)."""
+    from mtkit.cli import main
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}  # the trainer installs its own
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code = main(["train", *map(str, args)])
+    finally:
+        torch.set_num_threads(threads)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert code == 0
+
+
+def mtkit(*args) -> list:
+    return [sys.executable, "-m", "mtkit", *args]
+
+
+def torchrun(*args, nproc: int = 2) -> list:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stdout[-4000:]
+    return result.stdout
+
+
+def weights(run_dir: Path, update: int) -> dict[str, torch.Tensor]:
+    return ckpt.load(run_dir / "checkpoints" / f"ckpt_{update:07d}.safetensors").model
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.allclose(a[name], b[name], rtol=0, atol=1e-5), (name, (a[name] - b[name]).abs().max().item())
+
+
+def train_records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == "train"]
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """A prepared toy data dir, and a config writer whose batch budget gives an even batch count in epoch 1,
+    so that the two ranks' shards are exactly the batches a single process sees (no batch is cut in two)."""
+    from conftest import toy_pairs, write_lines
+
+    root = tmp_path_factory.mktemp("ddp")
+    splits = {}
+    for split, n, seed in (("train", 300, 0), ("valid", 20, 1)):
+        pairs = toy_pairs(n, seed)
+        splits[split] = {"src": str(write_lines(root / f"{split}.en", [s for s, _ in pairs])),
+                         "tgt": str(write_lines(root / f"{split}.de", [t for _, t in pairs]))}
+    data = {"dir": str(root / "data"), "vocab_size": 100, "splits": splits}
+    prepare(cfgmod.from_dict({"data": data}).data)
+    train = ParallelData(root / "data", "train")
+    counts = {b: len(make_batches(train.src_lengths, train.tgt_lengths, b, seed=SEED, epoch=1))
+              for b in range(200, 400, 10)}
+    budget = next(b for b, n in counts.items() if n % 2 == 0 and n >= 16)  # 4 updates x 4 batches in epoch 1
+
+    def config(model: dict, name: str) -> Path:
+        tree = {"data": data, "model": model, "training": {
+            "run_dir": str(root / f"{name}-run"), "seed": SEED, "devices": "cpu", "batch_tokens": budget,
+            "update_freq": 2,  # two ranks x 2 batches per update: accumulation under no_sync
+            "max_updates": 4, "lr": 1e-3, "schedule": "constant", "warmup_updates": 0,
+            "eps": 1e-3,  # Adam is blind to a constant gradient scale; a large eps makes a wrong scale visible
+            "log_every": 1, "validate_every": 2, "valid_bleu": False, "best_metric": "loss", "keep_last": 10}}
+        path = root / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+        return path
+
+    return config
+
+
+@pytest.fixture(scope="module")
+def transformer_runs(toy):
+    """One process (update_freq 4, 4 updates) vs `mtkit train --gpus 2` (update_freq 2, 2 updates), then the
+    two-process run resumed under torchrun up to update 4. Rank r gets batches r, r + 2, ..., so update k of
+    the two ranks covers the same four batches as update k of the one process."""
+    cfg = toy(TRANSFORMER, "transformer")
+    root = cfg.parent
+    single, double = root / "single", root / "double"
+    train_here(cfg, "--set", "training.update_freq=4", "--set", f"training.run_dir={single}")
+    first = ok(run(mtkit("train", "--gpus", "2", cfg, "--set", "training.max_updates=2",
+                         "--set", f"training.run_dir={double}")))
+    first_ckpts = sorted(p.name for p in (double / "checkpoints").glob("ckpt_*"))
+    first_weights = weights(double, 2)
+    resumed = ok(run(torchrun("-m", "mtkit", "train", "--resume", double, "--set", "training.max_updates=4")))
+    return {"single": single, "double": double, "first": first, "first_ckpts": first_ckpts,
+            "first_weights": first_weights, "resumed": resumed}
+
+
+# ------------------------------------------------------------------------------------------ shards
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_shards_are_disjoint_equal_and_cover_the_epoch(world_size):
+    rng = np.random.default_rng(9)
+    src, tgt = rng.integers(0, 60, 2000), rng.integers(0, 60, 2000)
+    uneven = 0
+    for budget in (300, 310, 320, 330, 340):
+        batches = make_batches(src, tgt, budget, seed=1, epoch=1)
+        uneven += len(batches) % world_size != 0
+        shards = [shard_batches(batches, rank, world_size) for rank in range(world_size)]
+        assert len({len(s) for s in shards}) == 1  # the same number of steps on every rank
+        assert len(shards[0]) == -(-len(batches) // world_size)  # nothing dropped: ceil(len / W) each
+        seen = np.concatenate([np.concatenate(s) for s in shards])
+        assert len(seen) == len(set(seen.tolist())) == len(src)  # disjoint, and every example of the epoch
+        again = [shard_batches(batches, rank, world_size) for rank in range(world_size)]
+        assert all(np.array_equal(x, y) for s, t in zip(shards, again) for x, y in zip(s, t))  # same on every rank
+    assert world_size == 1 or uneven  # the cut-in-two path ran
+
+
+def test_shards_keep_batch_order_when_the_count_divides():
+    batches = [np.arange(i * 3, i * 3 + 3) for i in range(6)]
+    assert [b.tolist() for b in shard_batches(batches, 1, 2)] == [b.tolist() for b in batches[1::2]]
+
+
+def test_too_few_sentences_for_the_world():
+    assert [b.tolist() for b in shard_batches([np.arange(3)], 1, 2)] == [[1, 2]]  # one batch cut in two
+    with pytest.raises(MtkitError, match="only 1 training sentences for 2 processes"):
+        shard_batches([np.arange(1)], 0, 2)
+    with pytest.raises(ValueError):
+        shard_batches([np.arange(3)], 2, 2)
+
+
+# ------------------------------------------------------------------------------------------ training
+def test_gpus_flag_launches_gloo_processes_on_the_cpu(transformer_runs):
+    assert "cpu x2" in transformer_runs["first"]  # the run summary: device x world size
+    meta = ckpt.read_metadata(transformer_runs["double"] / "checkpoints" / "ckpt_0000002.safetensors")
+    assert meta["world_size"] == 2
+
+
+def test_two_processes_match_one_transformer(transformer_runs):
+    single, double = transformer_runs["single"], transformer_runs["double"]
+    assert_same_weights(transformer_runs["first_weights"], weights(single, 2))
+    one, two = train_records(single)[:2], train_records(double)[:2]
+    for a, b in zip(one, two):
+        assert a["update"] == b["update"]
+        assert b["batch_tokens"] == a["batch_tokens"]  # the global batch of both ranks, not one rank's half
+        assert b["loss"] == pytest.approx(a["loss"], abs=1e-5)
+
+
+def test_resume_under_two_processes_continues_from_the_saved_update(transformer_runs):
+    single, double = transformer_runs["single"], transformer_runs["double"]
+    assert transformer_runs["first_ckpts"] == ["ckpt_0000002.safetensors"]
+    assert "resumed from ckpt_0000002.safetensors: update 2" in transformer_runs["resumed"]
+    assert [r["update"] for r in train_records(double)] == [1, 2, 3, 4]  # no update repeated or skipped
+    assert_same_weights(weights(double, 4), weights(single, 4))  # = the uninterrupted single process
+
+
+def test_two_processes_match_one_rnn(toy):
+    cfg = toy(LUONG, "luong")
+    single, double = cfg.parent / "luong-single", cfg.parent / "luong-double"
+    common = ["--set", "training.max_updates=2"]
+    train_here(cfg, *common, "--set", "training.update_freq=4", "--set", f"training.run_dir={single}")
+    ok(run(torchrun("-m", "mtkit", "train", cfg, *common, "--set", f"training.run_dir={double}")))
+    assert_same_weights(weights(double, 2), weights(single, 2))
+    assert [r["batch_tokens"] for r in train_records(double)] == [r["batch_tokens"] for r in train_records(single)]
+
+
+# A worker that is `python -m mtkit` except that rank 1's third batch raises, as a crashing rank would.
+FAILING_WORKER = textwrap.dedent("""
+    import os, sys
+    import mtkit.data
+
+    if os.environ["RANK"] == "1":
+        real, calls = mtkit.data.collate, []
+
+        def collate(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 3:
+                raise RuntimeError("injected failure on rank 1")
+            return real(*args, **kwargs)
+
+        mtkit.data.collate = collate
+    from mtkit.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_a_failing_rank_stops_the_run_in_bounded_time(toy):
+    cfg = toy(TRANSFORMER, "failing")
+    worker = cfg.parent / "failing_worker.py"
+    worker.write_text(FAILING_WORKER)
+    started = time.perf_counter()
+    result = run(torchrun(worker, "train", cfg, "--set", "training.max_updates=50"), timeout=90)
+    seconds = time.perf_counter() - started
+    assert result.returncode != 0
+    assert seconds < 60, seconds
+    assert "injected failure on rank 1" in result.stdout
+    # rank 0 was waiting for rank 1 in a gradient all-reduce: it stops by itself, with one readable line
+    assert "mtkit: error: rank 0: another process of this run failed" in result.stdout, result.stdout[-4000:]
+    assert not (cfg.parent / "failing-run" / "checkpoints" / "ckpt_0000003.safetensors").exists()

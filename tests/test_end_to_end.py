@@ -1,0 +1,70 @@
+"""One smoke test of the whole pipeline through the real command line, as separate processes
+(like fairseq's test_binaries): prepare -> train (a few dozen updates of a tiny Transformer) -> translate -> score.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def mtkit(*args, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], input=stdin, capture_output=True,
+                          env=ENV, timeout=300)
+
+
+def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert b"Traceback" not in done.stderr
+    return done
+
+
+def test_prepare_train_translate_score(tmp_path, toy_data, write_config):
+    run_dir = tmp_path / "run"
+    config = write_config({
+        "data": toy_data(),
+        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
+                  "ffn_dim": 64, "max_positions": 64, "dropout": 0.0},
+        "training": {"run_dir": str(run_dir), "max_updates": 40, "batch_tokens": 500, "lr": 3e-3,
+                     "warmup_updates": 10, "validate_every": 20, "log_every": 10, "threads": 1,
+                     "valid_max_sentences": 8},
+        "decoding": {"beam_size": 3, "threads": 1, "device": "cpu"},
+    })
+    data_dir = tmp_path / "data"
+    test_src, test_ref = tmp_path / "corpus" / "test.en", tmp_path / "corpus" / "test.de"
+
+    ok(mtkit("prepare", config))
+    manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["splits"]["train"]["pairs_kept"] == 300
+    assert (data_dir / "spm.model").is_file()
+
+    ok(mtkit("train", config))
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert "ckpt_0000040.safetensors" in checkpoints and "best.safetensors" in checkpoints
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert max(r["update"] for r in records) == 40
+    assert any(r["kind"] == "valid" for r in records)
+
+    hyps = tmp_path / "hyps.de"
+    done = ok(mtkit("translate", run_dir, "-i", test_src, "-o", hyps))
+    assert done.stdout == b""
+    n_test = len(test_src.read_text(encoding="utf-8").splitlines())
+    assert n_test == 30
+    hyp_text = hyps.read_text(encoding="utf-8")
+    assert hyp_text.endswith("\n") and len(hyp_text.splitlines()) == n_test
+
+    scored = ok(mtkit("score", test_ref, "-i", hyps, "--json"))
+    scores = json.loads(scored.stdout)
+    assert set(scores) == {"bleu", "chrf", "ter"}
+    assert all(0.0 <= scores[m]["score"] <= 100.0 for m in ("bleu", "chrf"))
+    assert scores["bleu"]["signature"].startswith("nrefs:1|")
+
+    table = ok(mtkit("score", test_ref, stdin=hyps.read_bytes()))  # the pipe form: translate | score
+    assert b"BLEU" in table.stdout
+    assert yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["model"]["d_model"] == 32

@@ -1,0 +1,297 @@
+"""`mtkit export --format ctranslate2` and `mtkit translate --engine ctranslate2`, on a tiny Transformer trained
+once for this module (a few seconds on the toy corpus, one thread).
+
+- The export: CTranslate2's files plus the SentencePiece model and config; vocabularies are the SentencePiece
+  pieces; quantized exports load; --force replaces only an earlier export; RNNs are refused in one line.
+- The engine against the PyTorch engine in float32: greedy outputs equal token for token with the same scores;
+  beam search too, except where float rounding flips a near-tie (then the two scores still agree closely);
+  the a * source_length + b output limit holds (CTranslate2 has none by default).
+- N lines in = N lines out, in order, for any input (a property test), and through the CLI.
+- Without the ctranslate2 package both commands say how to install it.
+Tests needing ctranslate2 skip when it is not installed (pip install "mtkit[ct2]").
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import EN_WORDS, toy_pairs, write_lines
+from mtkit.translate import Ct2Translator, Options, Translator, load_checkpoint, read_lines, translate_stream
+
+try:
+    import ctranslate2  # noqa: F401
+
+    HAVE_CT2 = True
+except ImportError:
+    HAVE_CT2 = False
+needs_ct2 = pytest.mark.skipif(not HAVE_CT2, reason='ctranslate2 is not installed (pip install "mtkit[ct2]")')
+MAX_POSITIONS = 128
+# Beam search over two engines: float rounding (~1e-6) may flip which of two near-equal candidates survives,
+# after which the searches part ways. Such sentences must still end with scores this close, and be few.
+TIE_TOLERANCE = 0.1
+MAX_TIE_FLIPS = 3  # of 60 sentences
+
+
+# ------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def cli(*args) -> int:
+    from mtkit.cli import main
+
+    return main([str(a) for a in args])
+
+
+def assert_one_line_error(result, *needles: str) -> None:
+    """Exit 2 and one line on stderr (CTranslate2's own log lines aside), naming each needle; no traceback."""
+    assert result.code == 2, (result.code, result.err)
+    lines = [line for line in result.err.strip().splitlines() if "[ctranslate2]" not in line]
+    assert len(lines) == 1 and lines[0].startswith("mtkit: error: ") and "Traceback" not in result.err, result.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """Toy corpus, prepared data, a tiny Transformer trained for 150 updates (run/) and a 2-update RNN (rnn/)."""
+    root = tmp_path_factory.mktemp("export")
+    splits = {}
+    for name, n, seed in (("train", 300, 0), ("valid", 30, 1), ("test", 30, 2)):
+        pairs = toy_pairs(n, seed)
+        src = write_lines(root / "corpus" / f"{name}.en", [p[0] for p in pairs])
+        tgt = write_lines(root / "corpus" / f"{name}.de", [p[1] for p in pairs])
+        splits[name] = {"src": str(src), "tgt": str(tgt)}
+    training = {"batch_tokens": 1000, "lr": 2e-2, "warmup_updates": 10, "validate_every": 150, "log_every": 50,
+                "threads": 1, "devices": "cpu", "valid_bleu": False}
+    config = {
+        "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
+        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
+                  "ffn_dim": 64, "max_positions": MAX_POSITIONS, "dropout": 0.0},
+        "training": {"run_dir": str(root / "run"), "max_updates": 150, **training},
+        "decoding": {"beam_size": 4, "batch_size": 16, "chunk_size": 50, "threads": 1, "device": "cpu"},
+    }
+    rnn = {**config, "model": {"arch": "bahdanau", "embed_dim": 16, "hidden_size": 16},
+           "training": {"run_dir": str(root / "rnn"), "max_updates": 2, **training, "validate_every": 2}}
+    for name, tree in (("config", config), ("rnn", rnn)):
+        (root / f"{name}.yaml").write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    for args in (("prepare", root / "config.yaml"), ("train", root / "config.yaml"), ("train", root / "rnn.yaml")):
+        assert cli(*args) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def run_dir(workdir) -> Path:
+    return workdir / "run"
+
+
+@pytest.fixture(scope="module")
+def test_lines(workdir) -> list[str]:
+    return [line for split in ("test", "valid")
+            for line in (workdir / "corpus" / f"{split}.en").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def loaded(run_dir):
+    return load_checkpoint(run_dir)
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir, workdir) -> Path:
+    if not HAVE_CT2:
+        pytest.skip('ctranslate2 is not installed (pip install "mtkit[ct2]")')
+    assert cli("export", run_dir, "--out", workdir / "ct2") == 0
+    return workdir / "ct2"
+
+
+def engines(loaded, exported, **options) -> tuple[Translator, Ct2Translator]:
+    from mtkit.export import read_export
+
+    meta, tokenizer = read_export(exported)
+    torch_engine = Translator(loaded.model, loaded.tokenizer, Options(**options), torch.device("cpu"))
+    ct2_engine = Ct2Translator(exported, tokenizer, Options(**options), max_positions=meta["max_positions"],
+                               device="cpu", threads=1, exact_scores=True)
+    return torch_engine, ct2_engine
+
+
+def both(loaded, exported, lines: list[str], **options):
+    torch_engine, ct2_engine = engines(loaded, exported, **options)
+    ids = torch_engine.encode(lines)
+    assert ct2_engine.encode(lines) == ids
+    return torch_engine.translate_ids(ids), ct2_engine.translate_ids(ids), ids
+
+
+# ----------------------------------------------------------------------------------------- the export
+@needs_ct2
+def test_export_writes_a_self_contained_ctranslate2_model(exported, loaded):
+    files = {p.name for p in exported.iterdir()}
+    assert {"model.bin", "config.json", "shared_vocabulary.json", "spm.model", "mtkit_export.json"} <= files
+    assert not [p for p in exported.parent.iterdir() if p.name.startswith(".ct2.")]  # no temporary left
+    ct2_config = json.loads((exported / "config.json").read_text())
+    assert (ct2_config["unk_token"], ct2_config["bos_token"], ct2_config["eos_token"]) == ("<unk>", "<s>", "</s>")
+    assert ct2_config["add_source_eos"] and not ct2_config["add_source_bos"]
+    vocabulary = json.loads((exported / "shared_vocabulary.json").read_text())
+    tok = loaded.tokenizer
+    assert vocabulary == tok.tgt_pieces(range(tok.tgt_vocab_size))
+    assert vocabulary[:4] == ["<pad>", "<unk>", "<s>", "</s>"]  # PAD UNK BOS EOS = 0 1 2 3
+    meta = json.loads((exported / "mtkit_export.json").read_text())
+    assert meta["quantization"] == "float32" and meta["max_positions"] == MAX_POSITIONS
+    assert meta["tokenizer_fingerprint"] == tok.fingerprint()
+
+
+@needs_ct2
+def test_export_refuses_to_overwrite_without_force(exported, run_dir, workdir, run_cli):
+    assert_one_line_error(run_cli("export", run_dir, "--out", exported), "already exists", "--force")
+    not_an_export = run_cli("export", run_dir, "--out", workdir / "corpus", "--force")
+    assert_one_line_error(not_an_export, "not an mtkit export")
+    assert (workdir / "corpus" / "test.en").exists()  # never replaced
+    wrong_format = run_cli("export", run_dir, "--out", workdir / "x", "--format", "onnx")
+    assert_one_line_error(wrong_format, "--format 'onnx'", "ctranslate2")
+    wrong_type = run_cli("export", run_dir, "--out", workdir / "x", "--quantization", "int4")
+    assert_one_line_error(wrong_type, "--quantization 'int4'", "int8")
+    assert not (workdir / "x").exists()
+
+
+@needs_ct2
+def test_quantized_export_replaces_with_force_and_translates(run_dir, exported, workdir, test_lines, run_cli):
+    out = workdir / "ct2-int8"
+    assert run_cli("export", run_dir, "--out", out, "--quantization", "int16").code == 0
+    result = run_cli("export", run_dir, "--out", out, "--quantization", "int8", "--force")
+    assert result.code == 0, result.err
+    assert json.loads((out / "mtkit_export.json").read_text())["quantization"] == "int8"
+    assert (out / "model.bin").stat().st_size < 0.6 * (exported / "model.bin").stat().st_size
+    assert not [p for p in workdir.iterdir() if p.name.startswith(".ct2-int8.")]  # no temporary left
+    result = run_cli("translate", out, stdin="\n".join(test_lines[:10]) + "\n")  # an export dir needs no --engine
+    assert result.code == 0, result.err
+    hyps = result.out.split("\n")
+    assert hyps.pop() == "" and len(hyps) == 10 and sum(bool(h) for h in hyps) >= 8
+
+
+def test_rnn_models_are_refused_in_one_line(workdir, run_cli):
+    if HAVE_CT2:
+        result = run_cli("export", workdir / "rnn", "--out", workdir / "rnn-ct2")
+        assert_one_line_error(result, "bahdanau", "RNN", "--engine torch")
+        assert not (workdir / "rnn-ct2").exists()
+    result = run_cli("translate", workdir / "rnn", "--engine", "ctranslate2", stdin="a dog\n")
+    assert_one_line_error(result, *(("RNN", "--engine torch") if HAVE_CT2 else ('pip install "mtkit[ct2]"',)))
+
+
+def test_without_ctranslate2_both_commands_say_how_to_install(monkeypatch, tmp_path, run_cli):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` now raises ImportError
+    result = run_cli("export", tmp_path / "run", "--out", tmp_path / "out")
+    assert_one_line_error(result, 'pip install "mtkit[ct2]"')
+    result = run_cli("translate", tmp_path / "run", "--engine", "ctranslate2", stdin="a dog\n")
+    assert_one_line_error(result, 'pip install "mtkit[ct2]"')
+
+
+# ----------------------------------------------------------------------------- the engine against torch
+@needs_ct2
+@pytest.mark.parametrize("limits", [dict(), dict(max_len_a=0.5, max_len_b=1)], ids=["default-limit", "tight-limit"])
+def test_greedy_equals_torch_token_for_token(loaded, exported, test_lines, limits):
+    torch_out, ct2_out, ids = both(loaded, exported, test_lines, beam_size=1, **limits)
+    _, ct2_engine = engines(loaded, exported, beam_size=1, **limits)
+    for src, t, c in zip(ids, torch_out, ct2_out):
+        assert len(c) == 1 and c[0].tokens == t[0].tokens
+        assert len(c[0].tokens) <= ct2_engine.max_length(len(src) + 1)
+        assert c[0].score == pytest.approx(t[0].score, abs=1e-4)
+        assert c[0].token_log_probs == pytest.approx(t[0].token_log_probs, abs=1e-4)
+    if limits:  # the tight limit binds: some outputs are cut at it (and end with the forced EOS's score)
+        assert any(len(t[0].tokens) == ct2_engine.max_length(len(s) + 1) for s, t in zip(ids, torch_out))
+
+
+@needs_ct2
+@pytest.mark.parametrize("options", [dict(beam_size=4), dict(beam_size=5, nbest=3, length_penalty=0.6),
+                                     dict(beam_size=4, length_penalty=0.0, max_len_a=0.5, max_len_b=1)],
+                         ids=["beam4", "beam5-nbest3", "beam4-no-penalty-tight-limit"])
+def test_beam_equals_torch_but_for_flipped_ties(loaded, exported, test_lines, options):
+    torch_out, ct2_out, _ = both(loaded, exported, test_lines, **options)
+    flips = 0
+    for t, c in zip(torch_out, ct2_out):
+        assert len(c) == len(t) == options.get("nbest", 1)
+        if [h.tokens for h in c] == [h.tokens for h in t]:
+            assert [h.score for h in c] == pytest.approx([h.score for h in t], abs=1e-4)
+        else:
+            flips += 1
+            assert c[0].score == pytest.approx(t[0].score, abs=TIE_TOLERANCE)
+    assert flips <= MAX_TIE_FLIPS
+
+
+@needs_ct2
+def test_translate_cli_converts_a_run_dir_on_the_fly(run_dir, exported, test_lines, run_cli):
+    stdin = "\n".join(test_lines[:20]) + "\n\n   \n"
+    outputs = {}
+    for name, args in {"torch": (run_dir,), "ct2-run": (run_dir, "--engine", "ctranslate2"),
+                       "ct2-export": (exported, "--engine", "ctranslate2")}.items():
+        result = run_cli("translate", *args, "--beam-size", "1", "--nbest", "2", stdin=stdin)
+        assert result.code == 0, result.err
+        outputs[name] = result.out.split("\n")
+    assert len(outputs["torch"]) == 2 * 22 + 1
+    for name in ("ct2-run", "ct2-export"):  # n-best scores are the model's own, to 4 decimals (bar rounding)
+        assert len(outputs[name]) == len(outputs["torch"])
+        for a, b in zip(outputs["torch"], outputs[name]):
+            assert a.split("\t")[0] == b.split("\t")[0]
+            if "\t" in a:
+                assert float(a.split("\t")[1]) == pytest.approx(float(b.split("\t")[1]), abs=2e-4)
+
+
+@needs_ct2
+def test_options_the_engine_cannot_honour_are_refused(run_dir, exported, run_cli):
+    for args, needles in (((exported, run_dir), ("ensembles", "--engine torch")),
+                          ((exported, "--alignments", "--format", "jsonl"), ("--alignments", "--engine torch")),
+                          ((exported, "--dtype", "int4"), ("--dtype 'int4'",))):
+        assert_one_line_error(run_cli("translate", *args, stdin="a dog\n"), *needles)
+
+
+# ------------------------------------------------------------------------ N lines in = N lines out
+def _encoded(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
+_line = st.one_of(
+    st.lists(st.sampled_from(EN_WORDS), min_size=1, max_size=12).map(" ".join).map(_encoded),
+    st.text(st.characters(exclude_characters="\n", exclude_categories=("Cs",)), max_size=40).map(_encoded),
+    st.text(st.sampled_from(" \t\r\x0b\x0c\x1c\x85\xa0\u2028\u2029\u3000"), max_size=6).map(_encoded),
+    st.builds(lambda word, n: _encoded(f"{word} " * n), st.sampled_from(EN_WORDS), st.integers(100, 400)),
+    st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")),
+    st.just(b""),
+)
+
+
+@needs_ct2
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_line, max_size=9), final_newline=st.booleans())
+def test_n_lines_in_n_lines_out_in_order(loaded, exported, lines, final_newline):
+    data = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
+    parts = data.split(b"\n")
+    if parts[-1] == b"":
+        parts.pop()
+    expected = [p.decode("utf-8", errors="replace").rstrip("\r") for p in parts]
+    _, translator = engines(loaded, exported, beam_size=2, chunk_size=3, batch_size=2, max_len_a=0.2, max_len_b=3)
+
+    jsonl = io.StringIO()
+    written = translate_stream(translator, read_lines(io.BytesIO(data)), jsonl, fmt="jsonl")
+    records = [json.loads(line) for line in jsonl.getvalue().split("\n")[:-1]]
+    assert written == len(records) == len(expected) == jsonl.getvalue().count("\n")
+    assert [r["source"] for r in records] == expected  # in input order
+    for source, record in zip(expected, records):
+        if not source.split():
+            assert record["hypothesis"] == "" and record["nbest"] == [] and record["score"] is None
+    text = io.StringIO()
+    translate_stream(translator, read_lines(io.BytesIO(data)), text)
+    out_lines = text.getvalue().split("\n")
+    assert out_lines.pop() == ""
+    assert out_lines == [r["hypothesis"] for r in records]

@@ -1,0 +1,662 @@
+"""`mtkit train`: the pure pieces (LR schedule, label-smoothed loss), tiny end-to-end runs, exact resume, and
+the faults: kill -9, SIGINT/SIGTERM, a second trainer, NaN, out of memory, a full disk, damaged or foreign
+checkpoints, a changed config. Everything runs on the CPU with one thread and a model of ~25k parameters.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from conftest import toy_pairs, write_lines
+from mtkit import checkpoint as ckpt
+from mtkit import config as cfgmod
+from mtkit import train as trainmod
+from mtkit.models import PAD
+from mtkit.train import label_smoothed_loss, learning_rate
+
+TRANSFORMER = {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
+               "ffn_dim": 64, "dropout": 0.1}
+LUONG = {"arch": "luong", "embed_dim": 16, "hidden_size": 32, "layers": 1, "dropout": 0.1}
+BAHDANAU = {"arch": "bahdanau", "embed_dim": 16, "hidden_size": 32, "dropout": 0.1}
+TRAINING = {"devices": "cpu", "threads": 1, "batch_tokens": 600, "lr": 2e-3, "warmup_updates": 4, "log_every": 1,
+            "validate_every": 4, "valid_bleu": True, "valid_max_sentences": 10, "keep_last": 3, "keep_best": 1}
+DECODING = {"max_len_a": 1.0, "max_len_b": 4}  # an untrained model decodes to the length limit: keep it short
+SUBPROCESS_ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+# ------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module", autouse=True)
+def _restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def data_section(tmp_path_factory) -> dict:
+    """The toy corpus of conftest, prepared once for this module (vocabulary 100, joint)."""
+    from mtkit.data import prepare
+
+    root = tmp_path_factory.mktemp("toy")
+    splits = {}
+    for name, n, seed in (("train", 300, 0), ("valid", 30, 1)):
+        pairs = toy_pairs(n, seed)
+        src = write_lines(root / "corpus" / f"{name}.en", [p[0] for p in pairs])
+        tgt = write_lines(root / "corpus" / f"{name}.de", [p[1] for p in pairs])
+        splits[name] = {"src": str(src), "tgt": str(tgt)}
+    section = {"dir": str(root / "data"), "vocab_size": 100, "splits": splits}
+    prepare(cfgmod.from_dict({"data": section}).data)
+    return section
+
+
+def make_config(folder: Path, data_section: dict, name: str = "run", model: dict = TRANSFORMER, **training) -> Path:
+    """Write folder/NAME.yaml for a run in folder/NAME; ``training`` overrides TRAINING."""
+    tree = {"data": data_section, "model": model,
+            "training": {**TRAINING, "run_dir": str(folder / name), **training}, "decoding": DECODING}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def cli(*args) -> int:
+    from mtkit.cli import main
+
+    return main([str(a) for a in args])
+
+
+def assert_one_line_error(result, *needles: str) -> str:
+    """CLI errors exit 2 with exactly one line on stderr and no traceback."""
+    assert result.code == 2, (result.code, result.err)
+    assert "Traceback" not in result.err
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mtkit: error: "), result.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def checkpoints(run: Path) -> dict[int, Path]:
+    return dict(ckpt.list_checkpoints(run / "checkpoints"))
+
+
+def metrics(run: Path, kind: str) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def assert_same_state(a: Path, b: Path) -> None:
+    """Two checkpoints hold bit-identical weights, optimizer moments and RNG states, and the same position."""
+    x, y = ckpt.load(a, with_train=True), ckpt.load(b, with_train=True)
+    assert sorted(x.model) == sorted(y.model) and sorted(x.train) == sorted(y.train)
+    for k in x.model:
+        assert torch.equal(x.model[k], y.model[k]), f"weights differ: {k}"
+    for k in x.train:
+        assert torch.equal(x.train[k], y.train[k]), f"training state differs: {k}"
+    for k in ("update", "epoch", "position"):
+        assert x.metadata[k] == y.metadata[k], k
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, data_section) -> Path:
+    """A tiny Transformer trained for 8 updates: checkpoints every 2, validation (loss, BLEU) every 4."""
+    folder = tmp_path_factory.mktemp("trained")
+    config = make_config(folder, data_section, save_every=2, keep_last=2, best_metric="loss", max_updates=8)
+    assert cli("train", config) == 0
+    return folder / "run"
+
+
+@pytest.fixture
+def run_copy(trained_run, tmp_path) -> Path:
+    """A private copy of the trained run, with its config pointing at the copy, to damage or continue."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    tree = yaml.safe_load((run / "config.yaml").read_text())
+    tree["training"]["run_dir"] = str(run)
+    (run / "config.yaml").write_text(yaml.safe_dump(tree, sort_keys=False))
+    return run
+
+
+# ------------------------------------------------------------------------------- learning rate
+def schedule(**kw) -> cfgmod.TrainingConfig:
+    return cfgmod.TrainingConfig(run_dir="unused", **kw)
+
+
+@pytest.mark.parametrize("update, expected", [
+    (1, 1e-3 * 1 / 100), (50, 1e-3 * 50 / 100), (100, 1e-3), (400, 1e-3 * math.sqrt(100 / 400)),
+    (10_000, 1e-3 * math.sqrt(100 / 10_000)),
+])
+def test_inverse_sqrt_schedule(update, expected):
+    t = schedule(schedule="inverse_sqrt", lr=1e-3, warmup_updates=100)
+    assert learning_rate(update, t, d_model=512) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("update", [1, 100, 3999, 4000, 4001, 16_000, 100_000])
+def test_noam_schedule(update):
+    t = schedule(schedule="noam", lr=2.0, warmup_updates=4000)
+    expected = 2.0 * 512 ** -0.5 * min(update ** -0.5, update * 4000 ** -1.5)
+    assert learning_rate(update, t, d_model=512) == pytest.approx(expected, rel=1e-12)
+    if update == 4000:  # the peak: both branches meet
+        assert expected == pytest.approx(2.0 / math.sqrt(512 * 4000), rel=1e-12)
+
+
+@pytest.mark.parametrize("update, expected", [
+    (5, 1e-3 * 5 / 10), (10, 1e-3), (60, 1e-5 + 0.5 * (1e-3 - 1e-5)),
+    (35, 1e-5 + 0.5 * (1e-3 - 1e-5) * (1 + math.cos(math.pi * 0.25))), (110, 1e-5), (500, 1e-5),
+])
+def test_cosine_schedule(update, expected):
+    t = schedule(schedule="cosine", lr=1e-3, min_lr=1e-5, warmup_updates=10, max_updates=110)
+    assert learning_rate(update, t, d_model=512) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("update, expected", [(1, 3e-4 / 10), (5, 3e-4 * 5 / 10), (10, 3e-4), (12_345, 3e-4)])
+def test_constant_schedule(update, expected):
+    t = schedule(schedule="constant", lr=3e-4, warmup_updates=10)
+    assert learning_rate(update, t, d_model=512) == pytest.approx(expected, rel=1e-12)
+
+
+def test_cosine_without_max_updates_is_refused(tmp_path, data_section, run_cli):
+    config = make_config(tmp_path, data_section, schedule="cosine", max_minutes=1)
+    assert_one_line_error(run_cli("train", config), "training.max_updates", "cosine")
+
+
+# ---------------------------------------------------------------------------- label-smoothed loss
+def hand_loss(rows: list[list[float]], targets: list[int], eps: float) -> tuple[float, float]:
+    """(1 - eps) * -log p(y) + eps * mean_v(-log p(v)), summed over rows, with plain log and exp."""
+    loss = nll = 0.0
+    for row, y in zip(rows, targets):
+        log_z = math.log(sum(math.exp(v) for v in row))
+        log_p = [v - log_z for v in row]
+        loss += (1 - eps) * -log_p[y] + eps * sum(-lp for lp in log_p) / len(row)
+        nll += -log_p[y]
+    return loss, nll
+
+
+ROWS = [[2.0, -1.0, 0.5, 0.0], [0.1, 0.2, 3.0, -2.0], [-0.5, 1.5, 1.5, 0.25]]
+TARGETS = [0, 3, 1]
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_label_smoothed_loss_matches_a_hand_computation(eps):
+    logits = torch.tensor(ROWS, requires_grad=True)
+    loss, nll = label_smoothed_loss(logits, torch.tensor(TARGETS), eps)
+    want_loss, want_nll = hand_loss(ROWS, TARGETS, eps)
+    assert loss.item() == pytest.approx(want_loss, rel=1e-6)
+    assert nll.item() == pytest.approx(want_nll, rel=1e-6)
+    assert not nll.requires_grad
+    # gradient: the fused backward against autograd through the same formula written with exp / log / sum
+    (2.5 * loss).backward()
+    x = torch.tensor(ROWS, dtype=torch.float64, requires_grad=True)
+    log_p = x - torch.log(torch.exp(x).sum(-1, keepdim=True))
+    picked = log_p[torch.arange(3), torch.tensor(TARGETS)]
+    (2.5 * ((1 - eps) * -picked + eps * -log_p.mean(-1)).sum()).backward()
+    torch.testing.assert_close(logits.grad, x.grad.float(), rtol=1e-5, atol=1e-6)
+    # and the library's own smoothing, which uses the same definition
+    reference = F.cross_entropy(torch.tensor(ROWS), torch.tensor(TARGETS), label_smoothing=eps, reduction="sum")
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-6)
+
+
+def test_label_smoothed_loss_skips_padding_positions():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5, requires_grad=True)  # (batch, tgt_len, vocab)
+    target = torch.tensor([[4, 2, PAD], [3, PAD, PAD]])
+    loss, nll = label_smoothed_loss(logits, target, 0.1)
+    rows = [logits[0, 0], logits[0, 1], logits[1, 0]]
+    want, want_nll = hand_loss([r.tolist() for r in rows], [4, 2, 3], 0.1)
+    assert loss.item() == pytest.approx(want, rel=1e-6) and nll.item() == pytest.approx(want_nll, rel=1e-6)
+    loss.backward()
+    assert logits.grad[0, 2].abs().sum() == 0 and logits.grad[1, 1:].abs().sum() == 0
+    assert logits.grad[0, 0].abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------------- tiny runs
+def test_tiny_transformer_trains_and_fills_the_run_dir(trained_run, data_section):
+    run = trained_run
+    saved = cfgmod.load(run / "config.yaml")  # the resolved config, loadable as is
+    assert saved.training.max_updates == 8 and saved.model.d_model == 32
+    assert (run / "spm.src.model").read_bytes() == (Path(data_section["dir"]) / "spm.model").read_bytes()
+    train, valid = metrics(run, "train"), metrics(run, "valid")
+    assert [r["update"] for r in train] == list(range(1, 9))
+    assert all(math.isfinite(r["loss"]) for r in train)
+    assert train[-1]["loss"] < train[0]["loss"]
+    assert [r["update"] for r in valid] == [4, 8] and all("bleu" in r and "chrf" in r for r in valid)
+    # keep_last 2 of the saves at 2, 4, 6, 8, plus the best (by valid loss) one
+    best = min(valid, key=lambda r: r["loss"])["update"]
+    assert set(checkpoints(run)) == {6, 8, best}
+    last = ckpt.load(checkpoints(run)[8], with_train=True)
+    assert last.metadata["update"] == 8 and last.metadata["config"]["model"]["d_model"] == 32
+    assert any(k.endswith("exp_avg_sq") for k in last.train) and "rng.cpu.0" in last.train
+    assert set(last.tokenizer) == {"src"}
+    assert (run / "checkpoints" / "best.safetensors").is_file() and (run / "curves.png").is_file()
+
+
+@pytest.mark.parametrize("model", [BAHDANAU], ids=["bahdanau"])  # Luong trains in the resume test below
+def test_tiny_rnn_trains_a_few_updates(tmp_path, data_section, run_cli, model):
+    config = make_config(tmp_path, data_section, model=model, max_updates=3, validate_every=3, batch_tokens=300)
+    result = run_cli("train", config)
+    assert result.code == 0, result.err
+    run = tmp_path / "run"
+    assert [r["update"] for r in metrics(run, "train")] == [1, 2, 3]
+    assert all(math.isfinite(r["loss"]) for r in metrics(run, "train"))
+    assert set(checkpoints(run)) == {3}
+    assert ckpt.load(checkpoints(run)[3]).metadata["config"]["model"]["arch"] == model["arch"]
+
+
+def test_keep_last_and_keep_best(tmp_path):
+    from types import SimpleNamespace
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    bleu = {1: 5.0, 2: 30.0, 3: 10.0, 4: 20.0, 5: 1.0, 6: None, 7: 2.0}
+    for update, score in bleu.items():
+        valid = {"bleu": score, "loss": 10.0 - (score or 0)} if score is not None else None
+        bundle = ckpt.Bundle({"update": update, "valid": valid}, {"w": torch.ones(1)})
+        ckpt.save(folder / f"ckpt_{update:07d}.safetensors", bundle)
+    fake = SimpleNamespace(ckpt_dir=folder, valid_data=object(),
+                           t=SimpleNamespace(keep_last=2, keep_best=2, best_metric="bleu"))
+    trainmod.Trainer.prune_checkpoints(fake)
+    assert set(checkpoints(tmp_path)) == {6, 7, 2, 4}  # last two, and the two best BLEU
+    fake.t = SimpleNamespace(keep_last=1, keep_best=1, best_metric="loss")
+    trainmod.Trainer.prune_checkpoints(fake)
+    assert set(checkpoints(tmp_path)) == {7, 2}  # lowest loss is BLEU 30's
+
+
+# ------------------------------------------------------------------------------------ exact resume
+@pytest.mark.parametrize("model, k, batch_tokens", [(TRANSFORMER, 5, 700), (LUONG, 3, 1200)],
+                         ids=["transformer", "luong"])
+def test_resume_equals_uninterrupted_bitwise(tmp_path, data_section, run_cli, model, k, batch_tokens):
+    """k updates, then --resume to 2k == 2k straight: weights, Adam moments and RNG, tensor by tensor.
+
+    update_freq 2 and 6-11 batches an epoch put an epoch boundary inside the resumed half; dropout is on, so
+    the RNG state has to travel too.
+    """
+    common = dict(model=model, update_freq=2, batch_tokens=batch_tokens, validate_every=k, save_every=k,
+                  valid_max_sentences=4)
+    straight = make_config(tmp_path, data_section, name="straight", max_updates=2 * k, **common)
+    split = make_config(tmp_path, data_section, name="split", max_updates=k, **common)
+    assert run_cli("train", straight).code == 0
+    assert run_cli("train", split).code == 0
+    assert set(checkpoints(tmp_path / "split")) == {k}
+    result = run_cli("train", "--resume", tmp_path / "split", "--set", f"training.max_updates={2 * k}")
+    assert result.code == 0, result.err
+    assert f"resumed from ckpt_{k:07d}.safetensors" in result.out
+    a, b = checkpoints(tmp_path / "straight"), checkpoints(tmp_path / "split")
+    assert set(a) == set(b) == {k, 2 * k}
+    assert ckpt.load(a[2 * k]).metadata["epoch"] == 2, "the resumed half should cross an epoch boundary"
+    assert_same_state(a[k], b[k])
+    assert_same_state(a[2 * k], b[2 * k])
+    first, last = ckpt.load(a[k]).model, ckpt.load(a[2 * k]).model
+    assert any(not torch.equal(first[n], last[n]) for n in first)  # the second half did train
+    losses = lambda run: [(r["update"], r["loss"]) for r in metrics(run, "train")]  # noqa: E731
+    assert losses(tmp_path / "straight") == losses(tmp_path / "split")
+
+
+def test_resuming_a_finished_run_trains_nothing_more(run_copy, run_cli):
+    before = ckpt.load(checkpoints(run_copy)[8], with_train=True)
+    result = run_cli("train", "--resume", run_copy)
+    assert result.code == 0, result.err
+    assert max(checkpoints(run_copy)) == 8 and "already reached" in result.out
+    after = ckpt.load(checkpoints(run_copy)[8], with_train=True)
+    assert all(torch.equal(before.model[k], after.model[k]) for k in before.model)
+
+
+# ----------------------------------------------------------------------------- signals and locks
+def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_section, run_cli, monkeypatch):
+    config = make_config(tmp_path, data_section, max_updates=50, validate_every=4, save_every=4)
+    real, calls = trainmod.label_smoothed_loss, []
+
+    def loss_with_ctrl_c(*args, **kw):
+        if torch.is_grad_enabled():
+            calls.append(1)
+            if len(calls) == 3:  # during update 3: Ctrl-C
+                signal.raise_signal(signal.SIGINT)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(trainmod, "label_smoothed_loss", loss_with_ctrl_c)
+    before = signal.getsignal(signal.SIGINT)
+    result = run_cli("train", config)
+    assert result.code == 0, result.err
+    assert "stopped at update 3 (SIGINT)" in result.out
+    assert f"resume with: mtkit train --resume {tmp_path / 'run'}" in result.out
+    assert set(checkpoints(tmp_path / "run")) == {3}
+    assert ckpt.load(checkpoints(tmp_path / "run")[3], with_train=True).metadata["update"] == 3
+    assert metrics(tmp_path / "run", "valid") == []  # a signal saves at once, without validating first
+    assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is back
+
+
+def _wait_for(predicate, proc, what: str, timeout: float = 90.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            return False
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return True
+
+
+def _train_lines(run: Path) -> int:
+    try:
+        return (run / "metrics.jsonl").read_text(encoding="utf-8").count('"kind": "train"')
+    except FileNotFoundError:
+        return 0
+
+
+def test_second_trainer_is_refused_and_sigterm_saves_and_exits_0(tmp_path, data_section, run_cli):
+    config = make_config(tmp_path, data_section, max_updates=100_000, validate_every=1000, save_every=1000)
+    run = tmp_path / "run"
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen([sys.executable, "-m", "mtkit", "train", str(config)], stdout=log,
+                             stderr=subprocess.STDOUT, env=SUBPROCESS_ENV)
+    try:
+        assert _wait_for(lambda: _train_lines(run) >= 1, first, "the first trainer to start training"), \
+            (tmp_path / "first.log").read_text()
+        # a second trainer on the same run dir is refused while the first holds the lock
+        second = run_cli("train", "--resume", run)
+        assert_one_line_error(second, "another mtkit train", f"pid {first.pid}", str(run))
+        first.send_signal(signal.SIGTERM)
+        code = first.wait(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        log.close()
+    out = (tmp_path / "first.log").read_text()
+    assert code == 0, out
+    assert f"resume with: mtkit train --resume {run}" in out and "(SIGTERM)" in out
+    stopped = int(out.split("stopped at update ")[1].split()[0])
+    assert checkpoints(run) == {stopped: run / "checkpoints" / f"ckpt_{stopped:07d}.safetensors"}
+    assert ckpt.load(checkpoints(run)[stopped], with_train=True).metadata["update"] == stopped
+    # the lock went with the process: the run continues
+    result = run_cli("train", "--resume", run, "--set", f"training.max_updates={stopped + 2}")
+    assert result.code == 0, result.err
+    assert max(checkpoints(run)) == stopped + 2
+
+
+def test_kill_9_at_random_moments_always_leaves_a_resumable_run(tmp_path, data_section, run_cli):
+    """Three kill -9 at seeded random moments: one at a random delay after launch (start-up or training),
+    two at a random update plus a random delay (training, validation or mid-save). Each time every checkpoint
+    on disk loads whole and --resume continues; the end result is bit-identical to an uninterrupted run."""
+    n = 40
+    common = dict(max_updates=n, save_every=3, validate_every=6, valid_max_sentences=5, keep_last=2)
+    config = make_config(tmp_path, data_section, **common)
+    reference = make_config(tmp_path, data_section, name="reference", **common)
+    assert run_cli("train", reference).code == 0
+    run, rng = tmp_path / "run", random.Random(20240611)
+    kills = 0
+    for attempt in range(3):
+        args = ["--resume", str(run)] if (run / "config.yaml").is_file() else [str(config)]
+        log_path = tmp_path / f"attempt-{attempt}.log"
+        reached = lambda: max(map(int, re.findall(r"^update +(\d+)", log_path.read_text(), re.M)),  # noqa: E731
+                              default=0)
+        resumed_from = max(checkpoints(run), default=0)
+        target = rng.randint(resumed_from + 1, max(resumed_from + 1, n - 8))
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "mtkit", "train", *args], stdout=log,
+                                    stderr=subprocess.STDOUT, env=SUBPROCESS_ENV)
+            try:
+                if attempt == 0:
+                    time.sleep(rng.uniform(0.0, 3.0))
+                elif _wait_for(lambda: reached() >= target, proc, f"update {target}"):
+                    time.sleep(rng.uniform(0.0, 0.05))
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+                    kills += 1
+                proc.wait(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+        assert "Traceback" not in log_path.read_text(), log_path.read_text()
+        for path in checkpoints(run).values():
+            ckpt.load(path, with_train=True)
+        if checkpoints(run):
+            assert (run / "config.yaml").is_file()
+    assert kills >= 2, "the runs finished before they could be killed"
+    final = run_cli("train", *(["--resume", run] if (run / "config.yaml").is_file() else [config]))
+    assert final.code == 0, final.err
+    assert_same_state(checkpoints(run)[n], checkpoints(tmp_path / "reference")[n])
+    assert [r["update"] for r in metrics(run, "train")] == list(range(1, n + 1))  # replays are not duplicated
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.endswith(".tmp")]  # leftovers cleaned
+
+
+# --------------------------------------------------------------------------------- bad numbers
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_nan_or_inf_loss_stops_naming_the_update_and_keeps_the_last_checkpoint(tmp_path, data_section, run_cli,
+                                                                               monkeypatch, bad):
+    config = make_config(tmp_path, data_section, max_updates=20, save_every=2, validate_every=2)
+    real, calls = trainmod.label_smoothed_loss, []
+
+    def loss_turning_nan(*args, **kw):
+        loss, nll = real(*args, **kw)
+        if torch.is_grad_enabled():
+            calls.append(1)
+            if len(calls) == 5:  # update 5
+                return loss * float(bad), nll
+        return loss, nll
+
+    monkeypatch.setattr(trainmod, "label_smoothed_loss", loss_turning_nan)
+    line = assert_one_line_error(run_cli("train", config), f"loss became {bad} at update 5", "training.lr")
+    run = tmp_path / "run"
+    assert str(run / "checkpoints") in line
+    assert set(checkpoints(run)) == {2, 4}
+    assert ckpt.load(checkpoints(run)[4], with_train=True).metadata["update"] == 4
+    monkeypatch.setattr(trainmod, "label_smoothed_loss", real)
+    result = run_cli("train", "--resume", run, "--set", "training.max_updates=5")
+    assert result.code == 0 and "resumed from ckpt_0000004.safetensors" in result.out
+
+
+def test_out_of_memory_names_the_batch_size_to_lower(tmp_path, data_section, run_cli, monkeypatch):
+    from mtkit.models.transformer import Transformer
+
+    config = make_config(tmp_path, data_section, max_updates=3)
+
+    def no_memory(self, *args, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(Transformer, "forward", no_memory)
+    assert_one_line_error(run_cli("train", config), "out of memory", "update 1", "training.batch_tokens", "600")
+
+
+def test_out_of_memory_while_validating_names_the_batch_sizes(tmp_path, data_section, run_cli, monkeypatch):
+    from mtkit.models.transformer import Transformer
+
+    config = make_config(tmp_path, data_section, max_updates=3, validate_every=1)
+    real = Transformer.forward
+
+    def no_memory_in_eval(self, *args, **kw):
+        if not torch.is_grad_enabled():
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(Transformer, "forward", no_memory_in_eval)
+    assert_one_line_error(run_cli("train", config), "validating", "training.batch_tokens", "decoding.batch_size")
+
+
+# --------------------------------------------------------------------------------- disk faults
+def test_full_disk_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path, data_section, run_cli, monkeypatch):
+    config = make_config(tmp_path, data_section, max_updates=6, save_every=2, validate_every=100)
+    real_open = builtins.open
+
+    class FullDisk:
+        """The disk fills up halfway through writing update 4's checkpoint."""
+
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def open_on_full_disk(path, mode="r", *args, **kw):
+        f = real_open(path, mode, *args, **kw)
+        return FullDisk(f) if "ckpt_0000004" in str(path) and "w" in mode else f
+
+    monkeypatch.setattr(ckpt, "open", open_on_full_disk, raising=False)
+    run = tmp_path / "run"
+    target = run / "checkpoints" / "ckpt_0000004.safetensors"
+    assert_one_line_error(run_cli("train", config), str(target), "No space left on device", "intact")
+    assert set(checkpoints(run)) == {2}
+    assert ckpt.load(checkpoints(run)[2], with_train=True).metadata["update"] == 2
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["ckpt_0000002.safetensors"]  # no temp left
+    monkeypatch.undo()
+    result = run_cli("train", "--resume", run)
+    assert result.code == 0 and set(checkpoints(run)) >= {4, 6}
+
+
+def test_unwritable_checkpoint_target_fails_clearly(run_copy, run_cli):
+    """A target no one can write, root included: a folder sits where the temp file of update 10 would go."""
+    blocker = run_copy / "checkpoints" / f".ckpt_0000010.safetensors.{os.getpid()}.tmp"
+    blocker.mkdir()
+    result = run_cli("train", "--resume", run_copy, "--set", "training.max_updates=10",
+                     "--set", "training.validate_every=100")
+    assert_one_line_error(result, "cannot write", str(run_copy / "checkpoints" / "ckpt_0000010.safetensors"))
+    assert max(checkpoints(run_copy)) == 8 and ckpt.load(checkpoints(run_copy)[8], with_train=True)
+    assert blocker.is_dir()  # stale-temp clean-up removes files only
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_unwritable_checkpoint_folder_fails_clearly(run_copy, run_cli):
+    folder = run_copy / "checkpoints"
+    os.chmod(folder, 0o555)
+    try:
+        result = run_cli("train", "--resume", run_copy, "--set", "training.max_updates=10")
+    finally:
+        os.chmod(folder, 0o755)
+    assert_one_line_error(result, "cannot write", "Permission denied", str(folder))  # best or ckpt_0000010
+    assert max(checkpoints(run_copy)) == 8 and ckpt.load(checkpoints(run_copy)[8], with_train=True)
+
+
+def test_run_dir_that_is_a_file_fails_clearly(tmp_path, data_section, run_cli):
+    config = make_config(tmp_path, data_section, max_updates=2)
+    (tmp_path / "run").write_text("not a folder")
+    assert_one_line_error(run_cli("train", config), str(tmp_path / "run"), "training.run_dir")
+
+
+# ------------------------------------------------------------------------- damaged checkpoints
+def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(run_copy, trained_run, run_cli):
+    newest = checkpoints(run_copy)[8]
+    newest.write_bytes(newest.read_bytes()[:1000])  # truncated
+    result = run_cli("train", "--resume", run_copy)
+    assert result.code == 0, result.err
+    assert "resumed from ckpt_0000006.safetensors" in result.out
+    assert "warning" in result.err and str(newest) in result.err and "Traceback" not in result.err
+    assert_same_state(checkpoints(run_copy)[8], checkpoints(trained_run)[8])  # the replay is exact
+
+
+def flip_a_weight_bit(path: Path) -> None:
+    """Flip one bit inside the first model tensor's bytes: the file still parses, only the CRC can tell."""
+    data = bytearray(path.read_bytes())
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    start, end = next(v["data_offsets"] for k, v in header.items() if k.startswith("model."))
+    data[8 + n + (start + end) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_only_damaged_checkpoints_fail_with_one_line(run_copy, run_cli):
+    for path in checkpoints(run_copy).values():
+        flip_a_weight_bit(path)
+    newest = checkpoints(run_copy)[8]
+    assert_one_line_error(run_cli("train", "--resume", run_copy), str(newest), "corrupted")
+    assert_one_line_error(run_cli("average", run_copy, "--last", "2"), "corrupted")
+
+
+def test_pickle_in_the_run_dir_is_refused_without_running_it(run_copy, tmp_path, run_cli):
+    class Payload:
+        def __reduce__(self):
+            return (builtins.open, (str(tmp_path / "payload-ran"), "w"))
+
+    evil = run_copy / "checkpoints" / "ckpt_0000009.safetensors"
+    torch.save({"model.w": Payload()}, evil)
+    result = run_cli("train", "--resume", run_copy)
+    assert result.code == 0 and "resumed from ckpt_0000008.safetensors" in result.out
+    assert "pickle" in result.err and str(evil) in result.err
+    assert_one_line_error(run_cli("average", run_copy, "--last", "1"), str(evil), "pickle")
+    assert not (tmp_path / "payload-ran").exists()
+
+
+@pytest.mark.parametrize("damage", ["wrong shape", "missing key", "wrong vocab size"])
+def test_checkpoint_not_matching_its_config_names_the_tensor(run_copy, run_cli, damage):
+    path = checkpoints(run_copy)[8]
+    bundle = ckpt.load(path, with_train=True)
+    weights = dict(bundle.model)
+    if damage == "wrong vocab size":
+        name = next(k for k, v in weights.items() if v.shape[0] == 100)
+        weights[name] = torch.zeros(120, *weights[name].shape[1:])
+    else:
+        name = next(k for k, v in weights.items() if k.startswith("encoder.") and v.dim() == 2)
+        if damage == "wrong shape":
+            weights[name] = weights[name][:-1]
+        else:
+            del weights[name]
+    ckpt.save(path, ckpt.Bundle(bundle.metadata, weights, bundle.tokenizer, bundle.train))
+    assert_one_line_error(run_cli("train", "--resume", run_copy, "--set", "training.max_updates=9"), f"'{name}'",
+                          str(path))
+
+
+# ------------------------------------------------------------------------------ changed configs
+def test_resume_refuses_a_different_config_unless_forced(run_copy, tmp_path, run_cli):
+    tree = yaml.safe_load((run_copy / "config.yaml").read_text())
+    tree["training"]["lr"] = 0.01
+    tree["training"]["max_updates"] = 10  # stopping keys may change freely
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(tree))
+    assert_one_line_error(run_cli("train", changed, "--resume", run_copy), "training.lr", "--force")
+    assert_one_line_error(run_cli("train", "--resume", run_copy, "--set", "training.lr=0.01"), "training.lr", "--force")
+    assert_one_line_error(run_cli("train", "--resume", run_copy, "--set", "model.d_model=64"), "model.d_model")
+    assert max(checkpoints(run_copy)) == 8  # nothing trained
+    result = run_cli("train", changed, "--resume", run_copy, "--force")
+    assert result.code == 0, result.err
+    assert max(checkpoints(run_copy)) == 10
+    assert cfgmod.load(run_copy / "config.yaml").training.lr == 0.01
+
+
+def test_fresh_start_on_a_run_with_checkpoints_points_to_resume(run_copy, run_cli):
+    assert_one_line_error(run_cli("train", run_copy / "config.yaml"), "already holds checkpoints", "--resume")
+    assert_one_line_error(run_cli("train", "--resume", run_copy / "nowhere"), "not a run directory")
+
+
+# -------------------------------------------------------------------------------- average, plot
+def test_average_writes_the_mean_of_the_last_two(trained_run, tmp_path, run_cli):
+    out = tmp_path / "average.safetensors"
+    result = run_cli("average", trained_run, "--last", "2", "--output", out)
+    assert result.code == 0, result.err
+    a, b = ckpt.load(checkpoints(trained_run)[6]).model, ckpt.load(checkpoints(trained_run)[8]).model
+    avg = ckpt.load(out)
+    assert sorted(avg.model) == sorted(a)
+    for k in a:
+        assert torch.equal(avg.model[k], ((a[k].double() + b[k].double()) / 2).to(a[k].dtype)), k
+    assert any(not torch.equal(avg.model[k], a[k]) and not torch.equal(avg.model[k], b[k]) for k in a)
+    assert avg.train == {} and avg.metadata["averaged"] == ["ckpt_0000006.safetensors", "ckpt_0000008.safetensors"]
+    assert_one_line_error(run_cli("average", trained_run, "--last", "0"), "--last")
+
+
+def test_plot_writes_a_png(run_copy, run_cli):
+    (run_copy / "curves.png").unlink()
+    result = run_cli("plot", run_copy)
+    assert result.code == 0, result.err
+    assert (run_copy / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert str(run_copy / "curves.png") in result.out
+    assert_one_line_error(run_cli("plot", run_copy / "nowhere"), "metrics.jsonl")

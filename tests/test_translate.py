@@ -1,0 +1,420 @@
+"""`mtkit translate` on a tiny Transformer trained once for this module (a few seconds on the toy corpus).
+
+- N lines in = N lines out, in order, for any input (a property test over unicode, empty, whitespace-only,
+  control-character, invalid UTF-8 and huge lines), in both output formats.
+- Search equivalences on a real model: beam 1 == greedy; beam finds a sequence at least as probable as
+  greedy; the KV-cache decoder == a decoder without cache (decode_full on the growing prefix); reported
+  log-probs == teacher-forced rescoring; an ensemble of a model with itself == the model.
+- The CLI: jsonl / n-best / alignment output, attention plots, the truncation warning, 100,000-character
+  lines, output files, and as separate processes: a reader that closes early, Ctrl-C, several at once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import EN_WORDS, toy_pairs, write_lines
+from mtkit.models.base import BOS, EOS, PAD
+from mtkit.search import beam_search, greedy, max_lengths
+from mtkit.translate import Ensemble, Options, Translator, load_checkpoint, read_lines, translate_stream
+
+MAX_POSITIONS = 128
+CHUNK_SIZE = 50  # the run's decoding.chunk_size: output appears after every 50 input lines
+SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+# ------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """Toy corpus, prepared data and a run dir holding a tiny Transformer trained for 150 updates."""
+    root = tmp_path_factory.mktemp("translate")
+    splits = {}
+    for name, n, seed in (("train", 300, 0), ("valid", 30, 1), ("test", 30, 2)):
+        pairs = toy_pairs(n, seed)
+        src = write_lines(root / "corpus" / f"{name}.en", [p[0] for p in pairs])
+        tgt = write_lines(root / "corpus" / f"{name}.de", [p[1] for p in pairs])
+        splits[name] = {"src": str(src), "tgt": str(tgt)}
+    config = {
+        "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
+        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
+                  "ffn_dim": 64, "max_positions": MAX_POSITIONS, "dropout": 0.0},
+        "training": {"run_dir": str(root / "run"), "max_updates": 150, "batch_tokens": 400, "lr": 3e-3,
+                     "warmup_updates": 20, "validate_every": 150, "log_every": 50, "threads": 1,
+                     "valid_max_sentences": 10},
+        "decoding": {"beam_size": 4, "batch_size": 16, "chunk_size": CHUNK_SIZE, "threads": 1, "device": "cpu"},
+    }
+    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    for command in ("prepare", "train"):
+        done = subprocess.run([sys.executable, "-m", "mtkit", command, str(root / "config.yaml")],
+                              capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=300)
+        assert done.returncode == 0, done.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def run_dir(workdir) -> Path:
+    return workdir / "run"
+
+
+@pytest.fixture(scope="module")
+def test_lines(workdir) -> list[str]:
+    return (workdir / "corpus" / "test.en").read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="module")
+def loaded(run_dir):
+    return load_checkpoint(run_dir)
+
+
+def make_translator(loaded, model=None, **options) -> Translator:
+    return Translator(model or loaded.model, loaded.tokenizer, Options(**options), torch.device("cpu"))
+
+
+def src_batch(loaded, lines: list[str]) -> torch.Tensor:
+    """(batch, src_len) right-padded source ids with EOS, as the translator builds them."""
+    ids = loaded.tokenizer.encode_src(lines)
+    width = max(len(x) for x in ids) + 1
+    return torch.tensor([x + [EOS] + [PAD] * (width - len(x) - 1) for x in ids])
+
+
+def run_main(args, stdin: bytes, capsys, monkeypatch):
+    """``mtkit.cli.main(args)`` in this process with ``stdin`` as raw bytes -> (exit code, stdout, stderr)."""
+    from mtkit.cli import main
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def spawn(args, **kwargs) -> subprocess.Popen:
+    """``python -m mtkit ...`` as a child with Ctrl-C at its default (a harness may have ignored SIGINT)."""
+    return subprocess.Popen([sys.executable, "-m", "mtkit", *map(str, args)], env=SUBPROCESS_ENV,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
+
+
+# ------------------------------------------------------------------------ N lines in = N lines out
+def _encoded(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
+_words = st.lists(st.sampled_from(EN_WORDS), min_size=1, max_size=12).map(" ".join).map(_encoded)
+_any_text = st.text(st.characters(exclude_characters="\n", exclude_categories=("Cs",)), max_size=40).map(_encoded)
+_blank = st.text(st.sampled_from(" \t\r\x0b\x0c\x1c\x85\xa0\u2028\u2029\u3000"), max_size=6).map(_encoded)
+_control = st.text(st.characters(max_codepoint=0x9f, exclude_characters="\n",
+                                 exclude_categories=("L", "M", "N", "P", "S", "Zs")), min_size=1, max_size=8).map(_encoded)
+_huge = st.builds(lambda word, n: _encoded(f"{word} " * n), st.sampled_from(EN_WORDS), st.integers(300, 3000))
+_bytes = st.binary(max_size=30).map(lambda b: b.replace(b"\n", b""))  # mostly invalid UTF-8
+_line = st.one_of(_words, _any_text, _blank, _control, _huge, _bytes, st.just(b""))
+
+
+def _expected_lines(data: bytes) -> list[str]:
+    """What a reader of ``data`` calls its lines: split at LF, a final unterminated line counts, CR at the end
+    of a line belongs to its line break, invalid UTF-8 reads as U+FFFD."""
+    parts = data.split(b"\n")
+    if parts[-1] == b"":
+        parts.pop()
+    return [p.decode("utf-8", errors="replace").rstrip("\r") for p in parts]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(lines=st.lists(_line, max_size=9), final_newline=st.booleans())
+def test_n_lines_in_n_lines_out_in_order(loaded, lines, final_newline):
+    data = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
+    expected = _expected_lines(data)
+    # small chunks and batches, so chunk boundaries, length sorting and batching all take part
+    translator = make_translator(loaded, beam_size=2, chunk_size=3, batch_size=2, max_len_a=0.2, max_len_b=3)
+
+    jsonl = io.StringIO()
+    written = translate_stream(translator, read_lines(io.BytesIO(data)), jsonl, fmt="jsonl")
+    records = [json.loads(line) for line in jsonl.getvalue().split("\n")[:-1]]
+    assert written == len(records) == len(expected)
+    assert jsonl.getvalue().count("\n") == len(expected)
+    assert [r["source"] for r in records] == expected  # in input order
+    for source, record in zip(expected, records):
+        if not source.split():  # empty or whitespace-only: an empty line
+            assert record["hypothesis"] == "" and record["nbest"] == [] and record["score"] is None
+
+    text = io.StringIO()
+    translate_stream(translator, read_lines(io.BytesIO(data)), text)
+    out_lines = text.getvalue().split("\n")
+    assert out_lines.pop() == ""  # every line ends with LF
+    assert out_lines == [r["hypothesis"] for r in records]
+
+
+def test_blank_long_and_invalid_lines_through_the_cli(loaded, run_dir, capsys, monkeypatch):
+    rng = random.Random(0)
+    long_words = " ".join(rng.choice(EN_WORDS) for _ in range(30_000))[:100_000]
+    assert len(long_words) == 100_000
+    lines = [b"A man sees a dog .", b"", b"   \t ", long_words.encode(), b"\xff\xfe bad \xc3( utf-8",
+             b"\x00\x01\x1b[31m", ("x" * 100_000).encode(), " ".join(EN_WORDS * 3).encode(), b"the cat ."]
+    too_long = sum(len(ids) > MAX_POSITIONS - 1
+                   for ids in loaded.tokenizer.encode_src([x.decode(errors="replace") for x in lines]))
+    assert too_long == 2  # the 100,000 characters of words and the 120 words
+    code, out, err = run_main(["translate", run_dir, "--beam-size", 3], b"\n".join(lines), capsys, monkeypatch)
+    assert code == 0, err
+    out_lines = out.split("\n")
+    assert out_lines.pop() == ""
+    assert len(out_lines) == len(lines)
+    assert out_lines[1] == out_lines[2] == ""
+    assert out_lines[0] and out_lines[3] and out_lines[7]
+    warning = err.strip().splitlines()  # one warning, naming how many lines were cut
+    assert len(warning) == 1 and "warning" in warning[0] and "2 input line(s)" in warning[0], err
+    assert str(MAX_POSITIONS - 1) in warning[0]
+
+
+def test_jsonl_nbest_and_alignments(loaded, run_dir, test_lines, capsys, monkeypatch):
+    stdin = "\n".join(test_lines[:4] + ["", test_lines[4]]) + "\n"
+    code, out, err = run_main(["translate", run_dir, "--format", "jsonl", "--nbest", 3, "--alignments"],
+                              stdin.encode(), capsys, monkeypatch)
+    assert code == 0 and err == "", err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["source"] for r in records] == test_lines[:4] + ["", test_lines[4]]
+    for record in records[:4] + records[5:]:
+        n_tokens = len(record["tokens"])
+        assert len(record["token_log_probs"]) == n_tokens + 1  # EOS included
+        assert all(lp <= 0 for lp in record["token_log_probs"])
+        nbest = record["nbest"]
+        assert len(nbest) == 3
+        assert [h["score"] for h in nbest] == sorted((h["score"] for h in nbest), reverse=True)
+        assert nbest[0]["hypothesis"] == record["hypothesis"] and nbest[0]["score"] == record["score"]
+        assert math.isclose(sum(record["token_log_probs"]), nbest[0]["log_prob"], abs_tol=1e-3)
+        src_len = len(loaded.tokenizer.encode_src([record["source"]])[0]) + 1  # + EOS
+        alignment = record["alignment"]
+        assert len(alignment) == n_tokens + 1 and all(len(row) == src_len for row in alignment)
+        assert all(math.isclose(sum(row), 1.0, abs_tol=1e-4) for row in alignment)
+    empty = records[4]
+    assert (empty["hypothesis"], empty["score"], empty["nbest"], empty["alignment"]) == ("", None, [], [])
+
+
+def test_text_nbest_gives_exactly_nbest_lines_per_input(run_dir, test_lines, capsys, monkeypatch):
+    stdin = "\n".join([test_lines[0], "", test_lines[1]]) + "\n"
+    code, out, err = run_main(["translate", run_dir, "--nbest", 2], stdin.encode(), capsys, monkeypatch)
+    assert code == 0, err
+    lines = out.split("\n")[:-1]
+    assert len(lines) == 6 and lines[2:4] == ["", ""]
+    for line in lines[:2] + lines[4:]:
+        hypothesis, score = line.split("\t")
+        assert float(score) <= 0
+    # with no room for a token every sentence has one hypothesis (the empty one): the rest are empty lines
+    code, out, err = run_main(["translate", run_dir, "--nbest", 2, "--max-len-a", 0, "--max-len-b", 0],
+                              stdin.encode(), capsys, monkeypatch)
+    assert code == 0, err
+    lines = out.split("\n")[:-1]
+    assert len(lines) == 6 and lines[0].startswith("\t-") and lines[1:4] == ["", "", ""] and lines[5] == ""
+
+
+def test_plot_attention_writes_one_png_per_sentence(run_dir, test_lines, tmp_path, capsys, monkeypatch):
+    plots = tmp_path / "plots"
+    stdin = "\n".join([test_lines[0], "", test_lines[1]]) + "\n"
+    code, out, err = run_main(["translate", run_dir, "--plot-attention", plots, "-b", 2], stdin.encode(),
+                              capsys, monkeypatch)
+    assert code == 0, err
+    assert len(out.split("\n")) == 4
+    pngs = sorted(p.name for p in plots.iterdir())
+    assert pngs == ["attention_000001.png", "attention_000003.png"]  # numbered by input line; none for a blank
+    assert all((plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in pngs)
+
+
+def test_output_file_and_unwritable_output(run_dir, test_lines, tmp_path, capsys, monkeypatch):
+    out_file = tmp_path / "hyp.txt"
+    stdin = ("\n".join(test_lines[:5]) + "\n").encode()
+    code, out, err = run_main(["translate", run_dir, "-o", out_file], stdin, capsys, monkeypatch)
+    assert code == 0 and out == "", err
+    assert len(out_file.read_text(encoding="utf-8").split("\n")) == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hyp.txt"]  # no temp file left
+
+    code, out, err = run_main(["translate", run_dir, "-o", tmp_path / "missing" / "hyp.txt"], stdin, capsys, monkeypatch)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "missing" in err
+
+
+# ------------------------------------------------------------------------------ search equivalences
+def greedy_without_cache(model, src: torch.Tensor, max_len: int):
+    """One sentence (1, src_len): re-run decode_full on the whole prefix at every step, no KV cache.
+
+    The same rules as search.greedy: PAD and BOS never chosen, EOS forced after ``max_len`` tokens.
+    Returns (tokens, token log-probs with EOS's last, cross-attention rows).
+    """
+    src_mask = src.ne(PAD)
+    memory = model.encode(src, src_mask)
+    prefix, log_probs_out, attention = [BOS], [], []
+    for t in range(max_len + 1):
+        logits, weights = model.decode_full(memory, src_mask, torch.tensor([prefix]), need_attention=True)
+        log_probs = logits[0, -1].float().log_softmax(-1)  # (vocab,)
+        scores = log_probs.clone()
+        scores[[PAD, BOS]] = -math.inf
+        if t >= max_len:
+            token = EOS
+        else:
+            token = int(scores.argmax())
+        log_probs_out.append(float(log_probs[token]))
+        attention.append(weights[0, -1])
+        if token == EOS:
+            break
+        prefix.append(token)
+    return prefix[1:], log_probs_out, torch.stack(attention)
+
+
+@torch.inference_mode()
+def test_kv_cache_decoding_equals_decoding_without_cache(loaded, test_lines):
+    model = loaded.model
+    lines = test_lines[:10]
+    src = src_batch(loaded, lines)  # a padded batch: the cached path also sees padding
+    cached = greedy(model, src, max_len_a=1.5, max_len_b=10, need_attention=True)
+    limits = max_lengths(src.ne(PAD), 1.5, 10, MAX_POSITIONS - 1).tolist()
+    for row, (hyp,) in enumerate(cached):
+        alone = src[row : row + 1, : int(src[row].ne(PAD).sum())]
+        tokens, log_probs, attention = greedy_without_cache(model, alone, limits[row])
+        assert hyp.tokens == tokens, lines[row]
+        assert hyp.token_log_probs == pytest.approx(log_probs, abs=1e-4)
+        assert torch.allclose(hyp.attention, attention, atol=1e-4)
+
+
+@torch.inference_mode()
+def teacher_forced_log_probs(model, src_row: torch.Tensor, tokens: list[int]) -> list[float]:
+    """Per-token log-probs of ``tokens`` + EOS for one source, from one full forward pass (no cache)."""
+    src = src_row[src_row.ne(PAD)].unsqueeze(0)
+    tgt_in = torch.tensor([[BOS] + tokens])
+    log_probs = model(src, tgt_in).float().log_softmax(-1)[0]  # (len + 1, vocab)
+    return log_probs.gather(1, torch.tensor(tokens + [EOS]).unsqueeze(1)).squeeze(1).tolist()
+
+
+@torch.inference_mode()
+def test_beam_one_equals_greedy(loaded, test_lines):
+    src = src_batch(loaded, test_lines)
+    by_greedy = greedy(loaded.model, src, max_len_a=1.5, max_len_b=10)
+    for length_penalty, stopping in ((0.0, "exact"), (1.0, "beam_full")):
+        by_beam = beam_search(loaded.model, src, beam_size=1, length_penalty=length_penalty, max_len_a=1.5,
+                              max_len_b=10, stopping=stopping)
+        for (g,), (b,) in zip(by_greedy, by_beam):
+            assert b.tokens == g.tokens
+            assert b.log_prob == pytest.approx(g.log_prob, abs=1e-4)
+    # and through the translator: --beam-size 1 prints greedy's text
+    translator = make_translator(loaded, beam_size=1)
+    texts = [h[0].tokens for h in translator.translate_ids(translator.encode(test_lines))]
+    assert texts == [g[0].tokens for g in by_greedy]
+
+
+@torch.inference_mode()
+def test_beam_search_is_at_least_as_probable_as_greedy(loaded, test_lines):
+    """Beam search (length_penalty 0) beats greedy's model score on the whole test set and nearly every sentence.
+
+    Not on every sentence by construction: beam search can prune greedy's prefix (k other prefixes score
+    higher at some step) and then end lower; a plain reference beam search does the same on this model.
+    """
+    model = loaded.model
+    src = src_batch(loaded, test_lines)
+    by_greedy = greedy(model, src, max_len_a=1.5, max_len_b=10)
+    by_beam = beam_search(model, src, beam_size=4, length_penalty=0.0, max_len_a=1.5, max_len_b=10, nbest=4)
+    beam_total = greedy_total = 0.0
+    worse = 0
+    for row, ((g,), hyps) in enumerate(zip(by_greedy, by_beam)):
+        # the model's own score of each sequence, from a teacher-forced pass without the cache
+        beam_score = math.fsum(teacher_forced_log_probs(model, src[row], hyps[0].tokens))
+        greedy_score = math.fsum(teacher_forced_log_probs(model, src[row], g.tokens))
+        beam_total, greedy_total = beam_total + beam_score, greedy_total + greedy_score
+        worse += beam_score < greedy_score - 1e-4
+        for h in hyps:  # search's bookkeeping (cache, reorder, pruning) matches the model
+            assert h.token_log_probs == pytest.approx(teacher_forced_log_probs(model, src[row], h.tokens), abs=1e-4)
+            assert h.log_prob == pytest.approx(h.score, abs=1e-3)  # length_penalty 0: the score is the log-prob
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+    assert beam_total > greedy_total
+    assert worse <= len(test_lines) // 10, worse
+
+
+@torch.inference_mode()
+def test_ensemble_of_a_model_with_itself_equals_the_model(loaded, run_dir, test_lines):
+    twin = load_checkpoint(run_dir)  # a second copy of the weights, as --checkpoint loads it
+    single = make_translator(loaded, beam_size=4, nbest=2, need_attention=True)
+    ensemble = make_translator(loaded, model=Ensemble([loaded.model, twin.model]), beam_size=4, nbest=2,
+                               need_attention=True)
+    ids = single.encode(test_lines)
+    for alone, pair in zip(single.translate_ids(ids), ensemble.translate_ids(ids)):
+        assert [h.tokens for h in pair] == [h.tokens for h in alone]
+        for a, b in zip(alone, pair):
+            assert b.score == pytest.approx(a.score, abs=1e-4)
+            assert torch.allclose(a.attention, b.attention, atol=1e-5)
+
+
+def test_ensemble_through_the_cli(run_dir, test_lines, capsys, monkeypatch):
+    stdin = ("\n".join(test_lines[:8]) + "\n").encode()
+    code, single, err = run_main(["translate", run_dir], stdin, capsys, monkeypatch)
+    assert code == 0, err
+    ckpt_file = run_dir / "checkpoints" / "best.safetensors"
+    code, ensembled, err = run_main(["translate", run_dir, "--checkpoint", ckpt_file], stdin, capsys, monkeypatch)
+    assert code == 0, err
+    assert ensembled == single and len(single.splitlines()) == 8
+
+
+# ------------------------------------------------------------------------- as separate processes
+def test_reader_closing_early_exits_quietly(run_dir, test_lines, tmp_path):
+    # 300 lines of jsonl with alignments is megabytes: far more than a pipe holds, so writes must fail
+    source = write_lines(tmp_path / "src.en", test_lines * 10)
+    with open(source, "rb") as stdin:
+        translate = spawn(["translate", run_dir, "--format", "jsonl", "--alignments", "-b", 1],
+                          stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        head = subprocess.Popen(["head", "-1"], stdin=translate.stdout, stdout=subprocess.PIPE)
+        translate.stdout.close()  # head holds the only reading end
+        first, _ = head.communicate(timeout=120)
+        err = translate.stderr.read()
+        code = translate.wait(timeout=120)
+    assert json.loads(first)["source"] == test_lines[0]
+    assert code == 0 and err == b"", err.decode()
+
+
+def test_ctrl_c_prints_one_line(run_dir, test_lines):
+    translate = spawn(["translate", run_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        translate.stdin.write(("\n".join(test_lines * 2) + "\n").encode())  # 60 lines: one chunk and a bit
+        translate.stdin.flush()
+        first_chunk = [translate.stdout.readline() for _ in range(CHUNK_SIZE)]  # inside the translate loop now
+        assert all(line.endswith(b"\n") for line in first_chunk)
+        translate.send_signal(signal.SIGINT)  # while it waits for the rest of the second chunk
+        code = translate.wait(timeout=60)
+        rest, err = translate.stdout.read(), translate.stderr.read()
+    finally:
+        if translate.poll() is None:
+            translate.kill()
+        translate.stdin.close()
+    assert code == 130
+    assert err == b"mtkit: interrupted\n"
+    assert rest == b""
+
+
+def test_several_processes_share_one_run_dir(run_dir, test_lines, tmp_path):
+    source = write_lines(tmp_path / "src.en", test_lines)
+    variants = [["-b", 1], ["--format", "jsonl", "--nbest", 2], ["-b", 1]]
+    procs = []
+    for args in variants:
+        with open(source, "rb") as stdin:
+            procs.append(spawn(["translate", run_dir, *args], stdin=stdin, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE))
+    results = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0 and err == b"", err.decode()
+        assert out.count(b"\n") == len(test_lines)
+    assert results[0][0] == results[2][0]  # same options, same output
