@@ -170,9 +170,10 @@ class DecodingConfig(Section):
     batch_size: int = Field(64, ge=1, description="sentences per batch")
     chunk_size: int = Field(2000, ge=1, description="lines read from stdin and length-sorted at a time")
     nbest: int = Field(1, ge=1)
-    stopping: Literal["beam_full", "exact"] = Field(
-        "beam_full", description="beam_full: stop a sentence once beam_size hypotheses finished (fairseq); "
-        "exact: only when no live beam can beat the n-best (slower with a length penalty)")
+    stopping: Literal["first", "beam_full", "exact"] = Field(
+        "beam_full", description="when a sentence's beam search ends: first = as soon as the best candidate "
+        "is finished (OpenNMT-py); beam_full = once beam_size hypotheses finished (fairseq); exact = only when "
+        "no live beam can beat the n-best (slower with a length penalty)")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     threads: Optional[int] = Field(None, ge=1)

@@ -30,6 +30,9 @@ Early stopping (``stopping``):
   hypothesis stops sooner and returns the same n-best.
 - ``"beam_full"``: fairseq's rule, stop once ``beam_size`` hypotheses have finished. Faster with a
   positive length penalty (the exact bound above is loose there), but may miss a longer, better one.
+- ``"first"``: OpenNMT-py's rule, stop as soon as the best candidate of a step is an EOS (and ``nbest``
+  hypotheses have finished). All candidates of a step have the same length, so that hypothesis beats every
+  live one at this length; a longer one could still win under a positive length penalty. Fastest.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from torch import Tensor
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
 
 NEG_INF = float("-inf")
-Stopping = Literal["exact", "beam_full"]
+Stopping = Literal["exact", "beam_full", "first"]
 
 
 @dataclass
@@ -312,8 +315,8 @@ def beam_search(
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
-    if stopping not in ("exact", "beam_full"):
-        raise ValueError(f"stopping must be 'exact' or 'beam_full', got {stopping!r}")
+    if stopping not in ("exact", "beam_full", "first"):
+        raise ValueError(f"stopping must be 'exact', 'beam_full' or 'first', got {stopping!r}")
     if max_len_cap is None:
         max_len_cap = _default_cap(model)
 
@@ -382,6 +385,8 @@ def beam_search(
             done = (best_live / live_lp_max.clamp(min=length_penalty_of(t + 2, length_penalty))).le(
                 nbest_scores[:, -1]
             )
+        elif stopping == "first":
+            done = (ends[:, 0] & finished_count.ge(nbest)) | best_live.eq(NEG_INF)  # (live,)
         else:
             done = finished_count.ge(k) | best_live.eq(NEG_INF)  # (live,)
         any_ended, any_done = torch.stack([ends.any(), done.any()]).tolist()  # the one sync per step

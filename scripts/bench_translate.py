@@ -44,13 +44,14 @@ class CountingTranslator:
         return results
 
 
-def build(run: Path, engine: str, compute_type: str, beam: int, threads: int, batch_size: int | None):
+def build(run: Path, engine: str, compute_type: str, beam: int, threads: int, batch_size: int | None,
+          stopping: str | None = None):
     """A translator for one row of the table (loading and conversion happen here, untimed)."""
     from mtkit import translate as tr
     from mtkit.export import is_export_dir
 
     overrides = {"beam_size": beam, "batch_size": batch_size, "nbest": 1, "threads": threads, "device": "cpu",
-                 "dtype": compute_type}
+                 "dtype": compute_type, "stopping": stopping}
     run_options = dict(sampling=False, temperature=1.0, top_k=0, top_p=1.0, seed=0, need_attention=False)
     if engine == "ctranslate2":
         return tr.ct2_translator([run], overrides, **run_options)
@@ -69,6 +70,8 @@ def main() -> None:
     parser.add_argument("--beams", type=int, nargs="+", default=[5, 1])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default: the run's)")
+    parser.add_argument("--stopping", choices=("first", "beam_full", "exact"), default=None,
+                        help="beam search stopping rule (default: the run's decoding.stopping)")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "multi30k",
                         help="folder holding test_2016_flickr.en.gz and .de.gz")
     parser.add_argument("--warmup", type=int, default=20, help="sentences translated untimed before each row")
@@ -90,7 +93,7 @@ def main() -> None:
         for beam in args.beams:
             try:
                 translator = CountingTranslator(build(args.run, args.engine, compute_type, beam, args.threads,
-                                                      args.batch_size))
+                                                      args.batch_size, args.stopping))
             except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
                 print(f"{args.engine:<12} {compute_type:<13} {beam:>4}  skipped: {err}", flush=True)
                 continue

@@ -90,7 +90,9 @@ class MultiHeadAttention(nn.Module):
         b, h, tq, hd = q.shape
         tk = k.size(-2)
         p = self.dropout if self.training else 0.0
-        if not self.max_relative and not need_weights:
+        if not self.max_relative and not need_weights and (self.training or tq > 8):
+            # SDPA's fused kernel wins on long queries; for the few queries of a decoding step (one position,
+            # or the beams of one sentence) its set-up costs more than the plain matmul-softmax-matmul below.
             mask = key_mask[:, None, None, :] if key_mask is not None else None
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal and tq > 1)
             return out.transpose(1, 2).reshape(b, tq, h * hd), None
