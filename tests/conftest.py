@@ -53,6 +53,28 @@ def write_lines(path: Path, lines, gz: bool = False) -> Path:
     return path
 
 
+def write_toy_splits(root: Path, sizes=(("train", 300, 0), ("valid", 30, 1), ("test", 30, 2))) -> dict:
+    """Write toy en/de files for each (split, pairs, seed) under root/corpus; return a ``data.splits`` mapping."""
+    splits = {}
+    for name, n, seed in sizes:
+        pairs = toy_pairs(n, seed)
+        src = write_lines(root / "corpus" / f"{name}.en", [p[0] for p in pairs])
+        tgt = write_lines(root / "corpus" / f"{name}.de", [p[1] for p in pairs])
+        splits[name] = {"src": str(src), "tgt": str(tgt)}
+    return splits
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: intra-op threads only add contention (100x slower on a busy 2-core machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def write_parallel(tmp_path):
     """write_parallel(name, pairs=None, n=200, seed=0, gz=False, langs=("en", "de")) -> (src_path, tgt_path)."""

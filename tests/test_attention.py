@@ -8,12 +8,7 @@ import torch
 from mtkit.models.attention import SCORE_KINDS, AttentionScore, gaussian_window, masked_softmax
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _inputs(batch=3, src_len=6, dim=8, seed=0):

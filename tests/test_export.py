@@ -24,7 +24,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import EN_WORDS, toy_pairs, write_lines
+from conftest import EN_WORDS, write_toy_splits
 from mtkit.translate import Ct2Translator, Options, Translator, load_checkpoint, read_lines, translate_stream
 
 try:
@@ -42,12 +42,7 @@ MAX_TIE_FLIPS = 3  # of 60 sentences
 
 
 # ------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def cli(*args) -> int:
@@ -69,12 +64,7 @@ def assert_one_line_error(result, *needles: str) -> None:
 def workdir(tmp_path_factory) -> Path:
     """Toy corpus, prepared data, a tiny Transformer trained for 150 updates (run/) and a 2-update RNN (rnn/)."""
     root = tmp_path_factory.mktemp("export")
-    splits = {}
-    for name, n, seed in (("train", 300, 0), ("valid", 30, 1), ("test", 30, 2)):
-        pairs = toy_pairs(n, seed)
-        src = write_lines(root / "corpus" / f"{name}.en", [p[0] for p in pairs])
-        tgt = write_lines(root / "corpus" / f"{name}.de", [p[1] for p in pairs])
-        splits[name] = {"src": str(src), "tgt": str(tgt)}
+    splits = write_toy_splits(root)
     training = {"batch_tokens": 1000, "lr": 2e-2, "warmup_updates": 10, "validate_every": 150, "log_every": 50,
                 "threads": 1, "devices": "cpu", "valid_bleu": False}
     config = {

@@ -12,12 +12,7 @@ from mtkit.models.rnn import Bahdanau, Luong
 VOCAB = 12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _small(arch, **fields):

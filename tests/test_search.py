@@ -91,13 +91,7 @@ def make_src(table_ids: list[int], lengths: list[int]) -> Tensor:
 L = math.log
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: intra-op threads only add contention (100x slower on a busy 2-core box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # Greedy takes A (0.6) and is stuck with A C EOS = .216; beam finds B C EOS = .342.
 GARDEN = {

@@ -27,7 +27,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import EN_WORDS, toy_pairs, write_lines
+from conftest import EN_WORDS, write_lines, write_toy_splits
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.search import beam_search, greedy, max_lengths
 from mtkit.translate import Ensemble, Options, Translator, load_checkpoint, read_lines, translate_stream
@@ -38,24 +38,14 @@ SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 # ------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """Toy corpus, prepared data and a run dir holding a tiny Transformer trained for 150 updates."""
     root = tmp_path_factory.mktemp("translate")
-    splits = {}
-    for name, n, seed in (("train", 300, 0), ("valid", 30, 1), ("test", 30, 2)):
-        pairs = toy_pairs(n, seed)
-        src = write_lines(root / "corpus" / f"{name}.en", [p[0] for p in pairs])
-        tgt = write_lines(root / "corpus" / f"{name}.de", [p[1] for p in pairs])
-        splits[name] = {"src": str(src), "tgt": str(tgt)}
+    splits = write_toy_splits(root)
     config = {
         "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
         "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
