@@ -112,8 +112,8 @@ def main() -> None:
     steady = train[args.warmup_logs :] or train
     tok_s = sum(r["tgt_tokens_per_s"] for r in steady) / len(steady)
     padding = sum(r["padding"] for r in steady) / len(steady)
-    updates = train[-1]["update"] if train else 0
     valid = [r for r in records if r["kind"] == "valid"]
+    updates = max([r["update"] for r in train + valid] or [0])  # the final update is validated, maybe not logged
 
     src = ROOT / "data/multi30k/test_2016_flickr.en.gz"
     ref = ROOT / "data/multi30k/test_2016_flickr.de.gz"
