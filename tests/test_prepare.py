@@ -328,3 +328,48 @@ def test_prepare_never_imports_torch(tmp_path, toy_config):
     code = ("import sys; from mtkit.cli import main; rc = main(['prepare', sys.argv[1]]); "
             "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code, str(toy_config())], check=True, capture_output=True, timeout=60)
+
+
+def test_kill_9_during_prepare_never_leaves_a_manifest_pointing_at_partial_data(tmp_path, write_parallel,
+                                                                                write_config):
+    """kill -9 at seeded random moments of `mtkit prepare --force`: the data dir is always either the last whole
+    build or absent, never a manifest over partial arrays; a later prepare succeeds."""
+    import random
+    import signal
+    import time
+
+    splits = {}
+    for name, n, seed in (("train", 4000, 0), ("valid", 200, 1)):
+        src, tgt = write_parallel(name, n=n, seed=seed)
+        splits[name] = {"src": str(src), "tgt": str(tgt)}
+    data_dir = tmp_path / "data"
+    config = write_config({"data": {"dir": str(data_dir), "vocab_size": 100, "splits": splits}})
+    cmd = [sys.executable, "-m", "mtkit", "prepare", str(config), "--force"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+
+    def check_whole():
+        if not data_dir.exists():
+            return
+        manifest = json.loads((data_dir / "manifest.json").read_text())  # present whenever the dir is
+        for split, info in manifest["splits"].items():
+            data = ParallelData(data_dir, split)
+            assert len(data) == info["pairs_kept"]
+            assert int(data.tgt_lengths.sum()) == info["tgt_tokens"]
+
+    started = time.perf_counter()
+    assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0  # a first whole build
+    whole = time.perf_counter() - started
+    rng = random.Random(7)
+    killed_alive = 0
+    for attempt in range(5):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.2, 0.95) * whole)
+        killed_alive += proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        check_whole()
+    assert killed_alive >= 3  # the kills really landed inside running builds
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    check_whole()
+    assert data_dir.exists()
