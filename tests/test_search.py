@@ -264,6 +264,23 @@ def test_exact_stopping_waits_for_a_late_winner_and_beam_full_does_not():
     assert best.score == pytest.approx(L(0.9 * 0.5) / (7 / 6) ** 2, abs=1e-5)
 
 
+def test_first_stops_as_soon_as_the_best_candidate_is_finished():
+    src = make_src([0], [3])
+    # alpha 0: step 1 ranks A EOS (.45) above A B (.405), so OpenNMT-py's rule ends after 2 steps
+    model = ScriptedModel([LENGTHY])
+    [[best]] = decode(model, src, beam_size=2, stopping="first")
+    assert best.tokens == [A] and len(model.batch_sizes) == 2
+    # fairseq's rule waits for a second finished hypothesis: more steps
+    model = ScriptedModel([LENGTHY])
+    decode(model, src, beam_size=2, stopping="beam_full")
+    assert len(model.batch_sizes) > 2
+    # the price of stopping first: with alpha 1 the longer A B C EOS wins, and only the slower rules find it
+    [[best]] = decode(ScriptedModel([LENGTHY]), src, beam_size=2, length_penalty=1.0, stopping="first")
+    assert best.tokens == [A]
+    [[best]] = decode(ScriptedModel([LENGTHY]), src, beam_size=2, length_penalty=1.0, stopping="exact")
+    assert best.tokens == [A, B, C]
+
+
 def test_exact_early_stopping_stops_when_nothing_can_win():
     # alpha 0, nbest 1: once B C EOS is the best candidate (step 2) no live beam can beat it,
     # so search ends after 3 steps although the length limit is 20.
