@@ -18,7 +18,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -267,7 +267,3 @@ def average_main(run: Path, *, last: int, output: Optional[Path]) -> Path:
     save(out, average(chosen))
     print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")
     return out
-
-
-def describe(meta: dict) -> dict[str, Any]:
-    return {k: meta.get(k) for k in ("update", "epoch", "valid")}

@@ -80,14 +80,6 @@ def all_gather_bytes(tensor: torch.Tensor, d: Dist) -> list[torch.Tensor]:
     return [t.cpu() for t in out]
 
 
-def broadcast_flag(flag: bool, d: Dist) -> bool:
-    if not d.enabled:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=d.device)
-    dist.broadcast(t, src=0)
-    return bool(t.item())
-
-
 def same_on_all_ranks(value: int, d: Dist) -> bool:
     """Whether every rank holds the same integer (a collective: every rank must call it)."""
     if not d.enabled:
