@@ -18,11 +18,13 @@ through memory maps. torch is imported only inside ``collate``.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import gzip
 import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 import zlib
@@ -62,10 +64,13 @@ def prepare(data_cfg, *, force: bool = False) -> dict:
             return current
     _check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_builds(out_dir)
     build_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    os.chmod(build_dir, 0o777 & ~_umask())  # mkdtemp makes it private; the data dir should not be
     try:
+        os.chmod(build_dir, 0o777 & ~_umask())  # mkdtemp makes it private; the data dir should not be
+        (build_dir / BUILD_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
         manifest = _build(data_cfg, build_dir, fingerprint)
+        (build_dir / BUILD_OWNER).unlink()
         _fsync_tree(build_dir)
         _replace_dir(build_dir, out_dir)
     except BaseException:
@@ -73,6 +78,50 @@ def prepare(data_cfg, *, force: bool = False) -> dict:
         raise
     _print_summary(manifest, out_dir, time.perf_counter() - started)
     return manifest
+
+
+BUILD_OWNER = ".owner"  # "host pid" of the prepare process building a folder
+STALE_UNOWNED_SECONDS = 600
+
+
+def _remove_stale_builds(out_dir: Path) -> None:
+    """Delete build folders that a killed ``prepare`` left beside ``out_dir`` (``.NAME.tmp-*``, ``.NAME.old-*``).
+
+    A folder is stale when its owner process (same host) is gone, or when it has no owner file and has not
+    been touched for 10 minutes (a kill between creating it and writing the owner). Builds of live
+    processes, and of other hosts sharing the folder, are left alone.
+    """
+    host = socket.gethostname()
+    for build in out_dir.parent.glob(f".{glob.escape(out_dir.name)}.tmp-*"):
+        if not build.is_dir() or build.is_symlink():
+            continue
+        try:
+            owner_host, pid = (build / BUILD_OWNER).read_text(encoding="utf-8").split()
+            stale = owner_host == host and not _process_alive(int(pid))
+        except FileNotFoundError:
+            try:
+                stale = time.time() - build.stat().st_mtime > STALE_UNOWNED_SECONDS
+            except FileNotFoundError:  # removed meanwhile
+                continue
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue  # unreadable: not ours to judge
+        if stale:
+            shutil.rmtree(build, ignore_errors=True)
+            print(f"{build}: removed the unfinished build of an interrupted prepare")
+    if out_dir.is_dir():  # the swap finished: any copy moved aside before it (``_replace_dir``) is garbage
+        for old in out_dir.parent.glob(f".{glob.escape(out_dir.name)}.old-*"):
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
 
 
 def read_manifest(data_dir) -> dict:

@@ -373,3 +373,45 @@ def test_kill_9_during_prepare_never_leaves_a_manifest_pointing_at_partial_data(
     assert done.returncode == 0, done.stderr
     check_whole()
     assert data_dir.exists()
+    # the killed builds' folders were removed by the next prepare, not left to fill the disk
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".data.")) == []
+
+
+def test_prepare_removes_builds_of_dead_processes_only(tmp_path, write_parallel, write_config, run_cli):
+    """Folders a killed prepare left beside the data dir go; a live process's build and foreign files stay."""
+    import socket
+    import time
+
+    from mtkit.data import BUILD_OWNER, STALE_UNOWNED_SECONDS
+
+    src, tgt = write_parallel("train", n=300, seed=0)
+    data_dir = tmp_path / "data"
+    config = write_config({"data": {"dir": str(data_dir), "vocab_size": 100,
+                                    "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid is now free (reuse within this test is vanishingly unlikely)
+    host = socket.gethostname()
+
+    def build(name, owner=None, age=0.0):
+        path = tmp_path / name
+        path.mkdir()
+        (path / "train.en.txt").write_text("partial\n")
+        if owner is not None:
+            (path / BUILD_OWNER).write_text(owner)
+        if age:
+            stamp = time.time() - age
+            os.utime(path, (stamp, stamp))
+        return path
+
+    stale = build(".data.tmp-dead", f"{host} {dead.pid}\n")
+    unowned_old = build(".data.tmp-unowned", None, age=STALE_UNOWNED_SECONDS + 60)
+    live = build(".data.tmp-live", f"{host} {os.getpid()}\n")
+    unowned_new = build(".data.tmp-fresh")  # a build whose owner file is about to be written
+    other_host = build(".data.tmp-remote", f"not-{host} {dead.pid}\n")
+    unrelated = build(".database.tmp-x", f"{host} {dead.pid}\n")
+    result = run_cli("prepare", config)
+    assert result.code == 0, result.err
+    assert not stale.exists() and not unowned_old.exists()
+    assert live.exists() and unowned_new.exists() and other_host.exists() and unrelated.exists()
+    assert "removed the unfinished build" in result.out
+    assert not (data_dir / BUILD_OWNER).exists()
