@@ -302,12 +302,13 @@ def beam_search(
     max_len_b: float,
     max_len_cap: Optional[int] = None,
     nbest: int = 1,
-    stopping: Stopping = "exact",
+    stopping: Stopping,
     need_attention: bool = False,
 ) -> list[list[Hypothesis]]:
     """Batched beam search. src (batch, src_len) -> the ``nbest`` best hypotheses per sentence, best first.
 
-    ``length_penalty`` is GNMT's alpha; ``stopping`` is explained in the module docstring;
+    ``length_penalty`` is GNMT's alpha; ``stopping`` is explained in the module docstring (no default here:
+    callers pass ``decoding.stopping`` from the config, which holds the default);
     ``max_len_cap`` defaults to ``model.max_positions - 1``.
     """
     _check_common(src, max_len_a, max_len_b)

@@ -10,6 +10,8 @@ import dataclasses
 import json
 import math
 import os
+import select
+import stat
 import sys
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Optional
@@ -89,9 +91,20 @@ class Ensemble(Seq2Seq):
 
 
 # -------------------------------------------------------------------------------------------- input
-def read_lines(stream: IO[bytes]) -> Iterator[str]:
-    """Lines of a byte stream as text; invalid UTF-8 is replaced (U+FFFD), never fatal."""
-    for raw in stream:
+def read_lines(stream: IO[bytes], max_bytes: Optional[int] = None) -> Iterator[str]:
+    """Lines of a byte stream as text; invalid UTF-8 is replaced (U+FFFD), never fatal.
+
+    With ``max_bytes``, a longer line is cut there and the rest of it is skipped without being held in
+    memory, so one huge line (a 1 GB file without a newline) costs ``max_bytes``, not its size.
+    """
+    if max_bytes is None:
+        for raw in stream:
+            yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        return
+    while raw := stream.readline(max_bytes):
+        if len(raw) == max_bytes and not raw.endswith(b"\n"):
+            while (rest := stream.readline(max_bytes)) and not rest.endswith(b"\n"):
+                pass
         yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
@@ -106,16 +119,67 @@ def chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
+def pipe_chunks(fd: int, size: int, max_bytes: int, wait: float = 0.05) -> Iterator[list[str]]:
+    """``chunks(read_lines(...), size)`` for a pipe or terminal, read from its file descriptor: a chunk also
+    ends when nothing more arrives within ``wait`` seconds, so a program that writes one line to
+    ``mtkit translate`` and waits for the answer gets it at once (not at EOF or after ``size`` lines), while
+    a piped file still fills whole chunks. Lines are split and cut at ``max_bytes`` exactly as ``read_lines``
+    does; memory holds at most one chunk, one read block and one partial line.
+    """
+    pending = b""  # the start of a line whose end has not arrived yet
+    skipping = False  # inside a line already cut at max_bytes and handed on
+    chunk: list[str] = []
+
+    def decode(raw: bytes) -> str:
+        return raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+    while True:
+        if chunk and not _readable(fd, wait):
+            yield chunk
+            chunk = []
+        block = os.read(fd, 1 << 16)
+        if not block:
+            if pending and not skipping:
+                chunk.append(decode(pending))
+            if chunk:
+                yield chunk
+            return
+        *complete, pending = (pending + block).split(b"\n")
+        for raw in complete:
+            if skipping:
+                skipping = False  # the rest of a line already cut
+            else:
+                chunk.append(decode(raw[:max_bytes]))
+        if len(pending) >= max_bytes:
+            if not skipping:
+                chunk.append(decode(pending[:max_bytes]))
+                skipping = True
+            pending = b""
+        while len(chunk) >= size:
+            yield chunk[:size]
+            chunk = chunk[size:]
+
+
+def _readable(fd: int, wait: float) -> bool:
+    try:
+        return bool(select.select([fd], [], [], wait)[0])
+    except (OSError, ValueError):  # not selectable: just read (blocking)
+        return True
+
+
+_DECODING = cfgmod.DecodingConfig()  # the schema holds the defaults; Options repeats none of them
+
+
 @dataclasses.dataclass
 class Options:
-    beam_size: int = 5
-    length_penalty: float = 1.0
-    max_len_a: float = 1.5
-    max_len_b: int = 10
-    batch_size: int = 64
-    chunk_size: int = 2000
-    nbest: int = 1
-    stopping: str = "beam_full"
+    beam_size: int = _DECODING.beam_size
+    length_penalty: float = _DECODING.length_penalty
+    max_len_a: float = _DECODING.max_len_a
+    max_len_b: int = _DECODING.max_len_b
+    batch_size: int = _DECODING.batch_size
+    chunk_size: int = _DECODING.chunk_size
+    nbest: int = _DECODING.nbest
+    stopping: str = _DECODING.stopping
     sampling: bool = False
     temperature: float = 1.0
     top_k: int = 0
@@ -124,20 +188,34 @@ class Options:
     need_attention: bool = False
 
 
+def max_chars_for(max_src: int) -> int:
+    """Characters of a line beyond which it has more than ``max_src`` subwords: a SentencePiece piece spans at
+    most 16 characters (its default ``max_sentencepiece_length``) and NFKC normalisation shrinks text at most a
+    few times; 64 characters per subword leaves room for both. The one exception is a long run of characters
+    the vocabulary lacks, which SentencePiece makes a single unknown subword: such a line is cut too, and
+    words after the run may be lost, as they would be to truncation on a line of real subwords."""
+    return 64 * (max_src + 1)
+
+
 class Translator:
     """Source lines -> list of n-best hypotheses (search.Hypothesis) per line, in order."""
 
     def __init__(self, model: Seq2Seq, tokenizer, options: Options, device: torch.device):
         self.model, self.tokenizer, self.opt, self.device = model, tokenizer, options, device
         self.max_src = model.max_positions - 1  # room for EOS
+        self.max_chars = max_chars_for(self.max_src)
         self.truncated = 0
         self.generator = torch.Generator(device="cpu").manual_seed(options.seed) if options.sampling else None
 
     def encode(self, lines: list[str]) -> list[list[int]]:
-        ids = self.tokenizer.encode_src([" ".join(line.split()) for line in lines])
+        # a line far over the limit is cut before SentencePiece sees it (cost bounded per line) and counts as
+        # truncated; see max_chars_for for why that loses nothing but the tail any truncation loses
+        cut = [len(line) > self.max_chars for line in lines]
+        ids = self.tokenizer.encode_src([" ".join((line[: self.max_chars] if c else line).split())
+                                         for line, c in zip(lines, cut)])
         out = []
-        for seq in ids:
-            if len(seq) > self.max_src:
+        for seq, was_cut in zip(ids, cut):
+            if len(seq) > self.max_src or was_cut:
                 self.truncated += 1
                 seq = seq[: self.max_src]
             out.append(seq)
@@ -181,7 +259,9 @@ class Ct2Translator:
 
     Decoding keeps the torch engine's contract: PAD and BOS are never emitted, EOS may come first (empty output),
     at most ``ceil(a * src_len + b)`` tokens (``src_len`` with EOS, capped at max_positions - 1; CTranslate2 takes
-    one limit per call, so sentences are grouped by their limit), and scores are log-probabilities over the GNMT
+    one limit per call: a batch runs under its longest limit, and a sentence whose output went past its own
+    limit is cut there (greedy, sampling: the same as stopping there) or searched again under it (beam)), and
+    scores are log-probabilities over the GNMT
     penalty ``((5 + n + 1) / 6) ** length_penalty``. Beam search stops a sentence once ``beam_size`` hypotheses
     have finished (the ``beam_full`` rule; ``stopping: exact`` is not available here) and ranks them with our
     penalty. Hypotheses carry no attention.
@@ -215,6 +295,7 @@ class Ct2Translator:
             raise MtkitError(f"CTranslate2 cannot run this model on {device} as {compute_type} ({first})") from None
         self.tokenizer, self.opt, self.exact_scores = tokenizer, options, exact_scores
         self.max_src = self.max_len_cap = max_positions - 1  # the source keeps room for EOS
+        self.max_chars = max_chars_for(self.max_src)
         self.truncated = 0
         self.src_vocab = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
         self.tgt_vocab = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
@@ -230,21 +311,37 @@ class Ct2Translator:
 
     def translate_ids(self, ids: list[list[int]]) -> list[list]:
         results: list[list] = [[] for _ in ids]
-        groups: dict[int, list[int]] = {}  # output limit -> sentences, shortest first
-        for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
-            if ids[i]:  # empty inputs give empty outputs without a model call
-                groups.setdefault(self.max_length(len(ids[i]) + 1), []).append(i)
-        for limit, idx in groups.items():
+        todo = [i for i in sorted(range(len(ids)), key=lambda i: len(ids[i])) if ids[i]]  # empty in, empty out
+        for start in range(0, len(todo), self.opt.batch_size):  # batches of similar length, so of similar limits
+            idx = todo[start : start + self.opt.batch_size]
             sources = [[self.src_vocab[t] for t in ids[i]] for i in idx]  # CTranslate2 appends </s>
-            for i, hyps in zip(idx, self._search(sources, limit)):
+            limits = [self.max_length(len(ids[i]) + 1) for i in idx]
+            for i, hyps in zip(idx, self._search(sources, limits)):
                 results[i] = hyps
         return results
 
-    def _search(self, sources: list[list[str]], limit: int) -> list[list]:
-        from mtkit.search import Hypothesis, length_penalty_of
+    def _search(self, sources: list[list[str]], limits: list[int]) -> list[list]:
+        """The n-best hypotheses of each source, each under its own output limit."""
+        found = self._candidates(sources, max(limits))
+        again: dict[int, list[int]] = {}  # limit -> sources whose beam search must run again under it
+        for s, limit in enumerate(limits):
+            if any(len(pieces) > limit for pieces, _ in found[s]):
+                if self.opt.sampling or max(self.opt.beam_size, self.opt.nbest) == 1:
+                    # a greedy or sampled output cut at the limit is what stopping there would have given
+                    found[s] = [(pieces, lp) if len(pieces) < limit else (pieces[:limit], None)
+                                for pieces, lp in found[s]]
+                else:
+                    again.setdefault(limit, []).append(s)
+        for limit, group in again.items():
+            for s, cands in zip(group, self._candidates([sources[s] for s in group], limit)):
+                found[s] = cands
+        return self._ranked(sources, found)
 
+    def _candidates(self, sources: list[list[str]], limit: int) -> list[list[tuple[list[str], Optional[float]]]]:
+        """Per source: CTranslate2's hypotheses under one output limit, as (pieces, log-prob), where the
+        log-prob is None when CTranslate2 gives no usable one (``_ranked`` rescores those)."""
         o = self.opt
-        found: list[list[tuple[list[str], Optional[float]]]] = []  # per source: (pieces, log-prob or None)
+        found: list[list[tuple[list[str], Optional[float]]]] = []
         if limit == 0:  # only EOS may follow BOS
             found = [[([], None)] for _ in sources]
         else:
@@ -267,6 +364,13 @@ class Ct2Translator:
                 found.append([(pieces, score * len(pieces) ** ct2_penalty
                                if (pieces or not ct2_penalty) and len(pieces) < limit else None)
                               for pieces, score in zip(result.hypotheses, result.scores)])
+        return found
+
+    def _ranked(self, sources: list[list[str]], found: list[list[tuple[list[str], Optional[float]]]]) -> list[list]:
+        """Hypotheses from ``_candidates``' output: missing log-probs filled in, GNMT-penalised, best first."""
+        from mtkit.search import Hypothesis, length_penalty_of
+
+        o = self.opt
         missing = [(s, c) for s, cands in enumerate(found) for c, (_, lp) in enumerate(cands) if lp is None]
         if missing:
             scored = self._score([sources[s] for s, _ in missing], [found[s][c][0] for s, c in missing])
@@ -328,12 +432,17 @@ def format_jsonl(source: str, hyps: list, texts: list[str], pieces, alignments: 
     return json.dumps(record, ensure_ascii=False) + "\n"
 
 
-def translate_stream(translator: Translator, lines: Iterable[str], out: IO[str], *, fmt: str = "text",
-                     alignments: bool = False, plot_dir: Optional[Path] = None) -> int:
+def translate_stream(translator: Translator, lines: Iterable[str], out: IO[str], **kw) -> int:
     """Translate ``lines`` to ``out``; returns the number of lines written."""
+    return translate_chunks(translator, chunks(lines, translator.opt.chunk_size), out, **kw)
+
+
+def translate_chunks(translator: Translator, line_chunks: Iterable[list[str]], out: IO[str], *, fmt: str = "text",
+                     alignments: bool = False, plot_dir: Optional[Path] = None) -> int:
+    """Translate each chunk of lines (sorted by length inside) to ``out`` in input order, flushing after each."""
     tok, opt = translator.tokenizer, translator.opt
     written = 0
-    for chunk in chunks(lines, opt.chunk_size):
+    for chunk in line_chunks:
         ids = translator.encode(chunk)
         results = translator.translate_ids(ids)
         for line, src_ids, hyps in zip(chunk, ids, results):
@@ -451,6 +560,13 @@ def _torch_translator(paths: list[Path], overrides: dict, **run_options) -> Tran
     return Translator(model, tokenizer, _options(dec, **run_options), device)
 
 
+def _is_regular_file(stream) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's in-memory stream)
+        return True
+
+
 def _write_translations(translator, *, input: Optional[Path], output: Optional[Path], fmt: str, alignments: bool,
                         plot_attention: Optional[Path]) -> None:
     if plot_attention is not None:
@@ -471,7 +587,12 @@ def _write_translations(translator, *, input: Optional[Path], output: Optional[P
     src = open(input, "rb") if input is not None else sys.stdin.buffer
     ok = False
     try:
-        translate_stream(translator, read_lines(src), sink, fmt=fmt, alignments=alignments, plot_dir=plot_attention)
+        max_bytes = 4 * translator.max_chars  # UTF-8: at most 4 bytes per character
+        if input is None and not _is_regular_file(src):  # a pipe or terminal: answer each pause at once
+            line_chunks = pipe_chunks(src.fileno(), translator.opt.chunk_size, max_bytes)
+        else:
+            line_chunks = chunks(read_lines(src, max_bytes), translator.opt.chunk_size)
+        translate_chunks(translator, line_chunks, sink, fmt=fmt, alignments=alignments, plot_dir=plot_attention)
         ok = True
     finally:
         if input is not None:

@@ -173,7 +173,8 @@ def test_beam_grouped_cross_attention_equals_per_row(monkeypatch):
 
     model = tiny("relative")
     src, _ = batch()
-    kwargs = dict(beam_size=4, length_penalty=1.0, max_len_a=1.5, max_len_b=5, nbest=2, need_attention=True)
+    kwargs = dict(beam_size=4, length_penalty=1.0, max_len_a=1.5, max_len_b=5, nbest=2, need_attention=True,
+                  stopping="beam_full")
     with torch.no_grad():
         grouped = search.beam_search(model, src, **kwargs)
         original = TransformerState.encoder_side

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from conftest import EN_WORDS, write_lines, write_toy_splits
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.search import beam_search, greedy, max_lengths
-from mtkit.translate import Ensemble, Options, Translator, load_checkpoint, read_lines, translate_stream
+from mtkit.translate import (Ensemble, Options, Translator, chunks, load_checkpoint, max_chars_for, pipe_chunks,
+                             read_lines, translate_stream)
 
 MAX_POSITIONS = 128
 CHUNK_SIZE = 50  # the run's decoding.chunk_size: output appears after every 50 input lines
@@ -164,6 +165,7 @@ def test_blank_long_and_invalid_lines_through_the_cli(loaded, run_dir, capsys, m
     too_long = sum(len(ids) > MAX_POSITIONS - 1
                    for ids in loaded.tokenizer.encode_src([x.decode(errors="replace") for x in lines]))
     assert too_long == 2  # the 100,000 characters of words and the 120 words
+    # ... and the 100,000 x's (one unknown subword to SentencePiece), cut at max_chars before tokenizing
     code, out, err = run_main(["translate", run_dir, "--beam-size", 3], b"\n".join(lines), capsys, monkeypatch)
     assert code == 0, err
     out_lines = out.split("\n")
@@ -172,7 +174,7 @@ def test_blank_long_and_invalid_lines_through_the_cli(loaded, run_dir, capsys, m
     assert out_lines[1] == out_lines[2] == ""
     assert out_lines[0] and out_lines[3] and out_lines[7]
     warning = err.strip().splitlines()  # one warning, naming how many lines were cut
-    assert len(warning) == 1 and "warning" in warning[0] and "2 input line(s)" in warning[0], err
+    assert len(warning) == 1 and "warning" in warning[0] and "3 input line(s)" in warning[0], err
     assert str(MAX_POSITIONS - 1) in warning[0]
 
 
@@ -319,7 +321,8 @@ def test_beam_search_is_at_least_as_probable_as_greedy(loaded, test_lines):
     model = loaded.model
     src = src_batch(loaded, test_lines)
     by_greedy = greedy(model, src, max_len_a=1.5, max_len_b=10)
-    by_beam = beam_search(model, src, beam_size=4, length_penalty=0.0, max_len_a=1.5, max_len_b=10, nbest=4)
+    by_beam = beam_search(model, src, beam_size=4, length_penalty=0.0, max_len_a=1.5, max_len_b=10, nbest=4,
+                          stopping="exact")
     beam_total = greedy_total = 0.0
     worse = 0
     for row, ((g,), hyps) in enumerate(zip(by_greedy, by_beam)):
@@ -381,9 +384,10 @@ def test_ctrl_c_prints_one_line(run_dir, test_lines):
     try:
         translate.stdin.write(("\n".join(test_lines * 2) + "\n").encode())  # 60 lines: one chunk and a bit
         translate.stdin.flush()
-        first_chunk = [translate.stdout.readline() for _ in range(CHUNK_SIZE)]  # inside the translate loop now
-        assert all(line.endswith(b"\n") for line in first_chunk)
-        translate.send_signal(signal.SIGINT)  # while it waits for the rest of the second chunk
+        # all 60 are answered while stdin stays open: the input paused, so the partial chunk went too
+        answered = [translate.stdout.readline() for _ in range(2 * len(test_lines))]
+        assert all(line.endswith(b"\n") for line in answered)
+        translate.send_signal(signal.SIGINT)  # while it waits for more input
         code = translate.wait(timeout=60)
         rest, err = translate.stdout.read(), translate.stderr.read()
     finally:
@@ -408,3 +412,100 @@ def test_several_processes_share_one_run_dir(run_dir, test_lines, tmp_path):
         assert p.returncode == 0 and err == b"", err.decode()
         assert out.count(b"\n") == len(test_lines)
     assert results[0][0] == results[2][0]  # same options, same output
+
+
+def test_one_line_at_a_time_through_a_pipe_is_answered_before_eof(run_dir, test_lines):
+    """A program that writes a line and waits for its translation gets it (chunk_size is 50 here)."""
+    import select
+
+    translate = spawn(["translate", run_dir, "-b", 1], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE)
+    try:
+        answers = []
+        for line in test_lines[:3]:
+            translate.stdin.write(line.encode() + b"\n")
+            translate.stdin.flush()
+            ready, _, _ = select.select([translate.stdout], [], [], 120)
+            assert ready, "no answer to a single line while stdin is still open"
+            answers.append(translate.stdout.readline())
+        translate.stdin.close()
+        rest, err = translate.stdout.read(), translate.stderr.read()
+        code = translate.wait(timeout=60)
+    finally:
+        if translate.poll() is None:
+            translate.kill()
+    assert code == 0 and err == b"", err.decode()
+    assert rest == b"" and all(a.endswith(b"\n") and a.strip() for a in answers)
+    # the same answers as translating the three lines in one go
+    with_file = subprocess.run([sys.executable, "-m", "mtkit", "translate", str(run_dir), "-b", "1"],
+                               input=("\n".join(test_lines[:3]) + "\n").encode(), capture_output=True,
+                               env=SUBPROCESS_ENV, timeout=120)
+    assert with_file.stdout == b"".join(answers)
+
+
+def _through_a_pipe(data: bytes, size: int, max_bytes: int, pause_at: int = -1) -> list[list[str]]:
+    """pipe_chunks over a real pipe fed by a thread: in 7-byte writes, or (``pause_at``) in two writes with
+    a pause of 1 s between them."""
+    import threading
+    import time
+
+    read_fd, write_fd = os.pipe()
+
+    def feed():
+        if pause_at >= 0:
+            os.write(write_fd, data[:pause_at])
+            time.sleep(1.0)
+            os.write(write_fd, data[pause_at:])
+        else:
+            for start in range(0, len(data), 7):
+                os.write(write_fd, data[start : start + 7])
+        os.close(write_fd)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        return list(pipe_chunks(read_fd, size, max_bytes))
+    finally:
+        feeder.join()
+        os.close(read_fd)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(st.one_of(_words, _any_text, _bytes, st.just(b""), st.binary(min_size=20, max_size=60)),
+                      max_size=12),
+       final_newline=st.booleans(), crlf=st.booleans())
+def test_pipe_chunks_reads_the_lines_read_lines_reads(lines, final_newline, crlf):
+    lines = [line.replace(b"\n", b"") for line in lines]
+    data = (b"\r\n" if crlf else b"\n").join(lines) + (b"\n" if final_newline and lines else b"")
+    max_bytes = 16  # cuts many of these lines, sometimes inside a UTF-8 sequence or between CR and LF
+    expected = list(read_lines(io.BytesIO(data), max_bytes))
+    got = _through_a_pipe(data, size=5, max_bytes=max_bytes)
+    assert [line for chunk in got for line in chunk] == expected
+    assert all(0 < len(chunk) <= 5 for chunk in got)
+    assert got == list(chunks(expected, 5)) or len(got) > len(list(chunks(expected, 5)))  # pauses cut chunks early
+
+
+def test_pipe_chunks_cuts_a_chunk_when_the_writer_pauses():
+    data = b"one\ntwo\nthree\nfour\n"
+    got = _through_a_pipe(data, size=50, max_bytes=100, pause_at=data.index(b"three"))
+    assert got == [["one", "two"], ["three", "four"]]
+    assert _through_a_pipe(data, size=50, max_bytes=100, pause_at=0) == [["one", "two", "three", "four"]]
+
+
+def test_a_huge_line_is_cut_while_reading_and_before_sentencepiece(loaded):
+    """A line of 1 MB without a break costs max_bytes of memory, and SentencePiece sees at most max_chars."""
+    huge = b"x" * 1_000_000
+    data = b"first\n" + huge + b"\nlast\n"
+    assert list(read_lines(io.BytesIO(data), 1000)) == ["first", "x" * 1000, "last"]
+    assert [x for c in _through_a_pipe(data, 10, 1000) for x in c] == ["first", "x" * 1000, "last"]
+    translator = make_translator(loaded)
+    assert translator.max_chars == max_chars_for(MAX_POSITIONS - 1) < 100_000
+    seen = []
+    original = loaded.tokenizer.encode_src
+    try:
+        loaded.tokenizer.encode_src = lambda lines: seen.extend(map(len, lines)) or original(lines)
+        ids = translator.encode(["a man .", "y" * 100_000])
+    finally:
+        del loaded.tokenizer.encode_src
+    assert seen == [len("a man ."), translator.max_chars]
+    assert len(ids[1]) == MAX_POSITIONS - 1 and translator.truncated == 1
