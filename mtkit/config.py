@@ -175,7 +175,8 @@ class DecodingConfig(Section):
         "is finished (OpenNMT-py); beam_full = once beam_size hypotheses finished (fairseq); exact = only when "
         "no live beam can beat the n-best (slower with a length penalty)")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16", "int8"] = Field(
+        "float32", description="int8 (CPU): linear layers with int8 weights, activations quantized per batch")
     threads: Optional[int] = Field(None, ge=1)
 
 

@@ -54,8 +54,31 @@ def load_checkpoint(path: Path, device: torch.device = torch.device("cpu"), dtyp
                          f"do not match the model's {(src_v, tgt_v)}")
     model = build_model(cfg.model, src_v, tgt_v, joint)
     ckpt.load_weights(model, bundle.model, file)
-    model.to(device=device, dtype=dtype).eval()
+    if dtype == torch.qint8:
+        model = quantize_int8(model.eval())
+    else:
+        model.to(device=device, dtype=dtype).eval()
     return Loaded(model, tokenizer, cfg, meta, file)
+
+
+def quantize_int8(model: Seq2Seq) -> Seq2Seq:
+    """For CPU inference: every linear layer (the Transformer's tied output projection included) gets int8
+    weights, quantized per output channel, with activations quantized per batch on the fly (PyTorch's dynamic
+    quantization; x86/fbgemm kernels). Embeddings, attention and layer norms stay float32."""
+    import warnings
+
+    from torch import nn
+
+    from mtkit.models.transformer import Transformer
+
+    if isinstance(model, Transformer) and model.output is None:  # untie: the projection gets its own int8 copy
+        model.output = nn.Linear(model.tgt_embed.weight.size(1), model.tgt_vocab_size, bias=False)
+        model.output.weight = nn.Parameter(model.tgt_embed.weight.detach().clone())
+    with warnings.catch_warnings():  # torch.ao's deprecation notices; the kernels are what we measured
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
 
 
 @dataclasses.dataclass
@@ -548,9 +571,13 @@ def _torch_translator(paths: list[Path], overrides: dict, **run_options) -> Tran
     if dec.threads:
         torch.set_num_threads(dec.threads)
     device = pick_device(dec.device)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dec.dtype]
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+             "int8": torch.qint8}[dec.dtype]
     if dtype == torch.float16 and device.type != "cuda":
         raise MtkitError("--dtype float16 needs a CUDA GPU; use float32 (or bfloat16) on CPU")
+    if dtype == torch.qint8 and device.type != "cpu":
+        raise MtkitError("--dtype int8 is for the CPU (--device cpu); on a GPU use float16 or bfloat16, "
+                         "or --engine ctranslate2")
     loaded = [load_checkpoint(p, device, dtype) for p in paths]
     tokenizer = loaded[0].tokenizer
     for other in loaded[1:]:

@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="run dir or checkpoint (torch, ctranslate2), or an export dir")
     parser.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch")
     parser.add_argument("--compute-type", nargs="+", default=None,
-                        help="torch: float32 bfloat16; ctranslate2: float32 int8 int16 int8_float32 ... "
+                        help="torch: float32 int8 bfloat16; ctranslate2: float32 int8 int16 int8_float32 ... "
                              "(default: float32, and int8 for ctranslate2)")
     parser.add_argument("--beams", type=int, nargs="+", default=[5, 1])
     parser.add_argument("--threads", type=int, default=2)

@@ -302,8 +302,9 @@ class Transformer(Seq2Seq):
         return F.dropout(x, self.cfg.dropout, self.training)
 
     def _logits(self, x: Tensor) -> Tensor:
-        weight = self.tgt_embed.weight if self.output is None else self.output.weight
-        return F.linear(x, weight)  # (batch, len, tgt_vocab)
+        if self.output is None:
+            return F.linear(x, self.tgt_embed.weight)  # (batch, len, tgt_vocab)
+        return self.output(x)
 
     # -- the interface ----------------------------------------------------------------------------
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
