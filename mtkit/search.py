@@ -353,23 +353,26 @@ def beam_search(
     for t in range(num_steps):
         live = active.numel()
         log_probs, state, attention = model.step(prev_tokens, state, need_attention)
-        log_probs = log_probs.float()  # (rows, vocab)
+        log_probs = log_probs.float().index_fill_(1, banned, NEG_INF)  # (rows, vocab)
         vocab = log_probs.size(1)
-        # Cumulative score of every (beam, token) extension.
-        cand = log_probs + beam_scores.view(-1, 1)  # (rows, vocab)
-        cand.index_fill_(1, banned, NEG_INF)
+        # The 2k best extensions of a sentence are among the 2k best tokens of each of its beams: rank those
+        # (one pass over the vocabulary) instead of every (beam, token) pair.
+        width = min(2 * k, vocab)
+        row_log_probs, row_tokens = log_probs.topk(width, dim=1)  # (rows, width)
         if t >= first_forced_step:  # some sentence is at its length limit: only EOS may follow
             forced = live_max_len.le(t).repeat_interleave(k).unsqueeze(1)  # (rows, 1)
-            not_eos = torch.ones(vocab, dtype=torch.bool, device=device)
-            not_eos[EOS] = False
-            cand.masked_fill_(forced & not_eos, NEG_INF)
+            only_eos = torch.full_like(row_log_probs, NEG_INF)
+            only_eos[:, 0] = log_probs[:, EOS]
+            row_log_probs = torch.where(forced, only_eos, row_log_probs)
+            row_tokens = row_tokens.masked_fill(forced, EOS)
+        cand = row_log_probs + beam_scores.view(-1, 1)  # (rows, width) cumulative scores
 
-        # The 2k best extensions per sentence over (beam x vocab), best first.
-        top_scores, top_index = cand.view(live, k * vocab).topk(min(2 * k, k * vocab), dim=1)  # (live, 2k)
-        top_beam = top_index // vocab  # (live, 2k) beam within the sentence
-        top_tokens = top_index - top_beam * vocab  # (live, 2k)
+        # The 2k best extensions per sentence over (beam x token), best first.
+        top_scores, top_index = cand.view(live, k * width).topk(min(2 * k, k * width), dim=1)  # (live, 2k)
+        top_beam = top_index // width  # (live, 2k) beam within the sentence
+        top_tokens = row_tokens.view(live, k * width).gather(1, top_index)  # (live, 2k)
         top_rows = top_beam + row_offsets[:live]  # (live, 2k) row in the current state
-        top_token_log_probs = log_probs.view(live, k * vocab).gather(1, top_index)  # (live, 2k)
+        top_token_log_probs = row_log_probs.view(live, k * width).gather(1, top_index)  # (live, 2k)
         top_is_eos = top_tokens.eq(EOS)  # (live, 2k)
 
         # EOS within the first k candidates finishes a hypothesis of length t + 1 (EOS included).
