@@ -530,3 +530,24 @@ def test_int8_engine_quantizes_every_linear_layer_and_keeps_the_translations(run
     # a toy model of width 32 has many near-ties; on the Multi30k model BLEU moves by 0.14 (README, Results)
     assert sum(a == b for a, b in zip(f32_lines, int8_lines)) >= 0.6 * len(test_lines)
     assert load_checkpoint(run_dir).model.output is None  # a float32 load stays tied
+
+
+def test_memory_stays_flat_as_the_input_grows(run_dir, test_lines, tmp_path):
+    """Peak RSS of `mtkit translate` on 30x more input (and a 2 MB line without a break) grows by less than
+    the input itself would take: input is streamed chunk by chunk (scripts/bench_memory.py: 1 GB)."""
+
+    def peak_rss_mib(data: bytes) -> float:
+        source = tmp_path / "in.en"
+        source.write_bytes(data)
+        with open(source, "rb") as stdin:
+            proc = spawn(["translate", run_dir, "-b", 1, "--max-len-b", 3, "--max-len-a", 0],
+                         stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            proc.stderr.read()
+            _, status, usage = os.wait4(proc.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        return usage.ru_maxrss / 1024
+
+    small = ("\n".join(test_lines * 5) + "\n").encode()  # 150 lines
+    big = ("\n".join(test_lines * 150) + "\n").encode() + b"w " * 1_000_000 + b"\n"  # 4,501 lines, ~2.3 MB
+    base, grown = peak_rss_mib(small), peak_rss_mib(big)
+    assert grown - base < 2 * len(big) / 2**20, (base, grown)
