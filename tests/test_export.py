@@ -4,7 +4,8 @@ once for this module (a few seconds on the toy corpus, one thread).
 - The export: CTranslate2's files plus the SentencePiece model and config; vocabularies are the SentencePiece
   pieces; quantized exports load; --force replaces only an earlier export; RNNs are refused in one line.
 - The engine against the PyTorch engine in float32: greedy outputs equal token for token with the same scores;
-  beam search too, except where float rounding flips a near-tie (then the two scores still agree closely);
+  beam search equals the torch search over the same distribution (CTranslate2 renormalises over the tokens it may
+  emit), and agrees with the torch engine itself on nearly every sentence; reported scores are the model's own;
   the a * source_length + b output limit holds (CTranslate2 has none by default).
 - N lines in = N lines out, in order, for any input (a property test), and through the CLI.
 - Without the ctranslate2 package both commands say how to install it.
@@ -25,6 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import EN_WORDS, write_toy_splits
+from mtkit.models.base import BOS, EOS, PAD
+from mtkit.search import length_penalty_of
 from mtkit.translate import Ct2Translator, Options, Translator, load_checkpoint, read_lines, translate_stream
 
 try:
@@ -35,10 +38,15 @@ except ImportError:
     HAVE_CT2 = False
 needs_ct2 = pytest.mark.skipif(not HAVE_CT2, reason='ctranslate2 is not installed (pip install "mtkit[ct2]")')
 MAX_POSITIONS = 128
-# Beam search over two engines: float rounding (~1e-6) may flip which of two near-equal candidates survives,
-# after which the searches part ways. Such sentences must still end with scores this close, and be few.
-TIE_TOLERANCE = 0.1
-MAX_TIE_FLIPS = 3  # of 60 sentences
+# CTranslate2 never emits PAD or BOS by masking them before its softmax, so its beams are ranked by log-probs
+# renormalised over the other tokens; the torch engine masks after the softmax (as fairseq and OpenNMT-py do). The
+# two differ by log(1 - p(PAD) - p(BOS)) per step: tiny, but enough to flip a near-tie between two beams, after
+# which the searches part ways. So CTranslate2's search is compared with the torch search over that same
+# renormalised distribution (token for token, bar float rounding), and with the torch engine itself only in bulk.
+# Beyond the best hypothesis, an n-best list may differ further down: CTranslate2 keeps the beam_size finished
+# hypotheses it ranks best, where the torch search keeps every finished one until the GNMT ranking at the end.
+MAX_NBEST_TAIL_DIFFERENCES = 1  # of 60 sentences
+MIN_AGREEMENT_WITH_TORCH_ENGINE = 0.9  # share of sentences whose best hypothesis is the torch engine's
 
 
 # ------------------------------------------------------------------------------------------- fixtures
@@ -202,21 +210,55 @@ def test_greedy_equals_torch_token_for_token(loaded, exported, test_lines, limit
         assert any(len(t[0].tokens) == ct2_engine.max_length(len(s) + 1) for s, t in zip(ids, torch_out))
 
 
+class Renormalised(torch.nn.Module):
+    """The model with PAD and BOS removed before normalising, as CTranslate2's suppress_sequences does."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.max_positions = model, model.max_positions
+
+    def encode(self, src, src_mask):
+        return self.model.encode(src, src_mask)
+
+    def init_state(self, memory, src_mask):
+        return self.model.init_state(memory, src_mask)
+
+    def step(self, prev_tokens, state, need_attention=False):
+        log_probs, state, attention = self.model.step(prev_tokens, state, need_attention)
+        banned = torch.tensor([PAD, BOS])
+        return log_probs.float().index_fill(1, banned, float("-inf")).log_softmax(dim=1), state, attention
+
+
+def teacher_forced_log_probs(model, src_ids: list[int], tokens: list[int]) -> list[float]:
+    """The model's own log-prob of each target token and of the final EOS."""
+    src = torch.tensor([src_ids + [EOS]])
+    with torch.inference_mode():
+        log_probs = model(src, torch.tensor([[BOS] + tokens])).float().log_softmax(dim=-1)[0]
+    return log_probs.gather(1, torch.tensor([tokens + [EOS]]).T).squeeze(1).tolist()
+
+
 @needs_ct2
 @pytest.mark.parametrize("options", [dict(beam_size=4), dict(beam_size=5, nbest=3, length_penalty=0.6),
                                      dict(beam_size=4, length_penalty=0.0, max_len_a=0.5, max_len_b=1)],
                          ids=["beam4", "beam5-nbest3", "beam4-no-penalty-tight-limit"])
-def test_beam_equals_torch_but_for_flipped_ties(loaded, exported, test_lines, options):
-    torch_out, ct2_out, _ = both(loaded, exported, test_lines, **options)
-    flips = 0
-    for t, c in zip(torch_out, ct2_out):
+def test_beam_equals_torch_searching_the_same_distribution(loaded, exported, test_lines, options):
+    torch_out, ct2_out, ids = both(loaded, exported, test_lines, **options)
+    renormalised = Translator(Renormalised(loaded.model), loaded.tokenizer, Options(**options), torch.device("cpu"))
+    reference = renormalised.translate_ids(ids)
+    assert [c[0].tokens for c in ct2_out] == [r[0].tokens for r in reference]
+    tails = sum([h.tokens for h in c] != [h.tokens for h in r] for c, r in zip(ct2_out, reference))
+    assert tails <= MAX_NBEST_TAIL_DIFFERENCES
+    alpha = Options(**options).length_penalty
+    agree = sum(c[0].tokens == t[0].tokens for c, t in zip(ct2_out, torch_out))
+    assert agree >= MIN_AGREEMENT_WITH_TORCH_ENGINE * len(ids), (agree, len(ids))
+    for src, t, c in zip(ids, torch_out, ct2_out):
         assert len(c) == len(t) == options.get("nbest", 1)
+        assert [h.score for h in c] == sorted((h.score for h in c), reverse=True)
+        for h in c:  # the reported numbers are the model's own (exact_scores), whichever search found h
+            assert h.token_log_probs == pytest.approx(teacher_forced_log_probs(loaded.model, src, h.tokens), abs=1e-4)
+            assert h.score == pytest.approx(h.log_prob / length_penalty_of(len(h.tokens) + 1, alpha))
         if [h.tokens for h in c] == [h.tokens for h in t]:
             assert [h.score for h in c] == pytest.approx([h.score for h in t], abs=1e-4)
-        else:
-            flips += 1
-            assert c[0].score == pytest.approx(t[0].score, abs=TIE_TOLERANCE)
-    assert flips <= MAX_TIE_FLIPS
 
 
 @needs_ct2
