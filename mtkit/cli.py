@@ -108,6 +108,8 @@ def translate(
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
     threads: Optional[int] = typer.Option(None, "--threads"),
+    shortlist: Optional[int] = typer.Option(None, "--shortlist", help="Score each sentence over a lexical shortlist "
+                                            "with this many translations per source subword (0: whole vocabulary)."),
     sampling: bool = typer.Option(False, "--sampling", help="Sample instead of beam search."),
     temperature: float = typer.Option(1.0, "--temperature"),
     top_k: int = typer.Option(0, "--top-k"),
@@ -129,7 +131,8 @@ def translate(
             paths=list(run) + list(checkpoint or []),
             input=input, output=output,
             overrides=dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                           batch_size=batch_size, nbest=nbest, device=device, dtype=dtype, threads=threads),
+                           batch_size=batch_size, nbest=nbest, device=device, dtype=dtype, threads=threads,
+                           shortlist=shortlist),
             sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
             fmt=fmt, alignments=alignments, plot_attention=plot_attention, engine=engine,
         )

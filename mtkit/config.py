@@ -178,6 +178,10 @@ class DecodingConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16", "int8"] = Field(
         "float32", description="int8 (CPU): linear layers with int8 weights, activations quantized per batch")
     threads: Optional[int] = Field(None, ge=1)
+    shortlist: int = Field(0, ge=0, le=100, description="lexical shortlist (Transformer): score each sentence over "
+                           "EOS, the shortlist_frequent most frequent target subwords and this many translations of "
+                           "each source subword (mtkit/shortlist.py); 0 = the whole vocabulary")
+    shortlist_frequent: int = Field(100, ge=0, le=1000, description="most frequent target subwords in every shortlist")
 
 
 class Config(Section):

@@ -584,6 +584,14 @@ def _torch_translator(paths: list[Path], overrides: dict, **run_options) -> Tran
         if other.tokenizer.fingerprint() != tokenizer.fingerprint():
             raise MtkitError(f"{other.path}: uses another tokenizer than {loaded[0].path}; ensembles need one vocabulary")
     model = loaded[0].model if len(loaded) == 1 else Ensemble([x.model for x in loaded])
+    if dec.shortlist:
+        from mtkit.shortlist import Shortlisted, check_model, load_lexicon
+
+        check_model(model)
+        run_dir = first_file.parent.parent if first_file.parent.name == "checkpoints" else first_file.parent
+        lexicon = load_lexicon(run_dir, Path(meta_cfg.data.dir), tokenizer)
+        model = Shortlisted(model, lexicon, per_source=dec.shortlist, frequent=dec.shortlist_frequent,
+                            copy_source=meta_cfg.data.joint_vocab)
     return Translator(model, tokenizer, _options(dec, **run_options), device)
 
 

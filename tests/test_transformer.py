@@ -1,5 +1,7 @@
 """The Transformer: causality, padding invariance, cache == full forward, positions, size, and that it learns."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -180,9 +182,11 @@ def test_beam_grouped_cross_attention_equals_per_row(monkeypatch):
         original = TransformerState.encoder_side
 
         def per_row(self):
-            mem_k, mem_v, src_mask, row_source, group = original(self)
-            gather = lambda xs: [x.index_select(0, row_source) for x in xs]  # noqa: E731
-            return gather(mem_k), gather(mem_v), src_mask.index_select(0, row_source), torch.arange(len(row_source)), 1
+            state, _ = original(self)
+            gather = lambda xs: [x.index_select(0, state.row_source) for x in xs]  # noqa: E731
+            return dataclasses.replace(state, mem_k=gather(state.mem_k), mem_v=gather(state.mem_v),
+                                       src_mask=state.src_mask.index_select(0, state.row_source),
+                                       row_source=torch.arange(len(state.row_source))), 1
 
         monkeypatch.setattr(TransformerState, "encoder_side", per_row)
         plain = search.beam_search(model, src, **kwargs)

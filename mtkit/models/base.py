@@ -4,6 +4,9 @@
 - ``init_state(memory, src_mask) -> State``
 - ``step(prev_tokens, state, need_attention=False) -> (log_probs, state, attention or None)``
 - ``state.reorder(index)``: select / repeat batch rows (beam search, pruning finished sentences)
+- ``state.vocabulary()``: None when the columns of ``log_probs`` are the target ids (the default); a model
+  that scores a per-sentence subset (a shortlist) returns the (rows, columns) target id of each column of
+  the step that returned the state, with EOS in column 0 and -inf log-probs on filler columns
 - ``forward(src, tgt_in, keep=None) -> logits``: teacher forcing
 
 Conventions: token ids are int64; ``src_mask`` is bool ``(batch, src_len)``, True on real tokens.
@@ -44,6 +47,10 @@ class State:
         return dataclasses.replace(
             self, **{f.name: _reorder(getattr(self, f.name), index) for f in dataclasses.fields(self)}
         )
+
+    def vocabulary(self) -> Optional[Tensor]:
+        """(rows, columns) target id of each log_probs column of the last step, or None: columns are ids."""
+        return None
 
 
 class Seq2Seq(nn.Module):

@@ -220,6 +220,10 @@ class TransformerState(State):
     src_mask: Tensor  # (sources, src_len)
     row_source: Tensor  # (rows,) int64
     step: int  # number of target positions already decoded
+    # A per-sentence output vocabulary (restrict_vocabulary), kept per source like mem_k; None: the whole one.
+    vocab_ids: Optional[Tensor] = None  # (sources, columns) int64 target id of each column; column 0 is EOS
+    vocab_weight: Optional[Tensor] = None  # (sources, d_model, columns) those rows of the output projection
+    vocab_bias: Optional[Tensor] = None  # (sources, 1, columns) 0, or -inf on filler columns (PAD)
 
     def reorder(self, index: Tensor) -> "TransformerState":
         return dataclasses.replace(
@@ -229,29 +233,43 @@ class TransformerState(State):
             row_source=self.row_source.index_select(0, index),
         )
 
-    def encoder_side(self) -> tuple[list, list, Tensor, Tensor, int]:
-        """(mem_k, mem_v, src_mask, row_source, group) ready for one step.
+    def vocabulary(self) -> Optional[Tensor]:
+        if self.vocab_ids is None:
+            return None
+        return self.vocab_ids.index_select(0, self.row_source)  # (rows, columns)
+
+    def _per_source(self, index: Tensor, vocab_weight: bool = True) -> dict:
+        """The per-source fields for sources ``index``; the output weights only where asked (they are large)."""
+        out = dict(mem_k=[k.index_select(0, index) for k in self.mem_k],
+                   mem_v=[v.index_select(0, index) for v in self.mem_v],
+                   src_mask=self.src_mask.index_select(0, index))
+        if self.vocab_ids is not None:
+            out.update(vocab_ids=self.vocab_ids.index_select(0, index),
+                       vocab_bias=self.vocab_bias.index_select(0, index),
+                       vocab_weight=self.vocab_weight.index_select(0, index)
+                       if vocab_weight and self.vocab_weight is not None else None)
+        return out
+
+    def encoder_side(self) -> tuple["TransformerState", int]:
+        """This state with its per-source fields ready for one step, and ``group``.
 
         Sources no hypothesis reads any more (finished sentences) are dropped; when every source has the same
-        number of consecutive rows (beam search, greedy) ``group`` is that number, else the encoder side is
-        gathered per row (group 1).
+        number of consecutive rows (beam search, greedy) ``group`` is that number, else the per-source fields
+        are gathered per row (group 1; a shortlist's output weights are then not, see Transformer.step).
         """
-        mem_k, mem_v, src_mask, row_source = self.mem_k, self.mem_v, self.src_mask, self.row_source
-        used, inverse = torch.unique(row_source, sorted=True, return_inverse=True)
-        if used.numel() < src_mask.size(0):
-            mem_k = [k.index_select(0, used) for k in mem_k]
-            mem_v = [v.index_select(0, used) for v in mem_v]
-            src_mask, row_source = src_mask.index_select(0, used), inverse
-        sources, rows = src_mask.size(0), row_source.numel()
+        state = self
+        used, inverse = torch.unique(self.row_source, sorted=True, return_inverse=True)
+        if used.numel() < self.src_mask.size(0):
+            state = dataclasses.replace(self, row_source=inverse, **self._per_source(used))
+        sources, rows = state.src_mask.size(0), state.row_source.numel()
         group = rows // sources
         if rows == sources * group and torch.equal(
-            row_source, torch.arange(sources, device=row_source.device).repeat_interleave(group)
+            state.row_source, torch.arange(sources, device=state.row_source.device).repeat_interleave(group)
         ):
-            return mem_k, mem_v, src_mask, row_source, group
-        mem_k = [k.index_select(0, row_source) for k in mem_k]  # arbitrary order: one row per hypothesis
-        mem_v = [v.index_select(0, row_source) for v in mem_v]
-        src_mask = src_mask.index_select(0, row_source)
-        return mem_k, mem_v, src_mask, torch.arange(rows, device=row_source.device), 1
+            return state, group
+        # arbitrary order: one row per hypothesis
+        return dataclasses.replace(state, row_source=torch.arange(rows, device=state.row_source.device),
+                                   **state._per_source(state.row_source, vocab_weight=False)), 1
 
 
 class Transformer(Seq2Seq):
@@ -324,22 +342,45 @@ class Transformer(Seq2Seq):
             row_source=torch.arange(b, device=memory.device), step=0,
         )
 
+    def _output_weight(self) -> Tensor:
+        """(tgt_vocab, d_model) float weights of the output projection (an int8 copy is dequantized)."""
+        if self.output is None:
+            return self.tgt_embed.weight
+        weight = self.output.weight
+        return weight().dequantize() if callable(weight) else weight
+
+    def restrict_vocabulary(self, state: TransformerState, ids: Tensor) -> TransformerState:
+        """Score only the target ids ``ids`` (sources, columns) from now on, one list per source sentence;
+        PAD entries are fillers (never chosen) and column 0 must be EOS. See mtkit/shortlist.py."""
+        weight = self._output_weight()
+        rows = weight.index_select(0, ids.reshape(-1)).view(*ids.shape, -1)  # (sources, columns, d_model)
+        bias = torch.zeros(ids.shape, dtype=rows.dtype, device=ids.device).masked_fill(ids.eq(PAD), float("-inf"))
+        return dataclasses.replace(state, vocab_ids=ids, vocab_weight=rows.transpose(1, 2).contiguous(),
+                                   vocab_bias=bias.unsqueeze(1))
+
     def step(self, prev_tokens: Tensor, state: TransformerState, need_attention: bool = False):
         start = state.step
-        mem_k, mem_v, src_mask, row_source, group = state.encoder_side()
+        state, group = state.encoder_side()
         x = self._embed(prev_tokens[:, None], self.tgt_embed, start, getattr(self, "tgt_pos", None))
         new_k, new_v, weights = [], [], None
         last = len(self.decoder) - 1
         for i, layer in enumerate(self.decoder):
-            x, k, v, w = layer(x, state.self_k[i], state.self_v[i], mem_k[i], mem_v[i], src_mask,
+            x, k, v, w = layer(x, state.self_k[i], state.self_v[i], state.mem_k[i], state.mem_v[i], state.src_mask,
                                start, need_weights=need_attention and i == last, group=group)
             new_k.append(k)
             new_v.append(v)
             weights = w if w is not None else weights
-        logits = self._logits(self.decoder_norm(x))[:, 0]  # (rows, vocab)
+        x = self.decoder_norm(x)[:, 0]  # (rows, d_model)
+        if state.vocab_ids is None:
+            logits = self._logits(x)  # (rows, vocab)
+        elif state.vocab_weight is not None:  # rows in runs of `group` per source: one small matmul per source
+            sources = state.vocab_ids.size(0)
+            logits = torch.baddbmm(state.vocab_bias, x.view(sources, -1, x.size(-1)).to(state.vocab_weight.dtype),
+                                   state.vocab_weight).view(x.size(0), -1)  # (rows, columns)
+        else:  # rows in arbitrary order (per-row fields): the whole projection, then each row's columns
+            logits = self._logits(x).gather(1, state.vocab_ids) + state.vocab_bias[:, 0]  # (rows, columns)
         log_probs = logits.float().log_softmax(dim=-1)
-        new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, mem_k=mem_k, mem_v=mem_v,
-                                        src_mask=src_mask, row_source=row_source, step=start + 1)
+        new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1)
         return log_probs, new_state, (weights[:, 0] if weights is not None else None)
 
     def decode_full(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False,
