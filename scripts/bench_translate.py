@@ -4,6 +4,8 @@
     python scripts/bench_translate.py runs/multi30k-transformer                          # PyTorch engine
     python scripts/bench_translate.py runs/multi30k-transformer --engine ctranslate2 --compute-type float32 int8
     python scripts/bench_translate.py runs/demo-ct2 --engine ctranslate2               # an `mtkit export` dir
+    python scripts/bench_translate.py runs/multi30k-transformer --shortlist 0 20 --compute-type float32 int8
+    python scripts/bench_translate.py runs/multi30k-transformer --split val --shortlist 10 20 50   # tune on val
 
 Both engines run in this process through the code `mtkit translate` uses (``translate_stream`` over a
 ``Translator`` or ``Ct2Translator``) with the run's decoding options (length penalty, a * len + b output limit,
@@ -45,13 +47,13 @@ class CountingTranslator:
 
 
 def build(run: Path, engine: str, compute_type: str, beam: int, threads: int, batch_size: int | None,
-          stopping: str | None = None):
+          stopping: str | None = None, shortlist: int | None = None):
     """A translator for one row of the table (loading and conversion happen here, untimed)."""
     from mtkit import translate as tr
     from mtkit.export import is_export_dir
 
     overrides = {"beam_size": beam, "batch_size": batch_size, "nbest": 1, "threads": threads, "device": "cpu",
-                 "dtype": compute_type, "stopping": stopping}
+                 "dtype": compute_type, "stopping": stopping, "shortlist": shortlist}
     run_options = dict(sampling=False, temperature=1.0, top_k=0, top_p=1.0, seed=0, need_attention=False)
     if engine == "ctranslate2":
         return tr.ct2_translator([run], overrides, **run_options)
@@ -72,8 +74,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default: the run's)")
     parser.add_argument("--stopping", choices=("first", "beam_full", "exact"), default=None,
                         help="beam search stopping rule (default: the run's decoding.stopping)")
+    parser.add_argument("--shortlist", type=int, nargs="+", default=[None],
+                        help="torch engine: translations per source subword in the lexical shortlist, 0 = whole "
+                             "vocabulary (default: the run's decoding.shortlist); one row each")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "multi30k",
-                        help="folder holding test_2016_flickr.en.gz and .de.gz")
+                        help="folder holding SPLIT.en.gz and SPLIT.de.gz")
+    parser.add_argument("--split", default="test_2016_flickr", help="test_2016_flickr, or val to tune options")
     parser.add_argument("--warmup", type=int, default=20, help="sentences translated untimed before each row")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -82,34 +88,37 @@ def main() -> None:
     from mtkit.score import corpus_scores
     from mtkit.translate import translate_stream
 
-    sources = read_gz(args.data / "test_2016_flickr.en.gz")
-    references = read_gz(args.data / "test_2016_flickr.de.gz")
+    sources = read_gz(args.data / f"{args.split}.en.gz")
+    references = read_gz(args.data / f"{args.split}.de.gz")
     compute_types = args.compute_type or (["float32", "int8"] if args.engine == "ctranslate2" else ["float32"])
-    print(f"{args.run}: {len(sources)} sentences of test_2016_flickr, engine {args.engine}, {args.threads} threads")
-    print(f"{'engine':<12} {'compute':<13} {'beam':>4} {'seconds':>8} {'sent/s':>8} {'tgt tok/s':>10} "
-          f"{'BLEU':>6} {'chrF':>6}")
+    if args.engine == "ctranslate2" and args.shortlist != [None]:
+        parser.error("--shortlist is for the torch engine")
+    print(f"{args.run}: {len(sources)} sentences of {args.split}, engine {args.engine}, {args.threads} threads")
+    print(f"{'engine':<12} {'compute':<13} {'beam':>4} {'shortlist':>9} {'seconds':>8} {'sent/s':>8} "
+          f"{'tgt tok/s':>10} {'BLEU':>6} {'chrF':>6}")
     signatures = {}
     for compute_type in compute_types:
-        for beam in args.beams:
-            try:
-                translator = CountingTranslator(build(args.run, args.engine, compute_type, beam, args.threads,
-                                                      args.batch_size, args.stopping))
-            except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
-                print(f"{args.engine:<12} {compute_type:<13} {beam:>4}  skipped: {err}", flush=True)
-                continue
-            translate_stream(translator, sources[: args.warmup], io.StringIO())
-            translator.target_tokens = 0
-            sink = io.StringIO()
-            start = time.perf_counter()
-            translate_stream(translator, sources, sink)
-            seconds = time.perf_counter() - start
-            hyps = sink.getvalue().split("\n")[:-1]
-            assert len(hyps) == len(sources), (len(hyps), len(sources))
-            scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
-            signatures.update({name: s["signature"] for name, s in scores.items()})
-            print(f"{args.engine:<12} {compute_type:<13} {beam:>4} {seconds:>8.2f} {len(sources) / seconds:>8.1f} "
-                  f"{translator.target_tokens / seconds:>10.0f} {scores['bleu']['score']:>6.2f} "
-                  f"{scores['chrf']['score']:>6.2f}", flush=True)
+        for shortlist in args.shortlist:
+            for beam in args.beams:
+                row = f"{args.engine:<12} {compute_type:<13} {beam:>4} {'run' if shortlist is None else shortlist:>9}"
+                try:
+                    translator = CountingTranslator(build(args.run, args.engine, compute_type, beam, args.threads,
+                                                          args.batch_size, args.stopping, shortlist))
+                except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
+                    print(f"{row}  skipped: {err}", flush=True)
+                    continue
+                translate_stream(translator, sources[: args.warmup], io.StringIO())
+                translator.target_tokens = 0
+                sink = io.StringIO()
+                start = time.perf_counter()
+                translate_stream(translator, sources, sink)
+                seconds = time.perf_counter() - start
+                hyps = sink.getvalue().split("\n")[:-1]
+                assert len(hyps) == len(sources), (len(hyps), len(sources))
+                scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
+                signatures.update({name: s["signature"] for name, s in scores.items()})
+                print(f"{row} {seconds:>8.2f} {len(sources) / seconds:>8.1f} {translator.target_tokens / seconds:>10.0f} "
+                      f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}", flush=True)
     for name, signature in signatures.items():
         print(f"{name}: {signature}")
 

@@ -165,7 +165,7 @@ def per_row_encoder_side(monkeypatch):
     def per_row(self):
         state, _ = original(self)
         return dataclasses.replace(state, row_source=torch.arange(len(state.row_source)),
-                                   **state._per_source(state.row_source, vocab_weight=False)), 1
+                                   **state._per_source(state.row_source)), 1
 
     monkeypatch.setattr(TransformerState, "encoder_side", per_row)
 

@@ -222,8 +222,9 @@ class TransformerState(State):
     step: int  # number of target positions already decoded
     # A per-sentence output vocabulary (restrict_vocabulary), kept per source like mem_k; None: the whole one.
     vocab_ids: Optional[Tensor] = None  # (sources, columns) int64 target id of each column; column 0 is EOS
-    vocab_weight: Optional[Tensor] = None  # (sources, d_model, columns) those rows of the output projection
-    vocab_bias: Optional[Tensor] = None  # (sources, 1, columns) 0, or -inf on filler columns (PAD)
+    vocab_index: Optional[Tensor] = None  # (sources, columns) int64 where each column is in union_weight
+    vocab_bias: Optional[Tensor] = None  # (sources, columns) 0, or -inf on filler columns (PAD)
+    union_weight: Optional[Tensor] = None  # (union, d_model) output weights of every source's ids, shared
 
     def reorder(self, index: Tensor) -> "TransformerState":
         return dataclasses.replace(
@@ -238,16 +239,15 @@ class TransformerState(State):
             return None
         return self.vocab_ids.index_select(0, self.row_source)  # (rows, columns)
 
-    def _per_source(self, index: Tensor, vocab_weight: bool = True) -> dict:
-        """The per-source fields for sources ``index``; the output weights only where asked (they are large)."""
+    def _per_source(self, index: Tensor) -> dict:
+        """The per-source fields for sources ``index``."""
         out = dict(mem_k=[k.index_select(0, index) for k in self.mem_k],
                    mem_v=[v.index_select(0, index) for v in self.mem_v],
                    src_mask=self.src_mask.index_select(0, index))
         if self.vocab_ids is not None:
             out.update(vocab_ids=self.vocab_ids.index_select(0, index),
-                       vocab_bias=self.vocab_bias.index_select(0, index),
-                       vocab_weight=self.vocab_weight.index_select(0, index)
-                       if vocab_weight and self.vocab_weight is not None else None)
+                       vocab_index=self.vocab_index.index_select(0, index),
+                       vocab_bias=self.vocab_bias.index_select(0, index))
         return out
 
     def encoder_side(self) -> tuple["TransformerState", int]:
@@ -255,7 +255,7 @@ class TransformerState(State):
 
         Sources no hypothesis reads any more (finished sentences) are dropped; when every source has the same
         number of consecutive rows (beam search, greedy) ``group`` is that number, else the per-source fields
-        are gathered per row (group 1; a shortlist's output weights are then not, see Transformer.step).
+        are gathered per row (group 1).
         """
         state = self
         used, inverse = torch.unique(self.row_source, sorted=True, return_inverse=True)
@@ -269,7 +269,7 @@ class TransformerState(State):
             return state, group
         # arbitrary order: one row per hypothesis
         return dataclasses.replace(state, row_source=torch.arange(rows, device=state.row_source.device),
-                                   **state._per_source(state.row_source, vocab_weight=False)), 1
+                                   **state._per_source(state.row_source)), 1
 
 
 class Transformer(Seq2Seq):
@@ -351,12 +351,15 @@ class Transformer(Seq2Seq):
 
     def restrict_vocabulary(self, state: TransformerState, ids: Tensor) -> TransformerState:
         """Score only the target ids ``ids`` (sources, columns) from now on, one list per source sentence;
-        PAD entries are fillers (never chosen) and column 0 must be EOS. See mtkit/shortlist.py."""
-        weight = self._output_weight()
-        rows = weight.index_select(0, ids.reshape(-1)).view(*ids.shape, -1)  # (sources, columns, d_model)
-        bias = torch.zeros(ids.shape, dtype=rows.dtype, device=ids.device).masked_fill(ids.eq(PAD), float("-inf"))
-        return dataclasses.replace(state, vocab_ids=ids, vocab_weight=rows.transpose(1, 2).contiguous(),
-                                   vocab_bias=bias.unsqueeze(1))
+        PAD entries are fillers (never chosen) and column 0 must be EOS. See mtkit/shortlist.py.
+
+        Each step projects onto the union of all sources' ids (one matrix product over weights that stay in
+        cache) and gathers every row's own columns from it before the log-softmax.
+        """
+        union, index = torch.unique(ids, sorted=True, return_inverse=True)  # (union,), (sources, columns)
+        bias = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device).masked_fill(ids.eq(PAD), float("-inf"))
+        return dataclasses.replace(state, vocab_ids=ids, vocab_index=index, vocab_bias=bias,
+                                   union_weight=self._output_weight().index_select(0, union))
 
     def step(self, prev_tokens: Tensor, state: TransformerState, need_attention: bool = False):
         start = state.step
@@ -372,14 +375,17 @@ class Transformer(Seq2Seq):
             weights = w if w is not None else weights
         x = self.decoder_norm(x)[:, 0]  # (rows, d_model)
         if state.vocab_ids is None:
-            logits = self._logits(x)  # (rows, vocab)
-        elif state.vocab_weight is not None:  # rows in runs of `group` per source: one small matmul per source
-            sources = state.vocab_ids.size(0)
-            logits = torch.baddbmm(state.vocab_bias, x.view(sources, -1, x.size(-1)).to(state.vocab_weight.dtype),
-                                   state.vocab_weight).view(x.size(0), -1)  # (rows, columns)
-        else:  # rows in arbitrary order (per-row fields): the whole projection, then each row's columns
-            logits = self._logits(x).gather(1, state.vocab_ids) + state.vocab_bias[:, 0]  # (rows, columns)
-        log_probs = logits.float().log_softmax(dim=-1)
+            logits = self._logits(x).float()  # (rows, vocab)
+        else:
+            union_logits = F.linear(x.to(state.union_weight.dtype), state.union_weight).float()  # (rows, union)
+            if group > 1:  # rows in runs of `group` per source: each run reads its source's columns
+                sources, columns = state.vocab_index.shape
+                index = state.vocab_index.unsqueeze(1).expand(sources, group, columns)
+                logits = union_logits.view(sources, group, -1).gather(2, index) + state.vocab_bias.unsqueeze(1)
+                logits = logits.view(x.size(0), columns)  # (rows, columns)
+            else:  # one source per row
+                logits = union_logits.gather(1, state.vocab_index) + state.vocab_bias  # (rows, columns)
+        log_probs = logits.log_softmax(dim=-1)
         new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1)
         return log_probs, new_state, (weights[:, 0] if weights is not None else None)
 
