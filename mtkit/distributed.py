@@ -34,8 +34,22 @@ def pick_device(choice: str, local_rank: int = 0) -> torch.device:
     if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise MtkitError("device 'cuda' requested but no CUDA GPU is visible; set training.devices: cpu (or auto)")
+        _skip_cudnn_attention()
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
+
+
+def _skip_cudnn_attention() -> None:
+    """Keep scaled_dot_product_attention off cuDNN's backend, which PyTorch prefers for bf16/fp16 on recent GPUs.
+
+    mtkit's batches change shape at almost every call (length buckets, validation, decoding), and the cuDNN
+    backend builds a new graph for each new shape: on an H100 (torch 2.11, cuDNN 9.19) 150-600 ms per new shape
+    against < 1 ms for the memory-efficient kernel, which made the first bf16/fp16 epoch of the Multi30k
+    Transformer ~10x slower than fp32 (results/2026-11-23-gpu). The flash, memory-efficient and math kernels stay.
+    """
+    enable = getattr(torch.backends.cuda, "enable_cudnn_sdp", None)  # torch >= 2.3
+    if enable is not None:
+        enable(False)
 
 
 def setup(device_choice: str, timeout_minutes: float = 30.0) -> Dist:

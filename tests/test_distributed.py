@@ -245,3 +245,23 @@ def test_a_failing_rank_stops_the_run_in_bounded_time(toy):
     # rank 0 was waiting for rank 1 in a gradient all-reduce: it stops by itself, with one readable line
     assert "mtkit: error: rank 0: another process of this run failed" in result.stdout, result.stdout[-4000:]
     assert not (cfg.parent / "failing-run" / "checkpoints" / "ckpt_0000003.safetensors").exists()
+
+
+def test_a_cuda_device_keeps_attention_off_cudnn(monkeypatch):
+    """cuDNN's SDPA backend builds a graph per new shape (0.15-0.6 s each on an H100, where PyTorch prefers it for
+    bf16/fp16): choosing a CUDA device turns it off, choosing the CPU leaves the setting alone."""
+    from mtkit.distributed import pick_device
+
+    if not hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        pytest.skip("this torch has no cuDNN attention backend")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        assert pick_device("cpu") == torch.device("cpu")
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        assert pick_device("cuda", local_rank=3) == torch.device("cuda", 0)
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
