@@ -317,6 +317,7 @@ class Ct2Translator:
             first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
             raise MtkitError(f"CTranslate2 cannot run this model on {device} as {compute_type} ({first})") from None
         self.tokenizer, self.opt, self.exact_scores = tokenizer, options, exact_scores
+        self.where = f"{device} as {compute_type}"
         self.max_src = self.max_len_cap = max_positions - 1  # the source keeps room for EOS
         self.max_chars = max_chars_for(self.max_src)
         self.truncated = 0
@@ -376,10 +377,9 @@ class Ct2Translator:
                 beam = max(o.beam_size, o.nbest)
                 ct2_penalty = 0.0 if beam == 1 else self._NEUTRAL_PENALTY
                 kwargs = dict(beam_size=beam, num_hypotheses=beam)
-            out = self.engine.translate_batch(
-                sources, max_batch_size=o.batch_size, length_penalty=ct2_penalty, max_decoding_length=limit,
-                min_decoding_length=0, max_input_length=0, return_scores=True, suppress_sequences=self.banned,
-                **kwargs)
+            out = self._run(self.engine.translate_batch, sources, max_batch_size=o.batch_size,
+                            length_penalty=ct2_penalty, max_decoding_length=limit, min_decoding_length=0,
+                            max_input_length=0, return_scores=True, suppress_sequences=self.banned, **kwargs)
             for result in out:
                 # Undo CTranslate2's score / length ** penalty. Two kinds get no usable score (None): an empty
                 # hypothesis under a penalty (-inf), and one cut at the limit, which CTranslate2 ends without
@@ -417,9 +417,20 @@ class Ct2Translator:
                 hyps.sort(key=lambda h: h.score, reverse=True)
         return results
 
+    def _run(self, method, *args, **kwargs):
+        """A CTranslate2 call; its runtime failures (a missing CUDA library, out of memory) become one line."""
+        try:
+            return method(*args, **kwargs)
+        except RuntimeError as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
+            raise MtkitError(f"CTranslate2 failed running the model on {self.where} ({first}); on a GPU check "
+                             "that the CUDA libraries CTranslate2 was built for are installed, or use --device cpu "
+                             "or --engine torch") from None
+
     def _score(self, sources: list[list[str]], targets: list[list[str]]) -> list[tuple[float, list[float]]]:
         """(log-prob, token log-probs with EOS's last) of each target given its source: the model's own numbers."""
-        scored = self.engine.score_batch(sources, targets, max_batch_size=self.opt.batch_size, max_input_length=0)
+        scored = self._run(self.engine.score_batch, sources, targets, max_batch_size=self.opt.batch_size,
+                           max_input_length=0)
         return [(math.fsum(r.log_probs), list(r.log_probs)) for r in scored]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -262,6 +263,37 @@ def test_beam_equals_torch_searching_the_same_distribution(loaded, exported, tes
 
 
 @needs_ct2
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rope"])
+def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, norm, tmp_path):
+    """For each layout: CTranslate2's teacher-forced log-probs (score_batch) equal the model's own."""
+    import ctranslate2
+
+    from mtkit.config import TransformerConfig
+    from mtkit.export import build_spec, save_spec
+    from mtkit.models import build_model
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=32, heads=2, encoder_layers=2, decoder_layers=2, ffn_dim=64, max_positions=64,
+                            dropout=0.0, norm=norm, positions=positions, max_relative_distance=4)
+    tok = loaded.tokenizer
+    model = build_model(cfg, tok.src_vocab_size, tok.tgt_vocab_size, True).eval()
+    with torch.no_grad():  # fresh biases are 0 and norms 1: perturb them so that each is checked too
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    save_spec(build_spec(model, tok), tmp_path / "ct2", None)
+    engine = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    rng = random.Random(0)
+    sources = [[rng.randrange(4, tok.src_vocab_size) for _ in range(rng.randint(1, 20))] for _ in range(8)]
+    targets = [[rng.randrange(4, tok.tgt_vocab_size) for _ in range(rng.randint(1, 20))] for _ in range(8)]
+    scored = engine.score_batch([tok.src_pieces(s) for s in sources], [tok.tgt_pieces(t) for t in targets],
+                                max_input_length=0)
+    for src, tgt, result in zip(sources, targets, scored):
+        assert list(result.log_probs) == pytest.approx(teacher_forced_log_probs(model, src, tgt), abs=1e-4)
+
+
+@needs_ct2
 def test_translate_cli_converts_a_run_dir_on_the_fly(run_dir, exported, test_lines, run_cli):
     stdin = "\n".join(test_lines[:20]) + "\n\n   \n"
     outputs = {}
@@ -277,6 +309,19 @@ def test_translate_cli_converts_a_run_dir_on_the_fly(run_dir, exported, test_lin
             assert a.split("\t")[0] == b.split("\t")[0]
             if "\t" in a:
                 assert float(a.split("\t")[1]) == pytest.approx(float(b.split("\t")[1]), abs=2e-4)
+
+
+@needs_ct2
+def test_a_failing_ctranslate2_call_is_one_line(exported, run_cli, monkeypatch):
+    """What a GPU without the CUDA libraries CTranslate2 was built for gives (seen on an H100 with CUDA 13)."""
+    import ctranslate2
+
+    def missing_library(self, *args, **kwargs):
+        raise RuntimeError("Library libcublas.so.12 is not found or cannot be loaded")
+
+    monkeypatch.setattr(ctranslate2.Translator, "translate_batch", missing_library)
+    result = run_cli("translate", exported, stdin="a dog\n")
+    assert_one_line_error(result, "libcublas.so.12", "cpu as", "--device cpu")
 
 
 @needs_ct2
