@@ -108,6 +108,8 @@ def translate(
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
     threads: Optional[int] = typer.Option(None, "--threads"),
+    stopping: Optional[str] = typer.Option(None, "--stopping", help="Beam search: first (OpenNMT-py), beam_full "
+                                           "(fairseq) or exact; see decoding.stopping."),
     shortlist: Optional[int] = typer.Option(None, "--shortlist", help="Score each sentence over a lexical shortlist "
                                             "with this many translations per source subword (0: whole vocabulary)."),
     sampling: bool = typer.Option(False, "--sampling", help="Sample instead of beam search."),
@@ -132,7 +134,7 @@ def translate(
             input=input, output=output,
             overrides=dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                            batch_size=batch_size, nbest=nbest, device=device, dtype=dtype, threads=threads,
-                           shortlist=shortlist),
+                           stopping=stopping, shortlist=shortlist),
             sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
             fmt=fmt, alignments=alignments, plot_attention=plot_attention, engine=engine,
         )

@@ -244,6 +244,22 @@ def test_output_file_and_unwritable_output(run_dir, test_lines, tmp_path, capsys
     assert "missing" in err
 
 
+def test_stopping_flag_reaches_the_search_and_bad_values_are_one_line(run_dir, test_lines, capsys, monkeypatch):
+    from mtkit import search
+
+    seen = []
+    real = search.beam_search
+    monkeypatch.setattr(search, "beam_search", lambda *a, **kw: seen.append(kw["stopping"]) or real(*a, **kw))
+    stdin = ("\n".join(test_lines[:5]) + "\n").encode()
+    for rule in ("first", "exact"):
+        code, out, err = run_main(["translate", run_dir, "--stopping", rule], stdin, capsys, monkeypatch)
+        assert code == 0 and len(out.split("\n")) == 6, err
+        assert set(seen) == {rule}
+        seen.clear()
+    code, out, err = run_main(["translate", run_dir, "--stopping", "never"], stdin, capsys, monkeypatch)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "stopping" in err, err
+
+
 # ------------------------------------------------------------------------------ search equivalences
 def greedy_without_cache(model, src: torch.Tensor, max_len: int):
     """One sentence (1, src_len): re-run decode_full on the whole prefix at every step, no KV cache.
