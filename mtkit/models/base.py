@@ -19,9 +19,43 @@ import dataclasses
 from typing import Any, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+_LANE = 1 << 16  # the drop probability's resolution in ``dropout``
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """``F.dropout``, with a cheaper mask on the CPU.
+
+    PyTorch's CPU dropout draws one Bernoulli number per element; at this project's model sizes that was 12% of
+    a training update. Here one 64-bit random word gives the mask of four elements (four uniform 16-bit lanes),
+    about 5x cheaper: an element is dropped with probability ``round(p * 65536) / 65536`` (p to within 1e-5)
+    and the kept ones are scaled by the inverse of the exact keep probability, so the expectation is exact.
+    GPUs keep PyTorch's fused kernel.
+    """
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or p >= 1.0:
+        return F.dropout(x, p, True)
+    dropped = round(p * _LANE)
+    n = x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)  # all 64 bits uniform
+    keep = bits.view(torch.int16)[:n].view(x.shape) >= dropped - _LANE // 2  # (x.shape) bool
+    return x * (keep * (_LANE / (_LANE - dropped))).to(x.dtype)
+
+
+class Dropout(nn.Module):
+    """``nn.Dropout`` through ``dropout`` above."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
 
 
 def _reorder(value: Any, index: Tensor) -> Any:

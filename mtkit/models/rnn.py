@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from mtkit.models.attention import AttentionScore, gaussian_window
-from mtkit.models.base import PAD, Seq2Seq, State, src_mask_of
+from mtkit.models.base import PAD, Dropout, Seq2Seq, State, src_mask_of
 
 INIT_RANGE = 0.1  # parameters start uniform in [-0.1, 0.1], as in Luong et al. (2015)
 
@@ -88,7 +88,7 @@ class Bahdanau(Seq2Seq):
         self.hidden_size = hidden
 
         self.src_embed, self.tgt_embed = _make_embeddings(cfg, src_vocab_size, tgt_vocab_size, joint_vocab)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.encoder = nn.GRU(
             embed_dim,
             hidden,
@@ -205,7 +205,7 @@ class Luong(Seq2Seq):
         lstm_dropout = cfg.dropout if cfg.layers > 1 else 0.0
 
         self.src_embed, self.tgt_embed = _make_embeddings(cfg, src_vocab_size, tgt_vocab_size, joint_vocab)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.encoder = nn.LSTM(embed_dim, hidden, num_layers=cfg.layers, batch_first=True, dropout=lstm_dropout)
         decoder_input = embed_dim + (hidden if cfg.input_feeding else 0)
         self.decoder = nn.LSTM(decoder_input, hidden, num_layers=cfg.layers, batch_first=True, dropout=lstm_dropout)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mtkit.models.base import PAD, Seq2Seq, State
+from mtkit.models.base import PAD, Seq2Seq, State, dropout
 
 
 def sinusoidal_table(length: int, dim: int) -> Tensor:
@@ -108,7 +108,7 @@ class MultiHeadAttention(nn.Module):
             future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)
             scores = scores.masked_fill(future, float("-inf"))
         weights = scores.softmax(dim=-1)
-        dropped = F.dropout(weights, p, self.training)
+        dropped = dropout(weights, p, self.training)
         out = dropped @ v
         if self.max_relative:
             buckets = torch.zeros(b, h, tq, 2 * self.max_relative + 1, dtype=dropped.dtype, device=q.device)
@@ -132,7 +132,7 @@ class FeedForward(nn.Module):
         self.activation_dropout = activation_dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training)
+        hidden = dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training)
         return self.fc2(hidden)
 
 
@@ -147,7 +147,7 @@ class Residual(nn.Module):
         return self.norm(x) if self.pre_norm else x
 
     def add(self, x: Tensor, y: Tensor) -> Tensor:
-        x = x + F.dropout(y, self.dropout, self.training)
+        x = x + dropout(y, self.dropout, self.training)
         return x if self.pre_norm else self.norm(x)
 
 
@@ -317,7 +317,7 @@ class Transformer(Seq2Seq):
             x = x + self.pos_table[start : start + length].to(x.dtype)
         elif learned is not None:
             x = x + learned.weight[start : start + length].to(x.dtype)
-        return F.dropout(x, self.cfg.dropout, self.training)
+        return dropout(x, self.cfg.dropout, self.training)
 
     def _logits(self, x: Tensor) -> Tensor:
         if self.output is None:
