@@ -103,7 +103,9 @@ def translate(
     length_penalty: Optional[float] = typer.Option(None, "--length-penalty"),
     max_len_a: Optional[float] = typer.Option(None, "--max-len-a"),
     max_len_b: Optional[int] = typer.Option(None, "--max-len-b"),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
+    batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Also at most this many source tokens "
+                                               "per batch (sentences x the longest)."),
     nbest: Optional[int] = typer.Option(None, "--nbest"),
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
@@ -133,8 +135,8 @@ def translate(
             paths=list(run) + list(checkpoint or []),
             input=input, output=output,
             overrides=dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                           batch_size=batch_size, nbest=nbest, device=device, dtype=dtype, threads=threads,
-                           stopping=stopping, shortlist=shortlist),
+                           batch_size=batch_size, batch_tokens=batch_tokens, nbest=nbest, device=device, dtype=dtype,
+                           threads=threads, stopping=stopping, shortlist=shortlist),
             sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
             fmt=fmt, alignments=alignments, plot_attention=plot_attention, engine=engine,
         )

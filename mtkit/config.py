@@ -168,6 +168,8 @@ class DecodingConfig(Section):
     max_len_a: float = Field(1.5, ge=0)
     max_len_b: int = Field(10, ge=0)
     batch_size: int = Field(64, ge=1, description="sentences per batch")
+    batch_tokens: Optional[int] = Field(None, ge=1, description="also at most this many source tokens per batch "
+                                        "(sentences x the longest, EOS included); a longer sentence goes alone")
     chunk_size: int = Field(2000, ge=1, description="lines read from stdin and length-sorted at a time")
     nbest: int = Field(1, ge=1)
     stopping: Literal["first", "beam_full", "exact"] = Field(

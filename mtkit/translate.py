@@ -200,6 +200,7 @@ class Options:
     max_len_a: float = _DECODING.max_len_a
     max_len_b: int = _DECODING.max_len_b
     batch_size: int = _DECODING.batch_size
+    batch_tokens: Optional[int] = _DECODING.batch_tokens
     chunk_size: int = _DECODING.chunk_size
     nbest: int = _DECODING.nbest
     stopping: str = _DECODING.stopping
@@ -209,6 +210,21 @@ class Options:
     top_p: float = 1.0
     seed: int = 0
     need_attention: bool = False
+
+
+def batches(ids: list[list[int]], options: Options) -> Iterator[list[int]]:
+    """Indices of the non-empty ``ids``, shortest first, cut into batches of at most ``batch_size`` sentences and,
+    with ``batch_tokens``, at most that many padded source tokens (sentences x longest, EOS included)."""
+    batch: list[int] = []
+    for i in sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: len(ids[i])):  # empty: no model call
+        width = len(ids[i]) + 1  # the longest so far, as the order is by length
+        if batch and (len(batch) == options.batch_size or
+                      (options.batch_tokens is not None and (len(batch) + 1) * width > options.batch_tokens)):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
 
 
 def max_chars_for(max_src: int) -> int:
@@ -248,12 +264,9 @@ class Translator:
     def translate_ids(self, ids: list[list[int]]) -> list[list]:
         from mtkit import search
 
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        results: list[list] = [[] for _ in ids]
-        todo = [i for i in order if ids[i]]  # empty inputs give empty outputs without a model call
+        results: list[list] = [[] for _ in ids]  # empty inputs give empty outputs without a model call
         o = self.opt
-        for start in range(0, len(todo), o.batch_size):
-            idx = todo[start : start + o.batch_size]
+        for idx in batches(ids, o):
             width = max(len(ids[i]) for i in idx) + 1
             src = torch.full((len(idx), width), PAD, dtype=torch.long)
             for row, i in enumerate(idx):
@@ -334,10 +347,8 @@ class Ct2Translator:
         return min(max(math.ceil(o.max_len_a * src_len + o.max_len_b - 1e-6), 0), self.max_len_cap)
 
     def translate_ids(self, ids: list[list[int]]) -> list[list]:
-        results: list[list] = [[] for _ in ids]
-        todo = [i for i in sorted(range(len(ids)), key=lambda i: len(ids[i])) if ids[i]]  # empty in, empty out
-        for start in range(0, len(todo), self.opt.batch_size):  # batches of similar length, so of similar limits
-            idx = todo[start : start + self.opt.batch_size]
+        results: list[list] = [[] for _ in ids]  # empty in, empty out
+        for idx in batches(ids, self.opt):  # batches of similar length, so of similar limits
             sources = [[self.src_vocab[t] for t in ids[i]] for i in idx]  # CTranslate2 appends </s>
             limits = [self.max_length(len(ids[i]) + 1) for i in idx]
             for i, hyps in zip(idx, self._search(sources, limits)):
@@ -508,7 +519,8 @@ def _decoding_config(base: cfgmod.DecodingConfig, overrides: dict) -> cfgmod.Dec
 
 def _options(dec: cfgmod.DecodingConfig, **run_options) -> Options:
     return Options(beam_size=dec.beam_size, length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
-                   max_len_b=dec.max_len_b, batch_size=dec.batch_size, chunk_size=dec.chunk_size, nbest=dec.nbest,
+                   max_len_b=dec.max_len_b, batch_size=dec.batch_size, batch_tokens=dec.batch_tokens,
+                   chunk_size=dec.chunk_size, nbest=dec.nbest,
                    stopping=dec.stopping, **run_options)
 
 

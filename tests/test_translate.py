@@ -261,6 +261,46 @@ def test_stopping_flag_reaches_the_search_and_bad_values_are_one_line(run_dir, t
 
 
 # ------------------------------------------------------------------------------ search equivalences
+@settings(max_examples=200, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), max_size=60), batch_size=st.integers(1, 20),
+       batch_tokens=st.one_of(st.none(), st.integers(1, 200)))
+def test_batches_hold_every_sentence_once_within_both_bounds(lengths, batch_size, batch_tokens):
+    from mtkit.translate import batches
+
+    ids = [[5] * n for n in lengths]
+    got = list(batches(ids, Options(batch_size=batch_size, batch_tokens=batch_tokens)))
+    flat = [i for batch in got for i in batch]
+    assert sorted(flat) == [i for i, n in enumerate(lengths) if n]  # each non-empty sentence once, no empty one
+    assert [len(ids[i]) for i in flat] == sorted(len(ids[i]) for i in flat)  # shortest first
+    for batch in got:
+        assert 1 <= len(batch) <= batch_size
+        padded = len(batch) * (max(len(ids[i]) for i in batch) + 1)
+        assert batch_tokens is None or padded <= batch_tokens or len(batch) == 1  # a longer sentence goes alone
+    for before, after in zip(got, got[1:]):  # greedy: a batch closes only when the next sentence breaks a bound
+        widest = len(ids[after[0]]) + 1
+        assert len(before) == batch_size or (batch_tokens is not None and (len(before) + 1) * widest > batch_tokens)
+
+
+def test_batch_tokens_changes_batches_not_translations(run_dir, test_lines, capsys, monkeypatch):
+    from mtkit import search
+
+    sizes = []
+    real = search.beam_search
+    monkeypatch.setattr(search, "beam_search", lambda model, src, *a, **kw: sizes.append(src.shape) or
+                        real(model, src, *a, **kw))
+    stdin = ("\n".join(test_lines[:30]) + "\n").encode()
+    code, plain, err = run_main(["translate", run_dir], stdin, capsys, monkeypatch)
+    assert code == 0, err
+    assert max(rows for rows, _ in sizes) == 16  # the run's decoding.batch_size
+    sizes.clear()
+    code, capped, err = run_main(["translate", run_dir, "--batch-tokens", "40"], stdin, capsys, monkeypatch)
+    assert code == 0, err
+    assert capped == plain
+    assert len(sizes) > 2 and all(rows * width <= 40 or rows == 1 for rows, width in sizes)
+    code, out, err = run_main(["translate", run_dir, "--batch-tokens", "0"], stdin, capsys, monkeypatch)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "batch_tokens" in err, err
+
+
 def greedy_without_cache(model, src: torch.Tensor, max_len: int):
     """One sentence (1, src_len): re-run decode_full on the whole prefix at every step, no KV cache.
 
