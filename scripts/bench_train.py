@@ -22,12 +22,17 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     print("$", " ".join(cmd), flush=True)
-    return subprocess.run(cmd, check=True, **kw)
+    done = subprocess.run(cmd, **kw)
+    if done.returncode:  # mtkit already printed its one-line reason
+        sys.exit(done.returncode)
+    return done
 
 
 def read_gz(path: Path) -> list[str]:
@@ -98,8 +103,13 @@ def main() -> None:
     if run_dir.exists() and not args.reuse:
         shutil.rmtree(run_dir)
     mtkit = [sys.executable, "-m", "mtkit"]
+    # The wall-clock budget ends the run, not the config's max_updates, except under a cosine schedule, whose
+    # decay is shaped by max_updates (set it to what the budget allows on this machine).
+    schedule = ((yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}).get("training") or {}).get(
+        "schedule")
+    budget_only = [] if schedule == "cosine" else ["training.max_updates=null"]
     overrides = [f"training.run_dir={run_dir}", f"training.max_minutes={args.minutes}",
-                 f"training.threads={args.threads}", "training.max_updates=null", *args.set]
+                 f"training.threads={args.threads}", *budget_only, *args.set]
     sets = [x for o in overrides for x in ("--set", o)]
     run(mtkit + ["prepare", args.config] + [x for o in args.set for x in ("--set", o)])
     started = time.perf_counter()
