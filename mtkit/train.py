@@ -97,6 +97,112 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: f
     return loss, nll.detach()
 
 
+class _OutputBuffers:
+    """Reusable flat buffers for the (tokens, vocab) logits of the fused output loss, one free list per device
+    and dtype. A forward pass takes one (or allocates one), the backward pass gives it back; a graph that is never
+    backpropagated just drops its buffer. glibc's malloc neither keeps a 120 MB block mapped between updates (it
+    maps and unmaps it, paying a page fault per 4 KiB every time) nor reuses a freed block for the next aligned
+    request, so a fresh (tokens, vocab) tensor per update costs more than the arithmetic done in it."""
+
+    def __init__(self):
+        self.free: dict[tuple, list[torch.Tensor]] = {}
+
+    def take(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        pool = self.free.setdefault((device, dtype), [])
+        while pool:
+            flat = pool.pop()
+            if flat.numel() >= numel:
+                return flat
+        return torch.empty(numel, dtype=dtype, device=device)
+
+    def give(self, flat: torch.Tensor) -> None:
+        pool = self.free.setdefault((flat.device, flat.dtype), [])
+        if len(pool) < 2:
+            pool.append(flat)
+
+
+_BUFFERS = _OutputBuffers()
+
+
+class _FusedOutputLoss(torch.autograd.Function):
+    """Output projection + label-smoothed cross-entropy in one function: features (tokens, d) and the projection
+    weight (vocab, d) [+ bias (vocab,)] -> (summed loss, summed NLL), the loss of ``_SmoothedCrossEntropy`` on
+    ``F.linear(features, weight, bias)``.
+
+    The logits go into a reused buffer (one matmul), then ``CHUNK_ROWS`` rows at a time turn into log-probs
+    while they are in cache, and the gradient with respect to the logits (softmax minus the smoothed target)
+    overwrites them in place. Backward is then two matmuls with that gradient: no (tokens, vocab) tensor is
+    allocated per update, and the logits are read and written once instead of four times. Autocast (bf16/fp16)
+    is honoured: the matmuls run in its dtype, the softmax in float32.
+    """
+
+    CHUNK_ROWS = 128
+
+    @staticmethod
+    def forward(ctx, features, weight, bias, target, smoothing: float):
+        want_grad = any(ctx.needs_input_grad[:3])
+        device_type = features.device.type
+        compute = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else features.dtype
+        tokens, vocab = features.size(0), weight.size(0)
+        with torch.autocast(device_type, enabled=False):
+            x, w = features.to(compute), weight.to(compute)
+            flat = _BUFFERS.take(tokens * vocab, compute, features.device)
+            logits = flat[: tokens * vocab].view(tokens, vocab)
+            if bias is None:
+                torch.mm(x, w.t(), out=logits)
+            else:
+                torch.addmm(bias.to(compute), x, w.t(), out=logits)
+            nll = features.new_zeros((), dtype=torch.float32)
+            smooth = features.new_zeros((), dtype=torch.float32)
+            for start in range(0, tokens, _FusedOutputLoss.CHUNK_ROWS):
+                chunk = logits[start : start + _FusedOutputLoss.CHUNK_ROWS]
+                log_probs = chunk.float().log_softmax(dim=-1)
+                tgt = target[start : start + _FusedOutputLoss.CHUNK_ROWS, None]
+                nll -= log_probs.gather(1, tgt).sum()
+                smooth -= log_probs.sum() / vocab
+                if want_grad:  # d loss / d logits, written over the logits of this chunk
+                    grad = torch.exp(log_probs, out=chunk) if chunk.dtype == torch.float32 else log_probs.exp_()
+                    grad.sub_(smoothing / vocab)
+                    grad.scatter_add_(1, tgt, grad.new_full((tgt.size(0), 1), -(1.0 - smoothing)))
+                    if grad is not chunk:
+                        chunk.copy_(grad)
+        if want_grad:
+            ctx.save_for_backward(x, w)
+            ctx.grad_logits, ctx.flat, ctx.has_bias = logits, flat, bias is not None
+            ctx.dtypes = (features.dtype, weight.dtype)
+        else:
+            _BUFFERS.give(flat)
+        return (1.0 - smoothing) * nll + smoothing * smooth, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        x, w = ctx.saved_tensors
+        g = ctx.grad_logits
+        if g is None:
+            raise RuntimeError("the fused output loss supports one backward pass per forward (no retain_graph)")
+        scale = grad_loss.to(g.dtype)
+        grad_features = grad_weight = grad_bias = None
+        with torch.autocast(g.device.type, enabled=False):
+            if ctx.needs_input_grad[0]:
+                grad_features = (g @ w).mul_(scale).to(ctx.dtypes[0])
+            if ctx.needs_input_grad[1]:
+                grad_weight = (g.t() @ x).mul_(scale).to(ctx.dtypes[1])
+            if ctx.has_bias and ctx.needs_input_grad[2]:
+                grad_bias = g.float().sum(0).mul_(grad_loss).to(ctx.dtypes[1])
+        ctx.grad_logits = None
+        _BUFFERS.give(ctx.flat)
+        ctx.flat = None
+        return grad_features, grad_weight, grad_bias, None, None
+
+
+def fused_output_loss(features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                      target: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``label_smoothed_loss(F.linear(features, weight, bias), target, smoothing)`` without materialising the
+    logits as a tensor of their own: features (tokens, d), target (tokens,) holding no padding."""
+    loss, nll = _FusedOutputLoss.apply(features, weight, bias, target, smoothing)
+    return loss, nll.detach()
+
+
 # --------------------------------------------------------------------------------------- run dir
 class RunLock:
     """An exclusive flock on RUN/train.lock: a second trainer on the same run dir is refused; the OS
@@ -549,9 +655,10 @@ class Trainer:
                 try:
                     with sync:
                         keep = batch.tgt_out.ne(PAD)
-                        with self.autocast():
-                            logits = model(batch.src, batch.tgt_in, keep)  # (tokens, vocab)
-                        loss, nll = label_smoothed_loss(logits, batch.tgt_out[keep], t.label_smoothing)
+                        with self.autocast():  # the output projection is fused with the loss (no logits tensor)
+                            features = model(batch.src, batch.tgt_in, keep, features=True)  # (tokens, d)
+                            loss, nll = fused_output_loss(features, *self.raw_model().output_projection(),
+                                                          batch.tgt_out[keep], t.label_smoothing)
                         (self.scaler.scale(loss) if self.scaler else loss).backward()
                 except (torch.OutOfMemoryError, RuntimeError) as err:
                     if is_out_of_memory(err):

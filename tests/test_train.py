@@ -29,7 +29,7 @@ from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit import train as trainmod
 from mtkit.models import PAD
-from mtkit.train import label_smoothed_loss, learning_rate
+from mtkit.train import fused_output_loss, label_smoothed_loss, learning_rate
 
 TRANSFORMER = {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
                "ffn_dim": 64, "dropout": 0.1}
@@ -225,6 +225,53 @@ def test_label_smoothed_loss_skips_padding_positions():
     assert logits.grad[0, 0].abs().sum() > 0
 
 
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("tokens", [1, 128, 300])  # one row, exactly one chunk, three chunks (the last partial)
+def test_fused_output_loss_equals_projection_then_loss(with_bias, tokens):
+    torch.manual_seed(tokens)
+    d, vocab, eps = 16, 37, 0.1
+    features = torch.randn(tokens, d, dtype=torch.float64).float().requires_grad_()
+    weight = (0.3 * torch.randn(vocab, d)).requires_grad_()
+    bias = torch.randn(vocab).requires_grad_() if with_bias else None
+    target = torch.randint(4, vocab, (tokens,))
+    loss, nll = fused_output_loss(features, weight, bias, target, eps)
+    (1.7 * loss).backward()
+    got = [features.grad, weight.grad] + ([bias.grad] if with_bias else [])
+    leaves = [t.detach().clone().requires_grad_() for t in [features, weight] + ([bias] if with_bias else [])]
+    want_loss, want_nll = label_smoothed_loss(F.linear(*leaves), target, eps)
+    (1.7 * want_loss).backward()
+    assert loss.item() == pytest.approx(want_loss.item(), rel=1e-5)
+    assert nll.item() == pytest.approx(want_nll.item(), rel=1e-5) and not nll.requires_grad
+    for g, leaf in zip(got, leaves):
+        torch.testing.assert_close(g, leaf.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_output_loss_without_gradients_and_a_second_backward():
+    torch.manual_seed(0)
+    features, weight, target = torch.randn(200, 8), torch.randn(50, 8), torch.randint(4, 50, (200,))
+    with torch.no_grad():
+        loss, _ = fused_output_loss(features, weight, None, target, 0.2)
+    assert loss.item() == pytest.approx(label_smoothed_loss(F.linear(features, weight), target, 0.2)[0].item(),
+                                        rel=1e-5)
+    weight.requires_grad_()
+    loss, _ = fused_output_loss(features, weight, None, target, 0.2)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="one backward pass"):  # its gradient buffer went back to the pool
+        loss.backward()
+
+
+def test_fused_output_loss_under_bf16_autocast_matches_the_unfused_one():
+    torch.manual_seed(0)
+    features, weight = torch.randn(150, 32), (0.2 * torch.randn(40, 32)).requires_grad_()
+    target = torch.randint(4, 40, (150,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = fused_output_loss(features, weight, None, target, 0.1)
+        want, _ = label_smoothed_loss(F.linear(features, weight), target, 0.1)
+    assert loss.item() == pytest.approx(want.item(), rel=2e-3)
+    loss.backward()
+    assert weight.grad.dtype == torch.float32 and torch.isfinite(weight.grad).all()
+
+
 # ---------------------------------------------------------------------------------- tiny runs
 def test_tiny_transformer_trains_and_fills_the_run_dir(trained_run, data_section):
     run = trained_run
@@ -319,7 +366,7 @@ def test_resuming_a_finished_run_trains_nothing_more(run_copy, run_cli):
 # ----------------------------------------------------------------------------- signals and locks
 def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_section, run_cli, monkeypatch):
     config = make_config(tmp_path, data_section, max_updates=50, validate_every=4, save_every=4)
-    real, calls = trainmod.label_smoothed_loss, []
+    real, calls = trainmod.fused_output_loss, []
 
     def loss_with_ctrl_c(*args, **kw):
         if torch.is_grad_enabled():
@@ -328,7 +375,7 @@ def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_section, run
                 signal.raise_signal(signal.SIGINT)
         return real(*args, **kw)
 
-    monkeypatch.setattr(trainmod, "label_smoothed_loss", loss_with_ctrl_c)
+    monkeypatch.setattr(trainmod, "fused_output_loss", loss_with_ctrl_c)
     before = signal.getsignal(signal.SIGINT)
     result = run_cli("train", config)
     assert result.code == 0, result.err
@@ -440,7 +487,7 @@ def test_kill_9_at_random_moments_always_leaves_a_resumable_run(tmp_path, data_s
 def test_nan_or_inf_loss_stops_naming_the_update_and_keeps_the_last_checkpoint(tmp_path, data_section, run_cli,
                                                                                monkeypatch, bad):
     config = make_config(tmp_path, data_section, max_updates=20, save_every=2, validate_every=2)
-    real, calls = trainmod.label_smoothed_loss, []
+    real, calls = trainmod.fused_output_loss, []
 
     def loss_turning_nan(*args, **kw):
         loss, nll = real(*args, **kw)
@@ -450,13 +497,13 @@ def test_nan_or_inf_loss_stops_naming_the_update_and_keeps_the_last_checkpoint(t
                 return loss * float(bad), nll
         return loss, nll
 
-    monkeypatch.setattr(trainmod, "label_smoothed_loss", loss_turning_nan)
+    monkeypatch.setattr(trainmod, "fused_output_loss", loss_turning_nan)
     line = assert_one_line_error(run_cli("train", config), f"loss became {bad} at update 5", "training.lr")
     run = tmp_path / "run"
     assert str(run / "checkpoints") in line
     assert set(checkpoints(run)) == {2, 4}
     assert ckpt.load(checkpoints(run)[4], with_train=True).metadata["update"] == 4
-    monkeypatch.setattr(trainmod, "label_smoothed_loss", real)
+    monkeypatch.setattr(trainmod, "fused_output_loss", real)
     result = run_cli("train", "--resume", run, "--set", "training.max_updates=5")
     assert result.code == 0 and "resumed from ckpt_0000004.safetensors" in result.out
 

@@ -106,12 +106,19 @@ class Seq2Seq(nn.Module):
         """prev_tokens (batch,) -> log_probs (batch, tgt_vocab), new state, attention (batch, src_len) or None."""
         raise NotImplementedError
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:  # pragma: no cover
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None,
+                features: bool = False) -> Tensor:  # pragma: no cover
         """src (batch, src_len), tgt_in (batch, tgt_len) starting with BOS -> logits (batch, tgt_len, vocab).
 
         ``keep`` (batch, tgt_len) bool: compute logits only at those positions -> (tokens, vocab); training
         passes the non-pad target positions so no time is spent projecting padding onto the vocabulary.
+        ``features``: return the inputs of the output projection instead, (..., d); the logits are then
+        ``F.linear(features, *self.output_projection())``, which training fuses with the loss.
         """
+        raise NotImplementedError
+
+    def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:  # pragma: no cover - interface
+        """(weight (tgt_vocab, d), bias (tgt_vocab,) or None) of the final linear layer."""
         raise NotImplementedError
 
     def num_parameters(self) -> int:

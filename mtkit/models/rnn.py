@@ -128,7 +128,7 @@ class Bahdanau(Seq2Seq):
         new_state = dataclasses.replace(state, hidden=hidden)
         return log_probs, new_state, (weights if need_attention else None)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None, features: bool = False) -> Tensor:
         src_mask = src_mask_of(src)
         state = self.init_state(self.encode(src, src_mask), src_mask)
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed_dim)
@@ -142,7 +142,10 @@ class Bahdanau(Seq2Seq):
         contexts = torch.stack(contexts, dim=1)  # (batch, tgt_len, 2 * hidden)
         if keep is not None:  # only the positions the loss needs: (tokens, ...)
             hiddens, contexts, embedded = hiddens[keep], contexts[keep], embedded[keep]
-        return self._output(hiddens, contexts, embedded)  # (batch, tgt_len, vocab) or (tokens, vocab)
+        return self._output(hiddens, contexts, embedded, features)  # (batch, tgt_len, vocab) or (tokens, vocab)
+
+    def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
+        return self.out_proj.weight, self.out_proj.bias
 
     # ------------------------------------------------------------------------------------- helpers
     def _recur(self, embedded: Tensor, state: BahdanauState):
@@ -152,11 +155,12 @@ class Bahdanau(Seq2Seq):
         hidden = self.decoder(torch.cat([embedded, context], dim=-1), state.hidden)  # (batch, hidden)
         return hidden, context, weights
 
-    def _output(self, hidden: Tensor, context: Tensor, embedded: Tensor) -> Tensor:
-        """Maxout deep output over any leading shape (...,) -> logits (..., vocab)."""
+    def _output(self, hidden: Tensor, context: Tensor, embedded: Tensor, features: bool = False) -> Tensor:
+        """Maxout deep output over any leading shape (...,) -> logits (..., vocab), or with ``features`` the
+        input of the final projection (..., embed_dim)."""
         pre = self.readout(torch.cat([hidden, context, embedded], dim=-1))  # (..., 2 * embed_dim)
-        maxout = pre.unflatten(-1, (-1, 2)).amax(dim=-1)  # (..., embed_dim)
-        return self.out_proj(self.dropout(maxout))
+        maxout = self.dropout(pre.unflatten(-1, (-1, 2)).amax(dim=-1))  # (..., embed_dim)
+        return maxout if features else self.out_proj(maxout)
 
 
 # ----------------------------------------------------------------------------------------------- Luong
@@ -249,7 +253,7 @@ class Luong(Seq2Seq):
         log_probs = F.log_softmax(self._project(attentional).float(), dim=-1)  # (batch, vocab)
         return log_probs, state, (weights if need_attention else None)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None, features: bool = False) -> Tensor:
         src_mask = src_mask_of(src)
         state = self.init_state(self.encode(src, src_mask), src_mask)
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed_dim)
@@ -266,7 +270,11 @@ class Luong(Seq2Seq):
             attentional, _ = self._attend(top, state)  # (batch, tgt_len, hidden)
         if keep is not None:  # only the positions the loss needs
             attentional = attentional[keep]  # (tokens, hidden)
-        return self._project(attentional)  # (batch, tgt_len, vocab) or (tokens, vocab)
+        pre = self.pre_output(attentional)
+        return pre if features else self.out_proj(pre)  # (batch, tgt_len, vocab) or (tokens, vocab)
+
+    def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
+        return self.out_proj.weight, self.out_proj.bias
 
     # ------------------------------------------------------------------------------------- helpers
     @staticmethod

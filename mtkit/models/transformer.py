@@ -390,10 +390,11 @@ class Transformer(Seq2Seq):
         return log_probs, new_state, (weights[:, 0] if weights is not None else None)
 
     def decode_full(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False,
-                    keep: Optional[Tensor] = None):
+                    keep: Optional[Tensor] = None, features: bool = False):
         """Teacher-forced decoder over the whole target prefix: (logits, last-layer cross-attention).
 
-        With ``keep`` (batch, tgt_len) bool, logits are computed only there: (tokens, vocab).
+        With ``keep`` (batch, tgt_len) bool, logits are computed only there: (tokens, vocab). With ``features``,
+        the inputs of the output projection instead of the logits.
         """
         x = self._embed(tgt_in, self.tgt_embed, 0, getattr(self, "tgt_pos", None))
         last, weights = len(self.decoder) - 1, None
@@ -402,8 +403,11 @@ class Transformer(Seq2Seq):
             x, _, _, w = layer(x, None, None, mem_k, mem_v, src_mask, 0, need_weights=need_attention and i == last)
             weights = w if w is not None else weights
         x = self.decoder_norm(x if keep is None else x[keep])
-        return self._logits(x), weights
+        return (x if features else self._logits(x)), weights
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None, features: bool = False) -> Tensor:
         src_mask = src.ne(PAD)
-        return self.decode_full(self.encode(src, src_mask), src_mask, tgt_in, keep=keep)[0]
+        return self.decode_full(self.encode(src, src_mask), src_mask, tgt_in, keep=keep, features=features)[0]
+
+    def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
+        return (self.tgt_embed.weight if self.output is None else self.output.weight), None
