@@ -48,7 +48,7 @@ def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tup
     from mtkit import config as cfgmod
     from mtkit.data import collate, make_batches
     from mtkit.models import PAD
-    from mtkit.train import Trainer, label_smoothed_loss
+    from mtkit.train import Trainer, fused_output_loss
 
     cfg = cfgmod.load(config, overrides + ["training.run_dir=/tmp/mtkit-bench-flops"])
     trainer = Trainer(cfg)
@@ -58,7 +58,8 @@ def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tup
     def update(idx):
         b = collate(data, idx)
         keep = b.tgt_out.ne(PAD)
-        loss, _ = label_smoothed_loss(model(b.src, b.tgt_in, keep), b.tgt_out[keep], cfg.training.label_smoothing)
+        features = model(b.src, b.tgt_in, keep, features=True)  # as training does it: projection fused with the loss
+        loss, _ = fused_output_loss(features, *model.output_projection(), b.tgt_out[keep], cfg.training.label_smoothing)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
