@@ -180,15 +180,15 @@ class _FusedOutputLoss(torch.autograd.Function):
         g = ctx.grad_logits
         if g is None:
             raise RuntimeError("the fused output loss supports one backward pass per forward (no retain_graph)")
-        scale = grad_loss.to(g.dtype)
         grad_features = grad_weight = grad_bias = None
+        # scaled after the cast to the inputs' (float32) dtypes: a loss scale of fp16 training cannot overflow
         with torch.autocast(g.device.type, enabled=False):
             if ctx.needs_input_grad[0]:
-                grad_features = (g @ w).mul_(scale).to(ctx.dtypes[0])
+                grad_features = (g @ w).to(ctx.dtypes[0]).mul_(grad_loss)
             if ctx.needs_input_grad[1]:
-                grad_weight = (g.t() @ x).mul_(scale).to(ctx.dtypes[1])
+                grad_weight = (g.t() @ x).to(ctx.dtypes[1]).mul_(grad_loss)
             if ctx.has_bias and ctx.needs_input_grad[2]:
-                grad_bias = g.float().sum(0).mul_(grad_loss).to(ctx.dtypes[1])
+                grad_bias = g.sum(0, dtype=torch.float32).to(ctx.dtypes[1]).mul_(grad_loss)
         ctx.grad_logits = None
         _BUFFERS.give(ctx.flat)
         ctx.flat = None
