@@ -55,6 +55,15 @@ def learning_rate(update: int, t, d_model: int) -> float:
     return t.lr
 
 
+def _smoothed_gradient(log_probs: torch.Tensor, target: torch.Tensor, smoothing: float,
+                       out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """d loss / d logits of the label-smoothed loss, from (rows, vocab) log-probs and (rows, 1) targets:
+    softmax - ((1 - eps) * onehot(target) + eps / vocab), written into ``out`` (default: over ``log_probs``)."""
+    grad = torch.exp(log_probs, out=log_probs if out is None else out)
+    grad.sub_(smoothing / log_probs.size(-1))
+    return grad.scatter_add_(1, target, grad.new_full((target.size(0), 1), -(1.0 - smoothing)))
+
+
 class _SmoothedCrossEntropy(torch.autograd.Function):
     """Label-smoothed cross-entropy of (tokens, vocab) logits, summed, with the gradient written in one pass.
 
@@ -76,10 +85,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
         log_probs, target = ctx.saved_tensors
-        eps, vocab = ctx.smoothing, log_probs.size(-1)
-        grad = log_probs.exp_()  # softmax, in place: log_probs is not needed again
-        grad.sub_(eps / vocab)
-        grad.scatter_add_(1, target[:, None], grad.new_full((target.numel(), 1), -(1.0 - eps)))
+        grad = _smoothed_gradient(log_probs, target[:, None], ctx.smoothing)  # in place: log_probs is not needed again
         grad.mul_(grad_loss)
         return grad.to(ctx.in_dtype), None, None
 
@@ -161,11 +167,10 @@ class _FusedOutputLoss(torch.autograd.Function):
                 nll -= log_probs.gather(1, tgt).sum()
                 smooth -= log_probs.sum() / vocab
                 if want_grad:  # d loss / d logits, written over the logits of this chunk
-                    grad = torch.exp(log_probs, out=chunk) if chunk.dtype == torch.float32 else log_probs.exp_()
-                    grad.sub_(smoothing / vocab)
-                    grad.scatter_add_(1, tgt, grad.new_full((tgt.size(0), 1), -(1.0 - smoothing)))
-                    if grad is not chunk:
-                        chunk.copy_(grad)
+                    if chunk.dtype == torch.float32:
+                        _smoothed_gradient(log_probs, tgt, smoothing, out=chunk)
+                    else:  # computed in float32, stored in the autocast dtype
+                        chunk.copy_(_smoothed_gradient(log_probs, tgt, smoothing))
         if want_grad:
             ctx.save_for_backward(x, w)
             ctx.grad_logits, ctx.flat, ctx.has_bias = logits, flat, bias is not None
@@ -201,6 +206,15 @@ def fused_output_loss(features: torch.Tensor, weight: torch.Tensor, bias: Option
     logits as a tensor of their own: features (tokens, d), target (tokens,) holding no padding."""
     loss, nll = _FusedOutputLoss.apply(features, weight, bias, target, smoothing)
     return loss, nll.detach()
+
+
+def teacher_forced_loss(model, projection: tuple, batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed label-smoothed loss, summed NLL) of a training batch, the way training computes it: ``model``
+    (possibly DDP-wrapped) returns the features at the non-pad target positions, and ``projection`` (the raw
+    model's ``output_projection()``) is fused with the loss."""
+    keep = batch.tgt_out.ne(PAD)
+    features = model(batch.src, batch.tgt_in, keep, features=True)  # (tokens, d)
+    return fused_output_loss(features, *projection, batch.tgt_out[keep], smoothing)
 
 
 # --------------------------------------------------------------------------------------- run dir
@@ -654,11 +668,9 @@ class Trainer:
                 sync = contextlib.nullcontext() if (not d.enabled or i == len(group) - 1) else model.no_sync()
                 try:
                     with sync:
-                        keep = batch.tgt_out.ne(PAD)
                         with self.autocast():  # the output projection is fused with the loss (no logits tensor)
-                            features = model(batch.src, batch.tgt_in, keep, features=True)  # (tokens, d)
-                            loss, nll = fused_output_loss(features, *self.raw_model().output_projection(),
-                                                          batch.tgt_out[keep], t.label_smoothing)
+                            loss, nll = teacher_forced_loss(model, self.raw_model().output_projection(), batch,
+                                                            t.label_smoothing)
                         (self.scaler.scale(loss) if self.scaler else loss).backward()
                 except (torch.OutOfMemoryError, RuntimeError) as err:
                     if is_out_of_memory(err):

@@ -47,8 +47,7 @@ def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tup
 
     from mtkit import config as cfgmod
     from mtkit.data import collate, make_batches
-    from mtkit.models import PAD
-    from mtkit.train import Trainer, fused_output_loss
+    from mtkit.train import Trainer, teacher_forced_loss
 
     cfg = cfgmod.load(config, overrides + ["training.run_dir=/tmp/mtkit-bench-flops"])
     trainer = Trainer(cfg)
@@ -56,10 +55,7 @@ def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tup
     plan = make_batches(data.src_lengths, data.tgt_lengths, cfg.training.batch_tokens, seed=1, epoch=1)[: batches + 2]
 
     def update(idx):
-        b = collate(data, idx)
-        keep = b.tgt_out.ne(PAD)
-        features = model(b.src, b.tgt_in, keep, features=True)  # as training does it: projection fused with the loss
-        loss, _ = fused_output_loss(features, *model.output_projection(), b.tgt_out[keep], cfg.training.label_smoothing)
+        loss, _ = teacher_forced_loss(model, model.output_projection(), collate(data, idx), cfg.training.label_smoothing)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

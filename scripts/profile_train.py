@@ -35,7 +35,7 @@ def main() -> None:
     from mtkit import config as cfgmod
     from mtkit.data import collate, make_batches
     from mtkit.models import PAD
-    from mtkit.train import Trainer, fused_output_loss, label_smoothed_loss
+    from mtkit.train import Trainer, label_smoothed_loss, teacher_forced_loss
 
     torch.set_num_threads(args.threads)
     cfg = cfgmod.load(args.config, args.set + ["training.run_dir=/tmp/mtkit-profile-train"])
@@ -46,12 +46,11 @@ def main() -> None:
 
     def update(idx):
         b = collate(data, idx)
-        keep = b.tgt_out.ne(PAD)
         if args.unfused:
+            keep = b.tgt_out.ne(PAD)
             loss, _ = label_smoothed_loss(model(b.src, b.tgt_in, keep), b.tgt_out[keep], t.label_smoothing)
         else:
-            features = model(b.src, b.tgt_in, keep, features=True)
-            loss, _ = fused_output_loss(features, *model.output_projection(), b.tgt_out[keep], t.label_smoothing)
+            loss, _ = teacher_forced_loss(model, model.output_projection(), b, t.label_smoothing)
         loss.backward()
         if t.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)

@@ -270,8 +270,7 @@ class Luong(Seq2Seq):
             attentional, _ = self._attend(top, state)  # (batch, tgt_len, hidden)
         if keep is not None:  # only the positions the loss needs
             attentional = attentional[keep]  # (tokens, hidden)
-        pre = self.pre_output(attentional)
-        return pre if features else self.out_proj(pre)  # (batch, tgt_len, vocab) or (tokens, vocab)
+        return self._project(attentional, features)  # (batch, tgt_len, vocab) or (tokens, vocab)
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
         return self.out_proj.weight, self.out_proj.bias
@@ -320,5 +319,7 @@ class Luong(Seq2Seq):
         mask = in_window & state.src_mask.view(state.src_mask.size(0), *extra, src_len)
         return self.attention(query, state.memory, mask, state.keys) * gaussian
 
-    def _project(self, attentional: Tensor) -> Tensor:
-        return self.out_proj(self.pre_output(attentional))
+    def _project(self, attentional: Tensor, features: bool = False) -> Tensor:
+        """h~ -> logits, or with ``features`` the input of the final projection."""
+        pre = self.pre_output(attentional)
+        return pre if features else self.out_proj(pre)
