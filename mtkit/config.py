@@ -113,6 +113,9 @@ class LuongConfig(Section):
     embed_dim: int = Field(256, gt=0)
     hidden_size: int = Field(512, gt=0)
     layers: int = Field(2, ge=1)
+    encoder: Literal["unidirectional", "bidirectional"] = Field(
+        "unidirectional", description="bidirectional: hidden_size / 2 per direction, concatenated (OpenNMT-py's brnn)"
+    )
     score: Literal["dot", "general", "concat", "location"] = "general"
     attention: Literal["global", "local_p"] = "global"
     window: int = Field(10, ge=1, description="D of local-p attention (window 2D+1)")
@@ -120,6 +123,12 @@ class LuongConfig(Section):
     dropout: float = Field(0.2, ge=0, lt=1)
     max_positions: int = Field(1024, ge=8)
     tie_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _directions_split_hidden(self):
+        if self.encoder == "bidirectional" and self.hidden_size % 2:
+            raise ValueError(f"a bidirectional encoder needs an even hidden_size (got {self.hidden_size})")
+        return self
 
 
 ModelConfig = Annotated[Union[TransformerConfig, BahdanauConfig, LuongConfig], Field(discriminator="arch")]

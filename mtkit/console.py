@@ -19,6 +19,7 @@ def model_rows(cfg) -> list[tuple[str, str]]:
         return [("embed / hidden", f"{m.embed_dim} / {m.hidden_size}"), ("encoder", f"bi-GRU x{m.encoder_layers}"),
                 ("attention", "additive"), ("dropout", str(m.dropout))]
     return [("embed / hidden / layers", f"{m.embed_dim} / {m.hidden_size} / {m.layers}"),
+            ("encoder", f"{m.encoder} LSTM"),
             ("attention", f"{m.attention} {m.score}" + (f" (D={m.window})" if m.attention == "local_p" else "")),
             ("input feeding", str(m.input_feeding)), ("dropout", str(m.dropout))]
 

@@ -203,6 +203,11 @@ def test_unknown_config_key_names_dotted_path(toy_config, run_cli):
     one_line_error(run_cli("prepare", toy_config(vocab_sise=100)), "unknown key 'data.vocab_sise'")
 
 
+def test_model_check_names_the_config_and_the_fix(toy_config, run_cli):
+    cfg = toy_config({"model": {"arch": "luong", "encoder": "bidirectional", "hidden_size": 15}})
+    one_line_error(run_cli("train", cfg), str(cfg), "model", "even hidden_size", "15")
+
+
 def test_vocab_too_large(tmp_path, toy_config, run_cli):
     line = one_line_error(run_cli("prepare", toy_config(vocab_size=5000)), "data.vocab_size", "at most", "lower")
     assert any(word.rstrip(";").isdigit() and int(word.rstrip(";")) < 5000 for word in line.split())

@@ -34,6 +34,8 @@ VARIANTS = {
     "luong-local_p": _small("luong", attention="local_p", window=2),
     "luong-general-no-feed": _small("luong", score="general", input_feeding=False),
     "luong-local_p-no-feed": _small("luong", attention="local_p", window=2, input_feeding=False, tie_embeddings=False),
+    "luong-bidirectional": _small("luong", encoder="bidirectional"),
+    "luong-bidirectional-no-feed": _small("luong", encoder="bidirectional", input_feeding=False),
 }
 
 
@@ -208,6 +210,31 @@ def test_bahdanau_attends_with_previous_state_luong_with_current():
         (first_a,), _ = _attention_after(luong, src, [a])
         (first_b,), _ = _attention_after(luong, src, [b])
         assert not torch.allclose(first_a, first_b)
+
+
+@pytest.mark.parametrize("encoder", ["unidirectional", "bidirectional"])
+def test_luong_encoder_directions(encoder):
+    """Memory at position 0 sees later source tokens only when bidirectional; the decoder starts from each
+    layer's final states, forward half at the last real token and backward half at the first."""
+    torch.manual_seed(0)
+    model = build_model(_small("luong", encoder=encoder), VOCAB, VOCAB, joint_vocab=True).eval()
+    src, _ = _batch([6, 4], [1, 1])
+    changed = src.clone()
+    changed[:, 2] = torch.where(src[:, 2] == 4, 5, 4)  # a different real token at position 2 of both rows
+    with torch.no_grad():
+        memory = model.encode(src, src.ne(PAD))
+        memory_changed = model.encode(changed, changed.ne(PAD))
+    assert memory.outputs.shape == (2, 7, 16) and memory.hidden.shape == memory.cell.shape == (2, 2, 16)
+    bidirectional = encoder == "bidirectional"
+    assert torch.equal(memory.outputs[:, :2], memory_changed.outputs[:, :2]) != bidirectional
+    assert not torch.allclose(memory.outputs[:, 2:], memory_changed.outputs[:, 2:])
+    last = src.ne(PAD).sum(dim=1) - 1  # (batch,) position of EOS
+    top_at_last = memory.outputs[torch.arange(2), last]  # (batch, 16)
+    if bidirectional:  # top layer: [forward state after the last token; backward state after the first]
+        torch.testing.assert_close(memory.hidden[:, -1, :8], top_at_last[:, :8], rtol=0, atol=0)
+        torch.testing.assert_close(memory.hidden[:, -1, 8:], memory.outputs[:, 0, 8:], rtol=0, atol=0)
+    else:
+        torch.testing.assert_close(memory.hidden[:, -1], top_at_last, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("input_feeding", [True, False])

@@ -187,8 +187,10 @@ _LUONG_SCORES = {"dot": "dot", "general": "general", "concat": "additive", "loca
 class Luong(Seq2Seq):
     """Global / local-p attention NMT (Luong, Pham & Manning, 2015).
 
-    Stacked uni-directional LSTM encoder and decoder (``layers`` each; the decoder starts from the
-    encoder's final states). Attention scores the current top decoder state h_t (dot, general, concat,
+    Stacked LSTM encoder and decoder (``layers`` each; the decoder starts from the encoder's final
+    states). The paper's encoder reads left to right; ``encoder: bidirectional`` runs hidden_size / 2
+    units each way and concatenates them (outputs and, per layer, the final h and c), so memory and
+    decoder keep hidden_size, as OpenNMT-py's brnn encoder does. Attention scores the current top decoder state h_t (dot, general, concat,
     location); h~_t = tanh(W_c [c_t; h_t]) predicts the next token and, with ``input_feeding``, is
     concatenated to the next input embedding. Local-p: p_t = S sigmoid(v_p^T tanh(W_p h_t)); the
     alignment is a softmax over the real tokens within [p_t - D, p_t + D], multiplied by
@@ -210,7 +212,15 @@ class Luong(Seq2Seq):
 
         self.src_embed, self.tgt_embed = _make_embeddings(cfg, src_vocab_size, tgt_vocab_size, joint_vocab)
         self.dropout = Dropout(cfg.dropout)
-        self.encoder = nn.LSTM(embed_dim, hidden, num_layers=cfg.layers, batch_first=True, dropout=lstm_dropout)
+        self.bidirectional = cfg.encoder == "bidirectional"
+        self.encoder = nn.LSTM(
+            embed_dim,
+            hidden // 2 if self.bidirectional else hidden,
+            num_layers=cfg.layers,
+            batch_first=True,
+            dropout=lstm_dropout,
+            bidirectional=self.bidirectional,
+        )
         decoder_input = embed_dim + (hidden if cfg.input_feeding else 0)
         self.decoder = nn.LSTM(decoder_input, hidden, num_layers=cfg.layers, batch_first=True, dropout=lstm_dropout)
         self.attention = AttentionScore(
@@ -231,8 +241,8 @@ class Luong(Seq2Seq):
     # ------------------------------------------------------------------------------------ interface
     def encode(self, src: Tensor, src_mask: Tensor) -> LuongMemory:
         embedded = self.dropout(self.src_embed(src))  # (batch, src_len, embed_dim)
-        outputs, (h_n, c_n) = _run_packed(self.encoder, embedded, src_mask)  # h_n, c_n: (layers, batch, hidden)
-        return LuongMemory(outputs, h_n.transpose(0, 1), c_n.transpose(0, 1))
+        outputs, (h_n, c_n) = _run_packed(self.encoder, embedded, src_mask)  # outputs: (batch, src_len, hidden)
+        return LuongMemory(outputs, self._per_layer(h_n), self._per_layer(c_n))
 
     def init_state(self, memory: LuongMemory, src_mask: Tensor) -> LuongState:
         batch = src_mask.size(0)
@@ -276,6 +286,13 @@ class Luong(Seq2Seq):
         return self.out_proj.weight, self.out_proj.bias
 
     # ------------------------------------------------------------------------------------- helpers
+    def _per_layer(self, final: Tensor) -> Tensor:
+        """nn.LSTM's final h or c, (layers * directions, batch, units) -> (batch, layers, hidden)."""
+        if self.bidirectional:  # layer-major, forward then backward: join the two halves of each layer
+            final = final.unflatten(0, (self.layers, 2))  # (layers, 2, batch, hidden / 2)
+            final = torch.cat([final[:, 0], final[:, 1]], dim=-1)  # (layers, batch, hidden)
+        return final.transpose(0, 1)
+
     @staticmethod
     def _lstm_state(state: LuongState) -> tuple[Tensor, Tensor]:
         """Batch-first (batch, layers, hidden) -> nn.LSTM's (layers, batch, hidden)."""
