@@ -106,6 +106,9 @@ class BahdanauConfig(Section):
     dropout: float = Field(0.2, ge=0, lt=1)
     max_positions: int = Field(1024, ge=8)
     tie_embeddings: bool = True
+    param_init: float = Field(
+        0.1, ge=0, description="parameters start uniform in [-param_init, param_init]; 0 keeps PyTorch's defaults"
+    )
 
 
 class LuongConfig(Section):
@@ -123,6 +126,9 @@ class LuongConfig(Section):
     dropout: float = Field(0.2, ge=0, lt=1)
     max_positions: int = Field(1024, ge=8)
     tie_embeddings: bool = True
+    param_init: float = Field(
+        0.1, ge=0, description="parameters start uniform in [-param_init, param_init]; 0 keeps PyTorch's defaults"
+    )
 
     @model_validator(mode="after")
     def _directions_split_hidden(self):

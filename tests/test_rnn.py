@@ -104,6 +104,17 @@ def test_tied_embeddings_share_one_matrix():
     assert "out_proj.weight" not in names  # counted once
 
 
+@pytest.mark.parametrize("arch", ["bahdanau", "luong"])
+def test_param_init_range_or_pytorch_defaults(arch):
+    torch.manual_seed(0)
+    uniform = build_model(_small(arch, embed_dim=64, param_init=0.05), VOCAB, VOCAB, joint_vocab=True)
+    assert all(p.abs().max() <= 0.05 for p in uniform.parameters())
+    assert max(p.abs().max() for p in uniform.parameters()) > 0.045  # the whole range is used
+    own = build_model(_small(arch, embed_dim=64, param_init=0.0), VOCAB, VOCAB, joint_vocab=True)
+    embeddings = own.tgt_embed.weight[1:]  # row PAD stays zero either way
+    assert 0.7 < embeddings.std() < 1.3 and torch.all(own.tgt_embed.weight[PAD] == 0)  # nn.Embedding: N(0, 1)
+
+
 def test_dropout_is_active_in_training_only():
     torch.manual_seed(0)
     model = build_model(_small("luong", dropout=0.5), VOCAB, VOCAB, joint_vocab=True)

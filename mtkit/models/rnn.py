@@ -23,8 +23,6 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from mtkit.models.attention import AttentionScore, gaussian_window
 from mtkit.models.base import PAD, Dropout, Seq2Seq, State, src_mask_of
 
-INIT_RANGE = 0.1  # parameters start uniform in [-0.1, 0.1], as in Luong et al. (2015)
-
 
 def _make_embeddings(cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
     """Source and target embeddings; one shared module when tying over a joint vocabulary."""
@@ -39,9 +37,12 @@ def _make_embeddings(cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab:
     return nn.Embedding(src_vocab_size, cfg.embed_dim, padding_idx=PAD), tgt_embed
 
 
-def _init_parameters(model: nn.Module) -> None:
-    for param in model.parameters():
-        nn.init.uniform_(param, -INIT_RANGE, INIT_RANGE)
+def _init_parameters(model: nn.Module, init_range: float) -> None:
+    """Every parameter uniform in [-init_range, init_range] (Luong et al. 2015: 0.1); 0 keeps PyTorch's
+    own initialisation (embeddings N(0, 1), LSTM / GRU / Linear uniform in +-1/sqrt(fan_in))."""
+    if init_range > 0:
+        for param in model.parameters():
+            nn.init.uniform_(param, -init_range, init_range)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.Embedding) and module.padding_idx is not None:
@@ -103,7 +104,7 @@ class Bahdanau(Seq2Seq):
         # maxout deep output: [s_t; c_t; E y_{t-1}] -> 2 * embed_dim, max over pairs -> embed_dim
         self.readout = nn.Linear(hidden + 2 * hidden + embed_dim, 2 * embed_dim)
         self.out_proj = nn.Linear(embed_dim, tgt_vocab_size)
-        _init_parameters(self)
+        _init_parameters(self, cfg.param_init)
         if cfg.tie_embeddings:
             self.out_proj.weight = self.tgt_embed.weight
 
@@ -234,7 +235,7 @@ class Luong(Seq2Seq):
         # with tied embeddings the output matrix is (vocab, embed_dim): bring h~ to embed_dim first
         self.pre_output = nn.Linear(hidden, embed_dim, bias=False) if tied and hidden != embed_dim else nn.Identity()
         self.out_proj = nn.Linear(embed_dim if tied else hidden, tgt_vocab_size)
-        _init_parameters(self)
+        _init_parameters(self, cfg.param_init)
         if tied:
             self.out_proj.weight = self.tgt_embed.weight
 
