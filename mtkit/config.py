@@ -98,11 +98,11 @@ class TransformerConfig(Section):
         return self
 
 
-class BahdanauConfig(Section):
-    arch: Literal["bahdanau"]
+class _RNNConfig(Section):
+    """The keys Bahdanau and Luong share."""
+
     embed_dim: int = Field(256, gt=0)
     hidden_size: int = Field(512, gt=0)
-    encoder_layers: int = Field(1, ge=1)
     dropout: float = Field(0.2, ge=0, lt=1)
     max_positions: int = Field(1024, ge=8)
     tie_embeddings: bool = True
@@ -111,10 +111,13 @@ class BahdanauConfig(Section):
     )
 
 
-class LuongConfig(Section):
+class BahdanauConfig(_RNNConfig):
+    arch: Literal["bahdanau"]
+    encoder_layers: int = Field(1, ge=1)
+
+
+class LuongConfig(_RNNConfig):
     arch: Literal["luong"]
-    embed_dim: int = Field(256, gt=0)
-    hidden_size: int = Field(512, gt=0)
     layers: int = Field(2, ge=1)
     encoder: Literal["unidirectional", "bidirectional"] = Field(
         "unidirectional", description="bidirectional: hidden_size / 2 per direction, concatenated (OpenNMT-py's brnn)"
@@ -123,12 +126,6 @@ class LuongConfig(Section):
     attention: Literal["global", "local_p"] = "global"
     window: int = Field(10, ge=1, description="D of local-p attention (window 2D+1)")
     input_feeding: bool = True
-    dropout: float = Field(0.2, ge=0, lt=1)
-    max_positions: int = Field(1024, ge=8)
-    tie_embeddings: bool = True
-    param_init: float = Field(
-        0.1, ge=0, description="parameters start uniform in [-param_init, param_init]; 0 keeps PyTorch's defaults"
-    )
 
     @model_validator(mode="after")
     def _directions_split_hidden(self):

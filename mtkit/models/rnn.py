@@ -193,9 +193,10 @@ class Luong(Seq2Seq):
     units each way and concatenates them (outputs and, per layer, the final h and c), so memory and
     decoder keep hidden_size, as OpenNMT-py's brnn encoder does. Attention scores the current top
     decoder state h_t (dot, general, concat, location); h~_t = tanh(W_c [c_t; h_t]) predicts the next
-    token and, with ``input_feeding``, is concatenated to the next input embedding. Local-p: p_t = S sigmoid(v_p^T tanh(W_p h_t)); the
-    alignment is a softmax over the real tokens within [p_t - D, p_t + D], multiplied by
-    exp(-(s - p_t)^2 / (2 (D/2)^2)) as in the paper (so those weights sum to at most 1).
+    token and, with ``input_feeding``, is concatenated to the next input embedding. Local-p:
+    p_t = S sigmoid(v_p^T tanh(W_p h_t)); the alignment is a softmax over the real tokens within
+    [p_t - D, p_t + D], multiplied by exp(-(s - p_t)^2 / (2 (D/2)^2)) as in the paper (so those
+    weights sum to at most 1).
     """
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
