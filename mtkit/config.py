@@ -63,11 +63,21 @@ class DataConfig(Section):
     joint_vocab: bool = True
     character_coverage: float = Field(1.0, gt=0, le=1)
     spm_input_sentence_size: int = Field(2_000_000, gt=0, description="sentences sampled to train SentencePiece")
+    # subword regularisation of the training split (BPE-dropout for bpe models, sampling for unigram ones)
+    src_subword_alpha: float = Field(0.0, ge=0, lt=1, description="bpe: merge dropout probability; unigram: smoothing")
+    tgt_subword_alpha: float = Field(0.0, ge=0, lt=1)
+    subword_samples: int = Field(0, ge=0, le=1000, description="sampled copies of train; epoch e reads copy (e-1) % n")
 
     @model_validator(mode="after")
     def _has_train(self):
         if self.hf is None and "train" not in self.splits:
             raise ValueError("needs splits.train (src and tgt files) or an hf section")
+        sampling = self.src_subword_alpha > 0 or self.tgt_subword_alpha > 0
+        if sampling and not self.subword_samples:
+            raise ValueError("src_subword_alpha / tgt_subword_alpha need subword_samples (sampled copies of the "
+                             "training split, e.g. 20)")
+        if self.subword_samples and not sampling:
+            raise ValueError("subword_samples needs src_subword_alpha or tgt_subword_alpha above 0")
         return self
 
 

@@ -36,10 +36,11 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from mtkit.errors import MtkitError
-from mtkit.tokenizer import BOS, EOS, PAD, Tokenizer, train_sentencepiece
+from mtkit.tokenizer import BOS, EOS, PAD, Tokenizer, seed_sampling, train_sentencepiece
 
 FORMAT_VERSION = 1
 CHUNK_LINES = 10_000  # lines encoded per SentencePiece batch call
+LATER_KEYS = ("src_subword_alpha", "tgt_subword_alpha", "subword_samples")  # see _inputs_fingerprint
 FILTER_REASONS = ("empty", "max_chars", "duplicate", "max_tokens", "length_ratio")  # train only
 
 Pair = Optional[tuple[str, str]]  # None marks a pair skipped for invalid UTF-8
@@ -189,7 +190,10 @@ def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
     split_entries = {}
     for split in sources:
         train = split == "train"
-        files = _encode_split(tokenizer, text_files[split], build_dir, split, (src, tgt), dtypes, stats[split], cfg, train)
+        files, keeps = _encode_split(tokenizer, text_files[split], build_dir, split, (src, tgt), dtypes, stats[split],
+                                     cfg, train)
+        if train and cfg.subword_samples:
+            files["samples"] = _encode_samples(tokenizer, text_files[split], build_dir, (src, tgt), dtypes, keeps, cfg)
         if train:
             for path in text_files[split]:
                 path.unlink()
@@ -285,33 +289,79 @@ def _read_chunks(paths: tuple[Path, Path], size: int) -> Iterator[tuple[list[str
 
 
 def _encode_split(tokenizer: Tokenizer, text_paths, build_dir: Path, split: str, langs: tuple[str, str],
-                  dtypes: dict, stats: SplitStats, cfg, train: bool) -> dict:
-    """Encode one split into ``{split}.{lang}.bin`` + ``.idx``; return their names for the manifest."""
-    names = {side: {"bin": f"{split}.{lang}.bin", "idx": f"{split}.{lang}.idx"} for side, lang in zip(("src", "tgt"), langs)}
-    lengths = {"src": [], "tgt": []}  # per chunk: (n_kept,) int64
-    with open(build_dir / names["src"]["bin"], "wb") as src_bin, open(build_dir / names["tgt"]["bin"], "wb") as tgt_bin:
+                  dtypes: dict, stats: SplitStats, cfg, train: bool) -> tuple[dict, Optional[list[np.ndarray]]]:
+    """Encode one split into ``{split}.{lang}.bin`` + ``.idx``; return their names for the manifest and, for
+    train, the subword filters' keep mask of each chunk (what ``_encode_samples`` keeps too)."""
+    names = _array_names(split, langs)
+    keeps = [] if train else None
+
+    def chunks():
         for src_lines, tgt_lines in _read_chunks(text_paths, CHUNK_LINES):
-            src_ids = tokenizer.encode_src(src_lines)
-            tgt_ids = tokenizer.encode_tgt(tgt_lines)
-            src_len = np.fromiter(map(len, src_ids), np.int64, count=len(src_ids))  # (chunk,)
-            tgt_len = np.fromiter(map(len, tgt_ids), np.int64, count=len(tgt_ids))  # (chunk,)
+            src_ids, tgt_ids = tokenizer.encode_src(src_lines), tokenizer.encode_tgt(tgt_lines)
             if train:
-                keep = _subword_filter(src_len, tgt_len, cfg, stats)  # (chunk,) bool
+                keep = _subword_filter(_lengths(src_ids), _lengths(tgt_ids), cfg, stats)  # (chunk,) bool
+                keeps.append(keep)
                 src_ids, tgt_ids = list(compress(src_ids, keep)), list(compress(tgt_ids, keep))
-                src_len, tgt_len = src_len[keep], tgt_len[keep]
-            for ids, lens, out, side in ((src_ids, src_len, src_bin, "src"), (tgt_ids, tgt_len, tgt_bin, "tgt")):
+            yield src_ids, tgt_ids
+
+    counts = _write_arrays(chunks(), build_dir, names, dtypes)
+    stats.src_tokens, stats.tgt_tokens = counts["src_tokens"], counts["tgt_tokens"]
+    if train:
+        stats.pairs_kept = counts["sentences"]
+    return names, keeps
+
+
+def _encode_samples(tokenizer: Tokenizer, text_paths, build_dir: Path, langs: tuple[str, str], dtypes: dict,
+                    keeps: list[np.ndarray], cfg) -> list[dict]:
+    """Write ``cfg.subword_samples`` copies of the training split, each with freshly sampled segmentations
+    (``train.s{k}.{lang}.bin`` / ``.idx``) of exactly the pairs the deterministic encoding kept, in its order.
+
+    A sampled copy can exceed data.max_tokens a little: the filters judge the deterministic segmentation, so
+    that every copy holds the same sentences. Copy k is reproducible: the sampler is seeded with k.
+    """
+    copies = []
+    for k in range(cfg.subword_samples):
+        seed_sampling(k + 1)
+
+        def chunks():
+            for (src_lines, tgt_lines), keep in zip(_read_chunks(text_paths, CHUNK_LINES), keeps):
+                src_lines, tgt_lines = list(compress(src_lines, keep)), list(compress(tgt_lines, keep))
+                yield (tokenizer.encode_src(src_lines, cfg.src_subword_alpha),
+                       tokenizer.encode_tgt(tgt_lines, cfg.tgt_subword_alpha))
+
+        names = _array_names(f"train.s{k}", langs)
+        counts = _write_arrays(chunks(), build_dir, names, dtypes)
+        copies.append({**names, "src_tokens": counts["src_tokens"], "tgt_tokens": counts["tgt_tokens"]})
+    return copies
+
+
+def _array_names(prefix: str, langs: tuple[str, str]) -> dict:
+    return {side: {"bin": f"{prefix}.{lang}.bin", "idx": f"{prefix}.{lang}.idx"} for side, lang in zip(("src", "tgt"), langs)}
+
+
+def _lengths(ids: list[list[int]]) -> np.ndarray:
+    return np.fromiter(map(len, ids), np.int64, count=len(ids))  # (n,)
+
+
+def _write_arrays(chunks: Iterator[tuple[list, list]], build_dir: Path, names: dict, dtypes: dict) -> dict:
+    """Stream (src id lists, tgt id lists) chunks into the flat token files and their (N + 1,) int64 offsets."""
+    lengths = {"src": [], "tgt": []}  # per chunk: (n,) int64
+    with open(build_dir / names["src"]["bin"], "wb") as src_bin, open(build_dir / names["tgt"]["bin"], "wb") as tgt_bin:
+        for src_ids, tgt_ids in chunks:
+            for ids, out, side in ((src_ids, src_bin, "src"), (tgt_ids, tgt_bin, "tgt")):
+                lens = _lengths(ids)
                 flat = np.fromiter(chain.from_iterable(ids), dtypes[side], count=int(lens.sum()))  # (tokens,)
                 out.write(flat.tobytes())
                 lengths[side].append(lens)
+    counts = {}
     for side in ("src", "tgt"):
         lens = np.concatenate(lengths[side]) if lengths[side] else np.zeros(0, np.int64)
         offsets = np.zeros(len(lens) + 1, np.int64)  # (N + 1,)
         np.cumsum(lens, out=offsets[1:])
         (build_dir / names[side]["idx"]).write_bytes(offsets.tobytes())
-        setattr(stats, f"{side}_tokens", int(offsets[-1]))
-    if train:
-        stats.pairs_kept = len(np.concatenate(lengths["src"])) if lengths["src"] else 0
-    return names
+        counts[f"{side}_tokens"] = int(offsets[-1])
+        counts["sentences"] = len(lens)
+    return counts
 
 
 def _subword_filter(src_len: np.ndarray, tgt_len: np.ndarray, cfg, stats: SplitStats) -> np.ndarray:
@@ -354,6 +404,9 @@ def _hf_paths(hf) -> list[Path]:
 def _inputs_fingerprint(cfg, files: list[Path]) -> str:
     config = cfg.model_dump(mode="json")
     config.pop("dir", None)
+    for key in LATER_KEYS:  # keys added after FORMAT_VERSION 1: at 0 they change nothing, so data dirs stay valid
+        if not config.get(key):
+            config.pop(key, None)
     stamp = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
     blob = json.dumps({"version": FORMAT_VERSION, "config": config, "files": stamp}, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -484,8 +537,10 @@ def _current_manifest(out_dir: Path, fingerprint: str) -> Optional[dict]:
         return None
     names = list(manifest.get("tokenizer", {}).values())
     for entry in manifest.get("splits", {}).values():
-        for side in entry.get("files", {}).values():
-            names.extend(side.values())
+        files = entry.get("files", {})
+        for copy in [files, *files.get("samples", [])]:  # the split's own files, then its sampled copies
+            names.extend(copy[side][kind] for side in ("src", "tgt") for kind in ("bin", "idx"))
+        names.extend(files.get("text", {}).values())
     return manifest if all((out_dir / n).is_file() for n in names) else None
 
 
@@ -594,19 +649,32 @@ class ParallelData:
             raise MtkitError(f"{self.data_dir}: no split {split!r} (it has {', '.join(self.manifest['splits'])}); "
                              "add it to data.splits and rerun `mtkit prepare`")
         self.entry = entry
+        self.samples = len(entry["files"].get("samples", []))  # sampled-segmentation copies (train only)
+        self.sample: Optional[int] = None  # the copy in use; None: the deterministic segmentation
+        self._load(entry["files"])
+
+    def _load(self, files: dict) -> None:
         self._tokens, self._offsets = {}, {}
         for side in ("src", "tgt"):
-            files = entry["files"][side]
-            offsets = np.fromfile(self.data_dir / files["idx"], dtype=np.int64)  # (N + 1,)
+            offsets = np.fromfile(self.data_dir / files[side]["idx"], dtype=np.int64)  # (N + 1,)
             self._offsets[side] = offsets
-            self._tokens[side] = _memmap(self.data_dir / files["bin"], np.dtype(self.manifest["dtype"][side]))
+            self._tokens[side] = _memmap(self.data_dir / files[side]["bin"], np.dtype(self.manifest["dtype"][side]))
             if len(self._tokens[side]) != offsets[-1]:
-                raise MtkitError(f"{self.data_dir / files['bin']}: has {len(self._tokens[side])} tokens, index says "
-                                 f"{offsets[-1]}; rerun `mtkit prepare CONFIG --force`")
+                raise MtkitError(f"{self.data_dir / files[side]['bin']}: has {len(self._tokens[side])} tokens, index "
+                                 f"says {offsets[-1]}; rerun `mtkit prepare CONFIG --force`")
         if len(self._offsets["src"]) != len(self._offsets["tgt"]):
-            raise MtkitError(f"{self.data_dir}: {split} source and target counts differ; rerun `mtkit prepare --force`")
+            raise MtkitError(f"{self.data_dir}: {self.split} source and target counts differ; rerun `mtkit prepare --force`")
+        if hasattr(self, "src_lengths") and len(self._offsets["src"]) != len(self.src_lengths) + 1:
+            raise MtkitError(f"{self.data_dir}: sampled copy {self.sample} of {self.split} holds a different number "
+                             "of sentences; rerun `mtkit prepare CONFIG --force`")
         self.src_lengths = np.diff(self._offsets["src"])  # (N,) int64
         self.tgt_lengths = np.diff(self._offsets["tgt"])  # (N,) int64
+
+    def use_epoch(self, epoch: int) -> None:
+        """Read the sampled copy of this epoch, (epoch - 1) % samples, when prepare wrote any (else no-op)."""
+        if self.samples and (epoch - 1) % self.samples != self.sample:
+            self.sample = (epoch - 1) % self.samples
+            self._load(self.entry["files"]["samples"][self.sample])
 
     def __len__(self) -> int:
         return len(self.src_lengths)

@@ -131,11 +131,12 @@ class Tokenizer:
         return self._tgt.get_piece_size()
 
     # --------------------------------------------------------------- encoding
-    def encode_src(self, lines: Sequence[str]) -> list[list[int]]:
-        return _encode(self._src, lines)
+    def encode_src(self, lines: Sequence[str], alpha: float = 0.0) -> list[list[int]]:
+        """alpha > 0 samples a segmentation (see ``_encode``) instead of the usual one."""
+        return _encode(self._src, lines, alpha)
 
-    def encode_tgt(self, lines: Sequence[str]) -> list[list[int]]:
-        return _encode(self._tgt, lines)
+    def encode_tgt(self, lines: Sequence[str], alpha: float = 0.0) -> list[list[int]]:
+        return _encode(self._tgt, lines, alpha)
 
     def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Detokenize target id lists; ids outside the vocabulary and the special ids 0-3 are dropped."""
@@ -183,9 +184,21 @@ def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]]) -> lis
     return sp.decode(kept) if kept else []
 
 
-def _encode(sp: spm.SentencePieceProcessor, lines: Sequence[str]) -> list[list[int]]:
+def seed_sampling(seed: int) -> None:
+    """Seed SentencePiece's (process-wide) sampler: the same seed gives the same sampled segmentations."""
+    spm.set_random_generator_seed(seed)
+
+
+def _encode(sp: spm.SentencePieceProcessor, lines: Sequence[str], alpha: float = 0.0) -> list[list[int]]:
+    """Deterministic segmentation, or with alpha > 0 a sampled one: BPE-dropout for bpe models (each merge
+    skipped with probability alpha, Provilkov et al. 2020), subword regularisation for unigram models (a
+    segmentation drawn from all of them, smoothed by alpha, Kudo 2018). Sampling runs on one thread, since
+    SentencePiece's draws are reproducible from ``seed_sampling`` only then.
+    """
     if not lines:
         return []
+    if alpha > 0:
+        return sp.encode(list(lines), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
     return sp.encode(list(lines), out_type=int, num_threads=ENCODE_THREADS)
 
 

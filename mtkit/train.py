@@ -635,6 +635,7 @@ class Trainer:
         data = self.train_data
 
         def epoch_batches(epoch: int):
+            data.use_epoch(epoch)  # a new sampled segmentation each epoch, where prepare wrote them
             batches = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=t.seed, epoch=epoch)
             return shard_batches(batches, d.rank, d.world_size)
 

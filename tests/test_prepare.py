@@ -208,6 +208,88 @@ def test_model_check_names_the_config_and_the_fix(toy_config, run_cli):
     one_line_error(run_cli("train", cfg), str(cfg), "model", "even hidden_size", "15")
 
 
+# ------------------------------------------------------------------------------ subword regularisation
+def test_sampled_copies_of_train_hold_the_same_sentences_in_new_segmentations(tmp_path, toy_config, run_cli):
+    cfg = toy_config(src_subword_alpha=0.3, tgt_subword_alpha=0.2, subword_samples=3)
+    assert run_cli("prepare", cfg).code == 0
+    data_dir = tmp_path / "data"
+    manifest = json.loads((data_dir / "manifest.json").read_text())
+    copies = manifest["splits"]["train"]["files"]["samples"]
+    assert [c["src"]["bin"] for c in copies] == ["train.s0.en.bin", "train.s1.en.bin", "train.s2.en.bin"]
+    assert "samples" not in manifest["splits"]["valid"]["files"]  # only train is sampled
+
+    tok = Tokenizer.from_dir(data_dir)
+    train = ParallelData(data_dir, "train")
+    assert (train.samples, train.sample) == (3, None)
+    text = {side: getattr(tok, f"decode_{side}")([getattr(train, side)(i) for i in range(len(train))])
+            for side in ("src", "tgt")}
+    plain = (train.src_lengths.copy(), train.tgt_lengths.copy())
+    seen = []
+    for epoch, copy in ((1, 0), (2, 1), (3, 2), (4, 0), (6, 2)):
+        train.use_epoch(epoch)
+        assert train.sample == copy and len(train) == len(plain[0])
+        for side, lengths in zip(("src", "tgt"), plain):
+            ids = [getattr(train, side)(i) for i in range(len(train))]
+            assert getattr(tok, f"decode_{side}")(ids) == text[side]  # the same sentences, in the same order
+            assert getattr(train, f"{side}_lengths").sum() > lengths.sum()  # dropped merges: more, shorter pieces
+            assert getattr(train, f"{side}_lengths").sum() == copies[copy][f"{side}_tokens"]
+        seen.append(np.asarray(train.tgt_lengths).copy())
+    assert not np.array_equal(seen[0], seen[1])  # each copy is its own sampling
+    assert np.array_equal(seen[0], seen[3])  # epoch 4 reads copy 0 again
+
+    # a second prepare is a no-op while every copy is there; a missing copy rebuilds the data dir
+    assert "up to date" in run_cli("prepare", cfg).out
+    (data_dir / "train.s1.de.idx").unlink()
+    result = run_cli("prepare", cfg)
+    assert result.code == 0 and "up to date" not in result.out and (data_dir / "train.s1.de.idx").is_file()
+
+
+def test_sampled_segmentation_is_reproducible_and_off_by_default(tmp_path, toy_config, run_cli):
+    from mtkit.tokenizer import seed_sampling
+
+    assert run_cli("prepare", toy_config()).code == 0
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert "samples" not in manifest["splits"]["train"]["files"]
+    assert {"src_subword_alpha", "subword_samples"} <= set(manifest["config"])
+    assert ParallelData(tmp_path / "data", "train").samples == 0
+
+    tok = Tokenizer.from_dir(tmp_path / "data")
+    lines = [src for src, _ in toy_pairs(200)]
+    draws = []
+    for seed in (5, 5, 6):
+        seed_sampling(seed)
+        draws.append(tok.encode_src(lines, alpha=0.5))
+    assert draws[0] == draws[1] != draws[2]
+    assert draws[0] != tok.encode_src(lines) and tok.decode_src(draws[0]) == lines
+
+
+def test_data_dirs_prepared_before_the_subword_keys_stay_up_to_date(toy_config):
+    """The new keys at their defaults leave the inputs fingerprint as it was, so nothing is rebuilt."""
+    data_cfg = cfgmod.load(toy_config()).data
+    files = datamod._input_files(data_cfg)
+    older = data_cfg.model_dump(mode="json")
+    for key in datamod.LATER_KEYS:
+        older.pop(key)
+    stamp = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    blob = json.dumps({"version": datamod.FORMAT_VERSION, "config": {k: v for k, v in older.items() if k != "dir"},
+                       "files": stamp}, sort_keys=True)
+    import hashlib
+
+    assert datamod._inputs_fingerprint(data_cfg, files) == hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    sampled = cfgmod.load(toy_config(src_subword_alpha=0.1, subword_samples=2)).data
+    assert datamod._inputs_fingerprint(sampled, files) != datamod._inputs_fingerprint(data_cfg, files)
+
+
+@pytest.mark.parametrize("keys, fragment", [
+    ({"src_subword_alpha": 0.1}, "need subword_samples"),
+    ({"subword_samples": 4}, "needs src_subword_alpha or tgt_subword_alpha"),
+    ({"tgt_subword_alpha": 1.5, "subword_samples": 4}, "data.tgt_subword_alpha"),
+])
+def test_subword_sampling_keys_are_checked(tmp_path, toy_config, run_cli, keys, fragment):
+    one_line_error(run_cli("prepare", toy_config(**keys)), fragment)
+    assert not (tmp_path / "data").exists()
+
+
 def test_vocab_too_large(tmp_path, toy_config, run_cli):
     line = one_line_error(run_cli("prepare", toy_config(vocab_size=5000)), "data.vocab_size", "at most", "lower")
     assert any(word.rstrip(";").isdigit() and int(word.rstrip(";")) < 5000 for word in line.split())

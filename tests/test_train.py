@@ -66,6 +66,17 @@ def data_section(tmp_path_factory) -> dict:
     return section
 
 
+@pytest.fixture(scope="module")
+def sampled_section(data_section, tmp_path_factory) -> dict:
+    """The same corpus with BPE-dropout copies of train (3 samplings)."""
+    from mtkit.data import prepare
+
+    section = {**data_section, "dir": str(tmp_path_factory.mktemp("toy-sampled") / "data"), "src_subword_alpha": 0.2,
+               "tgt_subword_alpha": 0.2, "subword_samples": 3}
+    prepare(cfgmod.from_dict({"data": section}).data)
+    return section
+
+
 def make_config(folder: Path, data_section: dict, name: str = "run", model: dict = TRANSFORMER, **training) -> Path:
     """Write folder/NAME.yaml for a run in folder/NAME; ``training`` overrides TRAINING."""
     tree = {"data": data_section, "model": model,
@@ -328,23 +339,37 @@ def test_keep_last_and_keep_best(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ exact resume
-@pytest.mark.parametrize("model, k, batch_tokens", [(TRANSFORMER, 5, 700), (LUONG, 3, 1200)],
-                         ids=["transformer", "luong"])
-def test_resume_equals_uninterrupted_bitwise(tmp_path, data_section, run_cli, model, k, batch_tokens):
+@pytest.mark.parametrize("model, k, batch_tokens, sampled", [(TRANSFORMER, 5, 700, False), (LUONG, 3, 1200, False),
+                                                              (TRANSFORMER, 5, 900, True)],
+                         ids=["transformer", "luong", "transformer-bpe-dropout"])
+def test_resume_equals_uninterrupted_bitwise(tmp_path, request, run_cli, monkeypatch, model, k, batch_tokens, sampled):
     """k updates, then --resume to 2k == 2k straight: weights, Adam moments and RNG, tensor by tensor.
 
     update_freq 2 and 6-11 batches an epoch put an epoch boundary inside the resumed half; dropout is on, so
-    the RNG state has to travel too.
+    the RNG state has to travel too. With sampled segmentations the resumed run must also pick up epoch 1's
+    copy and move on to epoch 2's.
     """
+    from mtkit.data import ParallelData
+
+    section = request.getfixturevalue("sampled_section" if sampled else "data_section")
     common = dict(model=model, update_freq=2, batch_tokens=batch_tokens, validate_every=k, save_every=k,
                   valid_max_sentences=4)
-    straight = make_config(tmp_path, data_section, name="straight", max_updates=2 * k, **common)
-    split = make_config(tmp_path, data_section, name="split", max_updates=k, **common)
+    straight = make_config(tmp_path, section, name="straight", max_updates=2 * k, **common)
+    split = make_config(tmp_path, section, name="split", max_updates=k, **common)
     assert run_cli("train", straight).code == 0
     assert run_cli("train", split).code == 0
     assert set(checkpoints(tmp_path / "split")) == {k}
+    copies_read = []
+    use_epoch = ParallelData.use_epoch
+
+    def spy(self, epoch):
+        use_epoch(self, epoch)
+        copies_read.append((epoch, self.sample))
+
+    monkeypatch.setattr(ParallelData, "use_epoch", spy)
     result = run_cli("train", "--resume", tmp_path / "split", "--set", f"training.max_updates={2 * k}")
     assert result.code == 0, result.err
+    assert copies_read == ([(1, 0), (2, 1)] if sampled else [(1, None), (2, None)])
     assert f"resumed from ckpt_{k:07d}.safetensors" in result.out
     a, b = checkpoints(tmp_path / "straight"), checkpoints(tmp_path / "split")
     assert set(a) == set(b) == {k, 2 * k}
