@@ -290,6 +290,17 @@ def test_subword_sampling_keys_are_checked(tmp_path, toy_config, run_cli, keys, 
     assert not (tmp_path / "data").exists()
 
 
+def test_shipped_configs_load_and_share_a_data_dir_only_with_the_same_data_section():
+    """Two configs writing one data.dir with different data sections would rebuild it for each other."""
+    by_dir = {}
+    for path in sorted((Path(__file__).parent.parent / "configs").glob("*.yaml")):
+        data = cfgmod.load(path).data
+        by_dir.setdefault(data.dir, []).append((path.name, data.model_dump()))
+    assert len(by_dir) >= 2
+    for directory, sections in by_dir.items():
+        assert all(section == sections[0][1] for _, section in sections), (directory, [n for n, _ in sections])
+
+
 def test_vocab_too_large(tmp_path, toy_config, run_cli):
     line = one_line_error(run_cli("prepare", toy_config(vocab_size=5000)), "data.vocab_size", "at most", "lower")
     assert any(word.rstrip(";").isdigit() and int(word.rstrip(";")) < 5000 for word in line.split())
