@@ -317,7 +317,7 @@ def _encode_samples(tokenizer: Tokenizer, text_paths, build_dir: Path, langs: tu
     (``train.s{k}.{lang}.bin`` / ``.idx``) of exactly the pairs the deterministic encoding kept, in its order.
 
     A sampled copy can exceed data.max_tokens a little: the filters judge the deterministic segmentation, so
-    that every copy holds the same sentences. Copy k is reproducible: the sampler is seeded with k.
+    that every copy holds the same sentences. Copy k is reproducible: the sampler is seeded with k + 1.
     """
     copies = []
     for k in range(cfg.subword_samples):
@@ -630,6 +630,13 @@ def _print_summary(manifest: dict, out_dir: Path, seconds: float):
     console.print(table)
     if reasons:
         console.print("filtered: " + ", ".join(reasons))
+    train = manifest["splits"]["train"]
+    copies = train["files"].get("samples", [])
+    if copies:
+        mean = {side: sum(c[f"{side}_tokens"] for c in copies) / len(copies) for side in ("src", "tgt")}
+        console.print(f"sampled segmentations: {len(copies)} copies of train, "
+                      + ", ".join(f"{side} tokens {mean[side]:,.0f} on average ({mean[side] / max(train[f'{side}_tokens'], 1) - 1:+.0%})"
+                                  for side in ("src", "tgt")))
 
 
 # ================================================================================ trainer-side reading
@@ -653,7 +660,8 @@ class ParallelData:
         self.sample: Optional[int] = None  # the copy in use; None: the deterministic segmentation
         self._load(entry["files"])
 
-    def _load(self, files: dict) -> None:
+    def _load(self, files: dict, sentences: Optional[int] = None) -> None:
+        """Map one copy's token files; ``sentences``: the count a sampled copy must hold (the split's own)."""
         self._tokens, self._offsets = {}, {}
         for side in ("src", "tgt"):
             offsets = np.fromfile(self.data_dir / files[side]["idx"], dtype=np.int64)  # (N + 1,)
@@ -664,7 +672,7 @@ class ParallelData:
                                  f"says {offsets[-1]}; rerun `mtkit prepare CONFIG --force`")
         if len(self._offsets["src"]) != len(self._offsets["tgt"]):
             raise MtkitError(f"{self.data_dir}: {self.split} source and target counts differ; rerun `mtkit prepare --force`")
-        if hasattr(self, "src_lengths") and len(self._offsets["src"]) != len(self.src_lengths) + 1:
+        if sentences is not None and len(self._offsets["src"]) != sentences + 1:
             raise MtkitError(f"{self.data_dir}: sampled copy {self.sample} of {self.split} holds a different number "
                              "of sentences; rerun `mtkit prepare CONFIG --force`")
         self.src_lengths = np.diff(self._offsets["src"])  # (N,) int64
@@ -674,7 +682,7 @@ class ParallelData:
         """Read the sampled copy of this epoch, (epoch - 1) % samples, when prepare wrote any (else no-op)."""
         if self.samples and (epoch - 1) % self.samples != self.sample:
             self.sample = (epoch - 1) % self.samples
-            self._load(self.entry["files"]["samples"][self.sample])
+            self._load(self.entry["files"]["samples"][self.sample], sentences=len(self))
 
     def __len__(self) -> int:
         return len(self.src_lengths)

@@ -211,7 +211,8 @@ def test_model_check_names_the_config_and_the_fix(toy_config, run_cli):
 # ------------------------------------------------------------------------------ subword regularisation
 def test_sampled_copies_of_train_hold_the_same_sentences_in_new_segmentations(tmp_path, toy_config, run_cli):
     cfg = toy_config(src_subword_alpha=0.3, tgt_subword_alpha=0.2, subword_samples=3)
-    assert run_cli("prepare", cfg).code == 0
+    result = run_cli("prepare", cfg)
+    assert result.code == 0 and "sampled segmentations: 3 copies of train, src tokens" in result.out
     data_dir = tmp_path / "data"
     manifest = json.loads((data_dir / "manifest.json").read_text())
     copies = manifest["splits"]["train"]["files"]["samples"]
