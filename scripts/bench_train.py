@@ -140,8 +140,13 @@ def main() -> None:
     print(f"updates                 {updates}")
     print(f"target tokens/s         {tok_s:.0f} (mean of {len(steady)} log windows after {args.warmup_logs})")
     print(f"padding fraction        {padding:.3f}")
-    print(f"peak RSS (train)        {peak_rss_mb:.0f} MB")
-    print(f"wall time train         {wall / 60:.1f} min")
+    if args.reuse:  # no trainer ran in this call: its RSS is unknown, its time is the one it recorded
+        print("peak RSS (train)        not measured (--reuse: no training in this call)")
+        elapsed = max((r.get("elapsed", 0.0) for r in records), default=0.0)
+        print(f"training time           {elapsed / 60:.1f} min (recorded in metrics.jsonl, across resumes)")
+    else:
+        print(f"peak RSS (train)        {peak_rss_mb:.0f} MB")
+        print(f"wall time train         {wall / 60:.1f} min")
     if valid:
         best = max(valid, key=lambda r: r.get("bleu", -1))
         print(f"best valid BLEU         {best.get('bleu', float('nan')):.2f} at update {best['update']}")
