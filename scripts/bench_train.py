@@ -112,8 +112,9 @@ def main() -> None:
     started = time.perf_counter()
     if not args.reuse:
         run(mtkit + ["train", args.config] + sets)
-    wall = time.perf_counter() - started
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # largest child: the trainer
+        wall = time.perf_counter() - started
+        # read before translate and score run: the largest child so far is the trainer
+        peak_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
     steady = train[args.warmup_logs :] or train
