@@ -6,6 +6,7 @@ torch is imported lazily (inside commands that need it), so `mtkit --help` and `
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -45,6 +46,17 @@ def _plain_exits():
         raise _OutputClosed() from None
 
 
+def _command(fn):
+    """Register a command; its Ctrl-C and closed stdout reach main() as themselves, not as Typer's own exits."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with _plain_exits():
+            return fn(*args, **kwargs)
+
+    return app.command()(run)
+
+
 def _version(value: bool):
     if value:
         typer.echo(f"mtkit {__version__}")
@@ -58,7 +70,7 @@ def _root(
     pass
 
 
-@app.command()
+@_command
 def prepare(
     config: Path = typer.Argument(..., help="Experiment YAML config (its data section is used)."),
     set_: Optional[List[str]] = SetOption,
@@ -75,7 +87,7 @@ def prepare(
     run_prepare(cfg.data, force=force)
 
 
-@app.command()
+@_command
 def train(
     config: Optional[Path] = typer.Argument(None, help="Experiment YAML config (not needed with --resume)."),
     set_: Optional[List[str]] = SetOption,
@@ -93,7 +105,7 @@ def train(
     train_main(config=config, overrides=set_ or [], resume=resume, force=force, gpus=gpus)
 
 
-@app.command()
+@_command
 def translate(
     run: List[Path] = typer.Argument(..., help="Run directory or checkpoint file."),
     checkpoint: Optional[List[Path]] = typer.Option(None, "--checkpoint", help="Extra checkpoints to ensemble."),
@@ -128,21 +140,20 @@ def translate(
 
     Example: echo "A man is riding a bike." | mtkit translate runs/demo
     """
-    with _plain_exits():
-        from mtkit.translate import translate_main
+    from mtkit.translate import translate_main
 
-        translate_main(
-            paths=list(run) + list(checkpoint or []),
-            input=input, output=output,
-            overrides=dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                           batch_size=batch_size, batch_tokens=batch_tokens, nbest=nbest, device=device, dtype=dtype,
-                           threads=threads, stopping=stopping, shortlist=shortlist),
-            sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-            fmt=fmt, alignments=alignments, plot_attention=plot_attention, engine=engine,
-        )
+    translate_main(
+        paths=list(run) + list(checkpoint or []),
+        input=input, output=output,
+        overrides=dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                       batch_size=batch_size, batch_tokens=batch_tokens, nbest=nbest, device=device, dtype=dtype,
+                       threads=threads, stopping=stopping, shortlist=shortlist),
+        sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        fmt=fmt, alignments=alignments, plot_attention=plot_attention, engine=engine,
+    )
 
 
-@app.command()
+@_command
 def score(
     refs: List[Path] = typer.Argument(..., help="One or more reference files."),
     hyps: Optional[Path] = typer.Option(None, "--hyps", "-i", help="Hypotheses file (default: stdin)."),
@@ -155,13 +166,12 @@ def score(
 
     Example: mtkit translate runs/demo < test.en | mtkit score test.de
     """
-    with _plain_exits():
-        from mtkit.score import score_main
+    from mtkit.score import score_main
 
-        score_main(refs=refs, hyps=hyps, metrics=metrics, json_out=json_out, tokenize=tokenize, lowercase=lowercase)
+    score_main(refs=refs, hyps=hyps, metrics=metrics, json_out=json_out, tokenize=tokenize, lowercase=lowercase)
 
 
-@app.command()
+@_command
 def average(
     run: Path = typer.Argument(..., help="Run directory."),
     last: int = typer.Option(5, "--last", help="Average the last N checkpoints."),
@@ -176,7 +186,7 @@ def average(
     average_main(run, last=last, output=output)
 
 
-@app.command()
+@_command
 def plot(run: Path = typer.Argument(..., help="Run directory.")):
     """Draw the training / validation curves of a run to RUN/curves.png.
 
@@ -187,7 +197,7 @@ def plot(run: Path = typer.Argument(..., help="Run directory.")):
     typer.echo(plot_curves(run))
 
 
-@app.command()
+@_command
 def export(
     run: Path = typer.Argument(..., help="Run directory or checkpoint file (the checkpoint translate would use)."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the exported model to."),
@@ -206,12 +216,18 @@ def export(
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """The console script: run one command and turn every outcome into an exit code.
+
+    Typer runs in its standalone mode, so a usage error (unknown command or option, missing argument, bad value)
+    is a short usage message from Typer itself with exit code 2, whatever click Typer ships with.
+    """
     try:
-        rv = app(args=argv, standalone_mode=False)
-        if rv == 130:  # typer's silent exit for a Ctrl-C that reached it
-            _interrupted()
-        if isinstance(rv, int):
-            return rv
+        app(args=argv, prog_name="mtkit")
+    except SystemExit as exc:  # a finished command, --help, --version and usage errors all exit here
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
     except MtkitError as err:
         print(f"mtkit: error: {err}", file=sys.stderr)
         return err.exit_code
@@ -221,18 +237,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (BrokenPipeError, _OutputClosed):
         _quiet_broken_pipe()
         return 0
-    except SystemExit as exc:  # typer.Exit and click usage errors
-        return exc.code if isinstance(exc.code, int) else 0
-    except Exception as exc:  # click exceptions (usage errors) carry their own exit codes
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
-            _interrupted()
-            return 130
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
-        raise
     return 0
 
 
