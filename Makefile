@@ -1,18 +1,19 @@
 # Two commands: `make demo` (prepare -> train -> translate -> score on the shipped Multi30k data)
-# and `make test` (the whole test suite). Both create .venv first, with PyTorch's CPU build.
+# and `make test` (the whole test suite). Both create .venv first, with the exact versions of requirements.lock
+# (PyTorch's CPU build among them).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test lock clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt "torch==2.13.0"
-	$(BIN)/pip install -q -c constraints.txt -e ".[test,ct2]"
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/pip check
 	touch $@
 
 demo: setup
@@ -20,6 +21,14 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# Refresh requirements.lock from pyproject.toml's ranges (torch held to constraints.txt's CPU build).
+lock:
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q "pip-tools==7.6.2"
+	.lock-venv/bin/pip-compile -q --upgrade --extra test --extra ct2 --constraint constraints.txt --strip-extras \
+	    --no-emit-find-links --no-emit-index-url --output-file requirements.lock pyproject.toml
+	rm -rf .lock-venv
 
 clean:
 	rm -rf $(VENV) work runs .pytest_cache
