@@ -45,7 +45,7 @@ def _cpu() -> str:
                 break
     except OSError:
         pass
-    return f"{name}, {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads"
+    return f"{name}, {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} thread(s)"
 
 
 def main() -> int:
