@@ -6,7 +6,9 @@ once for this module (a few seconds on the toy corpus, one thread).
 - The engine against the PyTorch engine in float32: greedy outputs equal token for token with the same scores;
   beam search equals the torch search over the same distribution (CTranslate2 renormalises over the tokens it may
   emit), and agrees with the torch engine itself on nearly every sentence; reported scores are the model's own;
-  the a * source_length + b output limit holds (CTranslate2 has none by default).
+  the a * source_length + b output limit holds (CTranslate2 has none by default). The two engines round
+  differently (and differently on each CPU), so a sentence may part ways where the search meets a near-tie, and
+  only there (conftest.py: first_divergence, search_margin).
 - N lines in = N lines out, in order, for any input (a property test), and through the CLI.
 - Without the ctranslate2 package both commands say how to install it.
 Tests needing ctranslate2 skip when it is not installed (pip install "mtkit[ct2]").
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -26,7 +29,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import EN_WORDS, write_toy_splits
+from conftest import (EN_WORDS, LOG_PROB_TOL, NEAR_TIE, diverged_at_near_ties, first_divergence, search_margin,
+                      write_toy_splits)
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.search import length_penalty_of
 from mtkit.translate import Ct2Translator, Options, Translator, load_checkpoint, read_lines, translate_stream
@@ -46,6 +50,7 @@ MAX_POSITIONS = 128
 # renormalised distribution (token for token, bar float rounding), and with the torch engine itself only in bulk.
 # Beyond the best hypothesis, an n-best list may differ further down: CTranslate2 keeps the beam_size finished
 # hypotheses it ranks best, where the torch search keeps every finished one until the GNMT ranking at the end.
+# (Differences at a near-tie of the search, see conftest.py, are rounding and not counted here.)
 MAX_NBEST_TAIL_DIFFERENCES = 1  # of 60 sentences
 MIN_AGREEMENT_WITH_TORCH_ENGINE = 0.9  # share of sentences whose best hypothesis is the torch engine's
 
@@ -203,10 +208,17 @@ def test_greedy_equals_torch_token_for_token(loaded, exported, test_lines, limit
     torch_out, ct2_out, ids = both(loaded, exported, test_lines, beam_size=1, **limits)
     _, ct2_engine = engines(loaded, exported, beam_size=1, **limits)
     for src, t, c in zip(ids, torch_out, ct2_out):
-        assert len(c) == 1 and c[0].tokens == t[0].tokens
-        assert len(c[0].tokens) <= ct2_engine.max_length(len(src) + 1)
-        assert c[0].score == pytest.approx(t[0].score, abs=1e-4)
-        assert c[0].token_log_probs == pytest.approx(t[0].token_log_probs, abs=1e-4)
+        assert len(c) == 1 and len(c[0].tokens) <= ct2_engine.max_length(len(src) + 1)
+        # Both pick the most likely token (CTranslate2's renormalising shifts a step's log-probs by one constant,
+        # which no argmax sees), so they can only part at a token within rounding of the best one.
+        divergence = first_divergence(loaded.model, src + [EOS], c[0].tokens, t[0].tokens)
+        if divergence is None:
+            assert c[0].score == pytest.approx(t[0].score, abs=LOG_PROB_TOL)
+            assert c[0].token_log_probs == pytest.approx(t[0].token_log_probs, abs=LOG_PROB_TOL)
+        else:
+            at, shortfall = divergence
+            assert shortfall <= NEAR_TIE, (src, c[0].tokens, t[0].tokens, shortfall)
+            assert c[0].token_log_probs[:at] == pytest.approx(t[0].token_log_probs[:at], abs=LOG_PROB_TOL)
     if limits:  # the tight limit binds: some outputs are cut at it (and end with the forced EOS's score)
         assert any(len(t[0].tokens) == ct2_engine.max_length(len(s) + 1) for s, t in zip(ids, torch_out))
 
@@ -244,11 +256,16 @@ def teacher_forced_log_probs(model, src_ids: list[int], tokens: list[int]) -> li
                          ids=["beam4", "beam5-nbest3", "beam4-no-penalty-tight-limit"])
 def test_beam_equals_torch_searching_the_same_distribution(loaded, exported, test_lines, options):
     torch_out, ct2_out, ids = both(loaded, exported, test_lines, **options)
-    renormalised = Translator(Renormalised(loaded.model), loaded.tokenizer, Options(**options), torch.device("cpu"))
-    reference = renormalised.translate_ids(ids)
-    assert [c[0].tokens for c in ct2_out] == [r[0].tokens for r in reference]
-    tails = sum([h.tokens for h in c] != [h.tokens for h in r] for c, r in zip(ct2_out, reference))
-    assert tails <= MAX_NBEST_TAIL_DIFFERENCES
+    model, opt = Renormalised(loaded.model), Options(**options)
+    reference = Translator(model, loaded.tokenizer, opt, torch.device("cpu")).translate_ids(ids)
+    sources = [src + [EOS] for src in ids]
+    search = dict(beam_size=max(opt.beam_size, opt.nbest), nbest=opt.nbest, length_penalty=opt.length_penalty,
+                  max_len_a=opt.max_len_a, max_len_b=opt.max_len_b, stopping=opt.stopping)
+    # the best hypotheses: token for token, but where the search meets a near-tie
+    diverged_at_near_ties(model, sources, [c[:1] for c in ct2_out], [r[:1] for r in reference], **search)
+    differ = [i for i, (c, r) in enumerate(zip(ct2_out, reference)) if [h.tokens for h in c] != [h.tokens for h in r]]
+    tails = [i for i in differ if search_margin(model, sources[i], **search) > NEAR_TIE]  # not rounding: a tail
+    assert len(tails) <= MAX_NBEST_TAIL_DIFFERENCES, tails
     alpha = Options(**options).length_penalty
     agree = sum(c[0].tokens == t[0].tokens for c, t in zip(ct2_out, torch_out))
     assert agree >= MIN_AGREEMENT_WITH_TORCH_ENGINE * len(ids), (agree, len(ids))
@@ -294,21 +311,51 @@ def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, n
 
 
 @needs_ct2
-def test_translate_cli_converts_a_run_dir_on_the_fly(run_dir, exported, test_lines, run_cli):
-    stdin = "\n".join(test_lines[:20]) + "\n\n   \n"
+def test_translate_cli_converts_a_run_dir_on_the_fly(loaded, run_dir, exported, test_lines, run_cli):
+    lines = test_lines[:20]
+    stdin = "\n".join(lines) + "\n\n   \n"
     outputs = {}
     for name, args in {"torch": (run_dir,), "ct2-run": (run_dir, "--engine", "ctranslate2"),
                        "ct2-export": (exported, "--engine", "ctranslate2")}.items():
         result = run_cli("translate", *args, "--beam-size", "1", "--nbest", "2", stdin=stdin)
         assert result.code == 0, result.err
         outputs[name] = result.out.split("\n")
-    assert len(outputs["torch"]) == 2 * 22 + 1
-    for name in ("ct2-run", "ct2-export"):  # n-best scores are the model's own, to 4 decimals (bar rounding)
-        assert len(outputs[name]) == len(outputs["torch"])
-        for a, b in zip(outputs["torch"], outputs[name]):
-            assert a.split("\t")[0] == b.split("\t")[0]
-            if "\t" in a:
-                assert float(a.split("\t")[1]) == pytest.approx(float(b.split("\t")[1]), abs=2e-4)
+        assert len(outputs[name]) == 2 * 22 + 1 and outputs[name][-5:] == [""] * 5  # 2 lines each, blank ones too
+    # converted on the fly, the run dir is the export: the same engine on the same weights prints the same bytes
+    assert outputs["ct2-run"] == outputs["ct2-export"]
+    printed = {name: [[line.split("\t") for line in out[2 * i : 2 * i + 2] if line] for i in range(len(lines))]
+               for name, out in outputs.items()}  # per sentence: [text, score] of each hypothesis
+    # ... and it prints the model's 2-best lists: those of the torch search over the distribution CTranslate2
+    # searches (see test_beam_equals_torch_searching_the_same_distribution), with the run's options and --nbest 2
+    dec = loaded.config.decoding
+    opt = Options(beam_size=1, nbest=2, length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
+                  max_len_b=dec.max_len_b, stopping=dec.stopping, batch_size=dec.batch_size)
+    model, tok = Renormalised(loaded.model), loaded.tokenizer
+    renormalised = Translator(model, tok, opt, torch.device("cpu"))
+    ids = renormalised.encode(lines)
+    search = dict(beam_size=2, nbest=2, length_penalty=opt.length_penalty, max_len_a=opt.max_len_a,
+                  max_len_b=opt.max_len_b, stopping=opt.stopping)
+    near_ties = tails = 0
+    for src, hyps, refs in zip(ids, printed["ct2-run"], renormalised.translate_ids(ids)):
+        if [text for text, _ in hyps] == tok.decode_tgt([r.tokens for r in refs]):
+            for (_, score), r in zip(hyps, refs):  # the model's own scores (not renormalised), to 4 decimals
+                own = math.fsum(teacher_forced_log_probs(loaded.model, src, r.tokens))
+                assert float(score) == pytest.approx(own / length_penalty_of(len(r.tokens) + 1, opt.length_penalty),
+                                                     abs=2e-4)
+        elif search_margin(model, src + [EOS], **search) <= NEAR_TIE:
+            near_ties += 1
+        else:  # not rounding: only the tail may differ
+            assert hyps[0][0] == tok.decode_tgt([refs[0].tokens])[0], (hyps, refs)
+            tails += 1
+    assert tails <= MAX_NBEST_TAIL_DIFFERENCES and near_ties < len(lines) / 2, (tails, near_ties)
+    # ... and on nearly every sentence the torch engine's own best hypothesis, with the same scores where the same
+    agree = 0
+    for a, b in zip(printed["torch"], printed["ct2-run"]):
+        agree += a[0][0] == b[0][0]
+        for (text_a, score_a), (text_b, score_b) in zip(a, b):
+            if text_a == text_b:
+                assert float(score_a) == pytest.approx(float(score_b), abs=2e-4)
+    assert agree >= MIN_AGREEMENT_WITH_TORCH_ENGINE * len(lines), agree
 
 
 @needs_ct2

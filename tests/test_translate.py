@@ -4,7 +4,9 @@
   control-character, invalid UTF-8 and huge lines), in both output formats.
 - Search equivalences on a real model: beam 1 == greedy; beam finds a sequence at least as probable as
   greedy; the KV-cache decoder == a decoder without cache (decode_full on the growing prefix); reported
-  log-probs == teacher-forced rescoring; an ensemble of a model with itself == the model.
+  log-probs == teacher-forced rescoring; an ensemble of a model with itself == the model. Each pair computes the
+  same log-probs in another order of float operations, so they agree to rounding; a sentence may part ways only
+  where its search meets a near-tie (conftest.py: first_divergence, search_margin), and is compared up to there.
 - The CLI: jsonl / n-best / alignment output, attention plots, the truncation warning, 100,000-character
   lines, output files, and as separate processes: a reader that closes early, Ctrl-C, several at once.
 """
@@ -27,7 +29,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import EN_WORDS, write_lines, write_toy_splits
+from conftest import (EN_WORDS, LOG_PROB_TOL, NEAR_TIE, diverged_at_near_ties, first_divergence, search_margin,
+                      write_lines, write_toy_splits)
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.search import beam_search, greedy, max_lengths
 from mtkit.translate import (Ensemble, Options, Translator, chunks, load_checkpoint, max_chars_for, pipe_chunks,
@@ -88,6 +91,35 @@ def src_batch(loaded, lines: list[str]) -> torch.Tensor:
     ids = loaded.tokenizer.encode_src(lines)
     width = max(len(x) for x in ids) + 1
     return torch.tensor([x + [EOS] + [PAD] * (width - len(x) - 1) for x in ids])
+
+
+def search_of(opt: Options) -> dict:
+    """``search_margin``'s options for a translator's ``opt``: n-best lists need a beam that wide, and beam 1
+    without them is greedy (search_margin's beam 1 under ``beam_full``)."""
+    beam = max(opt.beam_size, opt.nbest)
+    return dict(beam_size=beam, nbest=opt.nbest, length_penalty=opt.length_penalty, max_len_a=opt.max_len_a,
+                max_len_b=opt.max_len_b, stopping=opt.stopping if beam > 1 else "beam_full")
+
+
+def run_options(loaded, **overrides) -> Options:
+    """The run's decoding config with command-line overrides, as `mtkit translate` resolves them."""
+    dec = loaded.config.decoding
+    return Options(**{**dict(beam_size=dec.beam_size, nbest=dec.nbest, length_penalty=dec.length_penalty,
+                             max_len_a=dec.max_len_a, max_len_b=dec.max_len_b, stopping=dec.stopping), **overrides})
+
+
+def assert_same_translations(loaded, lines: list[str], got: str, expected: str, **overrides) -> None:
+    """Two outputs of the run's model for ``lines`` (text, one line each): the same line for line, but where the
+    search (the run's options with ``overrides``) meets a near-tie."""
+    got_lines, expected_lines = got.split("\n"), expected.split("\n")
+    assert len(got_lines) == len(expected_lines) == len(lines) + 1 and got_lines[-1] == expected_lines[-1] == ""
+    search = search_of(run_options(loaded, **overrides))
+    differ = [(line, ids, a, b) for line, ids, a, b in zip(lines, make_translator(loaded).encode(lines), got_lines,
+                                                           expected_lines) if a != b]
+    assert len(differ) < len(lines) / 2, differ
+    for line, ids, a, b in differ:
+        margin = search_margin(loaded.model, ids + [EOS], **search)
+        assert margin <= NEAR_TIE, (line, a, b, margin)
 
 
 def run_main(args, stdin: bytes, capsys, monkeypatch):
@@ -281,7 +313,7 @@ def test_batches_hold_every_sentence_once_within_both_bounds(lengths, batch_size
         assert len(before) == batch_size or (batch_tokens is not None and (len(before) + 1) * widest > batch_tokens)
 
 
-def test_batch_tokens_changes_batches_not_translations(run_dir, test_lines, capsys, monkeypatch):
+def test_batch_tokens_changes_batches_not_translations(loaded, run_dir, test_lines, capsys, monkeypatch):
     from mtkit import search
 
     sizes = []
@@ -295,7 +327,7 @@ def test_batch_tokens_changes_batches_not_translations(run_dir, test_lines, caps
     sizes.clear()
     code, capped, err = run_main(["translate", run_dir, "--batch-tokens", "40"], stdin, capsys, monkeypatch)
     assert code == 0, err
-    assert capped == plain
+    assert_same_translations(loaded, test_lines[:30], capped, plain)
     assert len(sizes) > 2 and all(rows * width <= 40 or rows == 1 for rows, width in sizes)
     code, out, err = run_main(["translate", run_dir, "--batch-tokens", "0"], stdin, capsys, monkeypatch)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "batch_tokens" in err, err
@@ -337,9 +369,13 @@ def test_kv_cache_decoding_equals_decoding_without_cache(loaded, test_lines):
     for row, (hyp,) in enumerate(cached):
         alone = src[row : row + 1, : int(src[row].ne(PAD).sum())]
         tokens, log_probs, attention = greedy_without_cache(model, alone, limits[row])
-        assert hyp.tokens == tokens, lines[row]
-        assert hyp.token_log_probs == pytest.approx(log_probs, abs=1e-4)
-        assert torch.allclose(hyp.attention, attention, atol=1e-4)
+        divergence = first_divergence(model, alone, hyp.tokens, tokens)
+        same = len(tokens) + 1  # steps compared: all, or those before the two part at a near-tie
+        if divergence is not None:
+            same, shortfall = divergence
+            assert shortfall <= NEAR_TIE, (lines[row], hyp.tokens, tokens, shortfall)
+        assert hyp.token_log_probs[:same] == pytest.approx(log_probs[:same], abs=LOG_PROB_TOL)
+        assert torch.allclose(hyp.attention[:same], attention[:same], atol=1e-4)
 
 
 @torch.inference_mode()
@@ -358,13 +394,19 @@ def test_beam_one_equals_greedy(loaded, test_lines):
     for length_penalty, stopping in ((0.0, "exact"), (1.0, "beam_full")):
         by_beam = beam_search(loaded.model, src, beam_size=1, length_penalty=length_penalty, max_len_a=1.5,
                               max_len_b=10, stopping=stopping)
-        for (g,), (b,) in zip(by_greedy, by_beam):
-            assert b.tokens == g.tokens
-            assert b.log_prob == pytest.approx(g.log_prob, abs=1e-4)
-    # and through the translator: --beam-size 1 prints greedy's text
+        for row, ((g,), (b,)) in enumerate(zip(by_greedy, by_beam)):
+            divergence = first_divergence(loaded.model, src[row], b.tokens, g.tokens)
+            if divergence is None:
+                assert b.log_prob == pytest.approx(g.log_prob, abs=LOG_PROB_TOL)
+            else:  # the batch shrinks differently, so a near-tie may go either way (then compared up to it)
+                at, shortfall = divergence
+                assert shortfall <= NEAR_TIE, (test_lines[row], b.tokens, g.tokens, shortfall)
+                assert b.token_log_probs[:at] == pytest.approx(g.token_log_probs[:at], abs=LOG_PROB_TOL)
+    # and through the translator: --beam-size 1 prints greedy's text (its batches are other ones: near-ties aside)
     translator = make_translator(loaded, beam_size=1)
-    texts = [h[0].tokens for h in translator.translate_ids(translator.encode(test_lines))]
-    assert texts == [g[0].tokens for g in by_greedy]
+    for row, hyps in enumerate(translator.translate_ids(translator.encode(test_lines))):
+        divergence = first_divergence(loaded.model, src[row], hyps[0].tokens, by_greedy[row][0].tokens)
+        assert divergence is None or divergence[1] <= NEAR_TIE, (test_lines[row], divergence)
 
 
 @torch.inference_mode()
@@ -402,21 +444,25 @@ def test_ensemble_of_a_model_with_itself_equals_the_model(loaded, run_dir, test_
     ensemble = make_translator(loaded, model=Ensemble([loaded.model, twin.model]), beam_size=4, nbest=2,
                                need_attention=True)
     ids = single.encode(test_lines)
-    for alone, pair in zip(single.translate_ids(ids), ensemble.translate_ids(ids)):
-        assert [h.tokens for h in pair] == [h.tokens for h in alone]
-        for a, b in zip(alone, pair):
-            assert b.score == pytest.approx(a.score, abs=1e-4)
-            assert torch.allclose(a.attention, b.attention, atol=1e-5)
+    alone, pairs = single.translate_ids(ids), ensemble.translate_ids(ids)
+    # the mean of two equal distributions is that distribution, to rounding: the same n-best but at a near-tie
+    diverged = diverged_at_near_ties(loaded.model, [x + [EOS] for x in ids], pairs, alone,
+                                     **search_of(single.opt))
+    for i, (hyps, refs) in enumerate(zip(alone, pairs)):
+        if i not in diverged:
+            for a, b in zip(hyps, refs):
+                assert b.score == pytest.approx(a.score, abs=LOG_PROB_TOL)
+                assert torch.allclose(a.attention, b.attention, atol=1e-5)
 
 
-def test_ensemble_through_the_cli(run_dir, test_lines, capsys, monkeypatch):
+def test_ensemble_through_the_cli(loaded, run_dir, test_lines, capsys, monkeypatch):
     stdin = ("\n".join(test_lines[:8]) + "\n").encode()
     code, single, err = run_main(["translate", run_dir], stdin, capsys, monkeypatch)
     assert code == 0, err
     ckpt_file = run_dir / "checkpoints" / "best.safetensors"
     code, ensembled, err = run_main(["translate", run_dir, "--checkpoint", ckpt_file], stdin, capsys, monkeypatch)
     assert code == 0, err
-    assert ensembled == single and len(single.splitlines()) == 8
+    assert_same_translations(loaded, test_lines[:8], ensembled, single)
 
 
 # ------------------------------------------------------------------------- as separate processes
@@ -470,7 +516,7 @@ def test_several_processes_share_one_run_dir(run_dir, test_lines, tmp_path):
     assert results[0][0] == results[2][0]  # same options, same output
 
 
-def test_one_line_at_a_time_through_a_pipe_is_answered_before_eof(run_dir, test_lines):
+def test_one_line_at_a_time_through_a_pipe_is_answered_before_eof(loaded, run_dir, test_lines):
     """A program that writes a line and waits for its translation gets it (chunk_size is 50 here)."""
     import select
 
@@ -492,11 +538,13 @@ def test_one_line_at_a_time_through_a_pipe_is_answered_before_eof(run_dir, test_
             translate.kill()
     assert code == 0 and err == b"", err.decode()
     assert rest == b"" and all(a.endswith(b"\n") and a.strip() for a in answers)
-    # the same answers as translating the three lines in one go
+    # the same answers as translating the three lines in one go (one batch: near-ties aside)
     with_file = subprocess.run([sys.executable, "-m", "mtkit", "translate", str(run_dir), "-b", "1"],
                                input=("\n".join(test_lines[:3]) + "\n").encode(), capture_output=True,
                                env=SUBPROCESS_ENV, timeout=120)
-    assert with_file.stdout == b"".join(answers)
+    assert with_file.returncode == 0, with_file.stderr.decode()
+    assert_same_translations(loaded, test_lines[:3], b"".join(answers).decode(), with_file.stdout.decode(),
+                             beam_size=1)
 
 
 def _through_a_pipe(data: bytes, size: int, max_bytes: int, pause_at: int = -1) -> list[list[str]]:
