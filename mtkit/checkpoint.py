@@ -13,7 +13,6 @@ carry no ``train.*``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -25,45 +24,14 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as st_save
 
 from mtkit.errors import MtkitError
+from mtkit.files import atomic_write_bytes, remove_stale_temps  # noqa: F401 (remove_stale_temps: a run dir's clean-up)
 
 FORMAT = "mtkit-checkpoint-1"
 CKPT_RE = re.compile(r"^ckpt_(\d+)\.safetensors$")
-TMP_RE = re.compile(r"^\..+\.(\d+)\.tmp$")  # what atomic_write_bytes leaves behind when killed mid-write
 
 
 def _crc32(tensor: torch.Tensor) -> int:
     return zlib.crc32(tensor.reshape(-1).view(torch.uint8).numpy())
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole or not at all: temp file, fsync, rename, fsync of the folder."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise MtkitError(f"{path}: cannot write ({err.strerror or err}); free some disk space or fix permissions, "
-                         "the previous files are intact") from None
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 @dataclass
@@ -185,28 +153,6 @@ def list_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def remove_stale_temps(folder: Path) -> None:
-    """Delete the temp files of writes killed midway: those whose writer (the pid in the name) is gone."""
-    if not Path(folder).is_dir():
-        return
-    for p in Path(folder).iterdir():
-        m = TMP_RE.match(p.name)
-        if m and p.is_file() and not _alive(int(m.group(1))):
-            p.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # this process has no write in flight while it cleans up
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def latest_loadable(ckpt_dir: Path) -> Optional[Path]:
     """The newest numbered checkpoint whose header reads; a damaged newest one falls back to the previous."""
     for _, path in reversed(list_checkpoints(ckpt_dir)):
@@ -252,7 +198,6 @@ def average(paths: list[Path]) -> Bundle:
             total[k] = total[k] + v.double() if k in total else v.double()
     avg = {k: (v / len(paths)).to(newest.model[k].dtype) for k, v in total.items()}
     meta = dict(newest.metadata, averaged=[str(p.name) for p in paths])
-    meta.pop("train_state", None)
     return Bundle(meta, avg, newest.tokenizer)
 
 

@@ -69,7 +69,7 @@ def prepare(
     Example: mtkit prepare configs/multi30k-transformer.yaml
     """
     from mtkit import config as cfgmod
-    from mtkit.data import prepare as run_prepare
+    from mtkit.prepare import prepare as run_prepare
 
     cfg = cfgmod.load(config, set_ or [])
     run_prepare(cfg.data, force=force)

@@ -29,7 +29,7 @@ def print_summary(cfg, model, manifest: dict, dist) -> None:
     table = Table(title=f"mtkit train: {cfg.model.arch}", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = model.num_parameters()
     table.add_row("parameters", f"{n_params:,} ({n_params / 1e6:.2f}M)")
     for k, v in model_rows(cfg):
         table.add_row(k, v)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from mtkit.errors import MtkitError
+from mtkit.files import fsync_tree, replace_dir
 
 EXPORT_META = "mtkit_export.json"
 EXPORT_FORMAT = "mtkit-ctranslate2-1"
@@ -226,18 +227,6 @@ def convert(checkpoint: Path, directory: Path, quantization: Optional[str]) -> d
     return meta
 
 
-def _fsync_tree(directory: Path) -> None:
-    for path in [*directory.iterdir(), directory]:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
-
-
 def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], force: bool) -> Path:
     """``mtkit export``: convert the run's checkpoint (as translate picks it) into ``out``."""
     if fmt not in FORMATS:
@@ -251,16 +240,13 @@ def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], 
                              "(choose another --out)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tag = hashlib.sha1(f"{os.getpid()}{out}".encode()).hexdigest()[:8]
-    tmp, old = out.with_name(f".{out.name}.{tag}.tmp"), out.with_name(f".{out.name}.{tag}.old")
+    tmp = out.with_name(f".{out.name}.{tag}.tmp")
     try:
         meta = convert(run, tmp, quantization)
-        _fsync_tree(tmp)
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
+        fsync_tree(tmp)
+        replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
     size = sum(p.stat().st_size for p in out.iterdir()) / 2**20
     print(f"exported {meta['checkpoint']} (update {meta['update']}) to {out} as CTranslate2 "
           f"{meta['quantization']}, {size:.1f} MiB; translate with: mtkit translate {out}")

@@ -30,8 +30,12 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as st_save
 from torch import Tensor
 
+from mtkit.data import ParallelData
 from mtkit.errors import MtkitError
-from mtkit.models.base import BOS, EOS, PAD, UNK, Seq2Seq, State
+from mtkit.files import atomic_write_bytes
+from mtkit.manifest import MANIFEST
+from mtkit.models.base import Seq2Seq, State
+from mtkit.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 
 LEXICON_FILE = "lexicon.safetensors"
 LEXICON_FORMAT = "mtkit-lexicon-1"
@@ -67,8 +71,8 @@ def build_lexicon(data, src_vocab: int, tgt_vocab: int, tokenizer: str) -> Lexic
     """Count sentence-level co-occurrences in ``data`` (a train ``ParallelData``) and rank translations by Dice."""
     n = len(data)
     rows = np.unique(np.linspace(0, n - 1, min(n, MAX_PAIRS)).astype(np.int64)) if n else np.zeros(0, np.int64)
-    src_rows, src_ids = _distinct(*_sampled_tokens(data._tokens["src"], data._offsets["src"], rows), src_vocab)
-    tgt_rows, all_tgt_ids = _sampled_tokens(data._tokens["tgt"], data._offsets["tgt"], rows)
+    src_rows, src_ids = _distinct(*_sampled_tokens(*data.arrays("src"), rows), src_vocab)
+    tgt_rows, all_tgt_ids = _sampled_tokens(*data.arrays("tgt"), rows)
     token_count = torch.bincount(all_tgt_ids, minlength=tgt_vocab).double()  # (tgt_vocab,) occurrences
     tgt_rows, tgt_ids = _distinct(tgt_rows, all_tgt_ids, tgt_vocab)
     src_count = torch.bincount(src_ids, minlength=src_vocab).double()  # (src_vocab,) pairs holding s
@@ -97,8 +101,6 @@ def build_lexicon(data, src_vocab: int, tgt_vocab: int, tokenizer: str) -> Lexic
 
 
 def save_lexicon(path: Path, lexicon: Lexicon) -> None:
-    from mtkit.checkpoint import atomic_write_bytes
-
     tensors = {"translations": lexicon.translations.to(torch.int32), "frequent": lexicon.frequent.to(torch.int32)}
     atomic_write_bytes(path, st_save(tensors, metadata={"format": LEXICON_FORMAT, "tokenizer": lexicon.tokenizer}))
 
@@ -120,16 +122,13 @@ def read_lexicon(path: Path) -> Lexicon:
 
 def load_lexicon(run_dir: Path, data_dir: Path, tokenizer) -> Lexicon:
     """``run_dir``'s lexicon, built from ``data_dir``'s training split (and saved) the first time it is needed."""
-    from mtkit.data import ParallelData
-    from mtkit.tokenizer import Tokenizer
-
     path = run_dir / LEXICON_FILE
     fingerprint = tokenizer.fingerprint()
     if path.is_file():
         lexicon = read_lexicon(path)
         if lexicon.tokenizer == fingerprint and lexicon.translations.size(0) == tokenizer.src_vocab_size:
             return lexicon
-    if not (data_dir / "manifest.json").is_file():
+    if not (data_dir / MANIFEST).is_file():
         raise MtkitError(f"{run_dir}: a shortlist needs {LEXICON_FILE}, built from the training data in {data_dir}, "
                          "which is not there; run `mtkit prepare` with the run's config, or translate without a "
                          "shortlist (--shortlist 0)")

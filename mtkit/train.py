@@ -26,6 +26,8 @@ from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit import distributed as distmod
 from mtkit.errors import MtkitError
+from mtkit.files import RunLock, atomic_write_bytes, atomic_write_text, remove_stale_temps
+from mtkit.manifest import MANIFEST, read_manifest
 from mtkit.models import PAD, build_model
 
 STOP_KEYS = {"max_updates", "max_epochs", "max_minutes", "patience", "validate_every", "save_every", "log_every",
@@ -218,33 +220,6 @@ def teacher_forced_loss(model, projection: tuple, batch, smoothing: float) -> tu
 
 
 # --------------------------------------------------------------------------------------- run dir
-class RunLock:
-    """An exclusive flock on RUN/train.lock: a second trainer on the same run dir is refused; the OS
-    releases the lock when the process dies, so a crash never leaves the run dir locked."""
-
-    def __init__(self, run_dir: Path):
-        self.path = run_dir / "train.lock"
-        self.fd = None
-
-    def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(self.fd, 64).decode(errors="replace").strip() or "another process"
-            os.close(self.fd)
-            raise MtkitError(f"{self.path.parent}: another mtkit train (pid {holder}) is using this run dir; "
-                             "wait for it to finish or choose another training.run_dir") from None
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, str(os.getpid()).encode())
-        return self
-
-    def __exit__(self, *exc):
-        with contextlib.suppress(OSError):
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-
-
 def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
     keys = sorted(set(a) | set(b))
     out = []
@@ -353,9 +328,9 @@ class Trainer:
         self.dist = distmod.setup(self.t.devices)
         self.device = self.dist.device
         data_dir = Path(cfg.data.dir)
-        if not (data_dir / "manifest.json").is_file():
+        if not (data_dir / MANIFEST).is_file():
             raise MtkitError(f"{data_dir}: no prepared data (manifest.json missing); run 'mtkit prepare CONFIG' first")
-        self.manifest = json.loads((data_dir / "manifest.json").read_text())
+        self.manifest = read_manifest(data_dir)
         self.tokenizer = Tokenizer.from_dir(data_dir)
         self.train_data = ParallelData(data_dir, "train")
         self.valid_data = ParallelData(data_dir, "valid") if "valid" in self.manifest.get("splits", {}) else None
@@ -571,8 +546,8 @@ class Trainer:
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         with lock:
             if self.dist.is_main:
-                ckpt.remove_stale_temps(self.ckpt_dir)
-                ckpt.remove_stale_temps(self.run_dir)
+                remove_stale_temps(self.ckpt_dir)
+                remove_stale_temps(self.run_dir)
             try:
                 self._run()
             except RuntimeError as err:
@@ -614,9 +589,9 @@ class Trainer:
                                  "on several machines training.run_dir must be one shared directory")
         if d.is_main:
             cfgmod_text = cfgmod.dump(self.cfg)
-            ckpt.atomic_write_text(self.run_dir / "config.yaml", cfgmod_text)
+            atomic_write_text(self.run_dir / "config.yaml", cfgmod_text)
             for side, blob in self.tokenizer_blobs().items():
-                ckpt.atomic_write_bytes(self.run_dir / f"spm.{side}.model", blob)
+                atomic_write_bytes(self.run_dir / f"spm.{side}.model", blob)
             if self.resuming:
                 trim_metrics(self.run_dir / "metrics.jsonl", self.update)
             print_summary(self.cfg, self.model, self.manifest, self.dist)
@@ -821,7 +796,7 @@ def trim_metrics(path: Path, update: int) -> None:
             continue
         if isinstance(record, dict) and record.get("update", 0) <= update:
             kept.append(line + "\n")
-    ckpt.atomic_write_text(path, "".join(kept))
+    atomic_write_text(path, "".join(kept))
 
 
 def append_jsonl(path: Path, record: dict) -> None:

@@ -6,6 +6,7 @@ translations are written back in input order and flushed, so the command works i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -21,6 +22,7 @@ import torch
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
+from mtkit.files import atomic_open
 from mtkit.models import BOS, EOS, PAD, UNK, Seq2Seq, State, build_model
 
 
@@ -632,38 +634,23 @@ def _write_translations(translator, *, input: Optional[Path], output: Optional[P
             plot_attention.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise MtkitError(f"--plot-attention {plot_attention}: cannot create the folder ({err.strerror or err})") from None
-    out_tmp = None
-    if output is not None:
-        out_tmp = Path(output).with_name(f".{Path(output).name}.{os.getpid()}.tmp")
-        try:
-            sink = open(out_tmp, "w", encoding="utf-8")
-        except OSError as err:
-            raise MtkitError(f"{output}: cannot write ({err.strerror or err}); check the folder exists and is writable") from None
-    else:
-        sys.stdout.reconfigure(encoding="utf-8", errors="replace")
-        sink = sys.stdout
-    src = open(input, "rb") if input is not None else sys.stdin.buffer
-    ok = False
-    try:
+    with contextlib.ExitStack() as stack:
+        if output is not None:  # whole or not at all
+            try:
+                sink = stack.enter_context(atomic_open(Path(output), "w", encoding="utf-8"))
+            except OSError as err:
+                raise MtkitError(f"{output}: cannot write ({err.strerror or err}); check the folder exists and is "
+                                 "writable") from None
+        else:
+            sys.stdout.reconfigure(encoding="utf-8", errors="replace")
+            sink = sys.stdout
+        src = stack.enter_context(open(input, "rb")) if input is not None else sys.stdin.buffer
         max_bytes = 4 * translator.max_chars  # UTF-8: at most 4 bytes per character
         if input is None and not _is_regular_file(src):  # a pipe or terminal: answer each pause at once
             line_chunks = pipe_chunks(src.fileno(), translator.opt.chunk_size, max_bytes)
         else:
             line_chunks = chunks(read_lines(src, max_bytes), translator.opt.chunk_size)
         translate_chunks(translator, line_chunks, sink, fmt=fmt, alignments=alignments, plot_dir=plot_attention)
-        ok = True
-    finally:
-        if input is not None:
-            src.close()
-        if out_tmp is not None:
-            if ok:  # whole or not at all
-                sink.flush()
-                os.fsync(sink.fileno())
-            sink.close()
-            if ok:
-                out_tmp.replace(output)
-            else:
-                out_tmp.unlink(missing_ok=True)
     if translator.truncated:
         print(f"mtkit: warning: {translator.truncated} input line(s) longer than the model's limit of "
               f"{translator.max_src} subwords were truncated", file=sys.stderr)

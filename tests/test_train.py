@@ -27,6 +27,7 @@ import yaml
 from conftest import toy_pairs, write_lines
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
+from mtkit import files
 from mtkit import train as trainmod
 from mtkit.models import PAD
 from mtkit.train import fused_output_loss, label_smoothed_loss, learning_rate
@@ -52,7 +53,7 @@ def _restore_threads():
 @pytest.fixture(scope="module")
 def data_section(tmp_path_factory) -> dict:
     """The toy corpus of conftest, prepared once for this module (vocabulary 100, joint)."""
-    from mtkit.data import prepare
+    from mtkit.prepare import prepare
 
     root = tmp_path_factory.mktemp("toy")
     splits = {}
@@ -69,7 +70,7 @@ def data_section(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def sampled_section(data_section, tmp_path_factory) -> dict:
     """The same corpus with BPE-dropout copies of train (3 samplings)."""
-    from mtkit.data import prepare
+    from mtkit.prepare import prepare
 
     section = {**data_section, "dir": str(tmp_path_factory.mktemp("toy-sampled") / "data"), "src_subword_alpha": 0.2,
                "tgt_subword_alpha": 0.2, "subword_samples": 3}
@@ -588,7 +589,7 @@ def test_full_disk_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path, dat
         f = real_open(path, mode, *args, **kw)
         return FullDisk(f) if "ckpt_0000004" in str(path) and "w" in mode else f
 
-    monkeypatch.setattr(ckpt, "open", open_on_full_disk, raising=False)
+    monkeypatch.setattr(files, "open", open_on_full_disk, raising=False)
     run = tmp_path / "run"
     target = run / "checkpoints" / "ckpt_0000004.safetensors"
     assert_one_line_error(run_cli("train", config), str(target), "No space left on device", "intact")

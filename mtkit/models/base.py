@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+from mtkit.tokenizer import BOS, EOS, PAD, UNK  # noqa: F401 (the model interface's special ids)
 
 _LANE = 1 << 16  # the drop probability's resolution in ``dropout``
 
