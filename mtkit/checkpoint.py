@@ -153,6 +153,64 @@ def list_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """The optimizer's state tensors as ``opt.{parameter index}.{name}`` (a training checkpoint's ``train.*``)."""
+    tensors = {}
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for i, p in enumerate(params):
+        for k, v in optimizer.state.get(p, {}).items():
+            if torch.is_tensor(v):
+                tensors[f"opt.{i}.{k}"] = v
+    return tensors
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, train: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Load the ``opt.*`` tensors of ``optimizer_tensors`` back (``step`` counters stay on the CPU)."""
+    state: dict[int, dict] = {}
+    for key, v in train.items():
+        if key.startswith("opt."):
+            _, i, name = key.split(".", 2)
+            state.setdefault(int(i), {})[name] = v.to(device) if name != "step" else v
+    sd = optimizer.state_dict()
+    sd["state"] = state
+    optimizer.load_state_dict(sd)
+
+
+def prune(ckpt_dir: Path, *, keep_last: int, keep_best: int, best_metric: str) -> None:
+    """Delete the numbered checkpoints but the ``keep_last`` newest and the ``keep_best`` best by ``best_metric``
+    (of their validation metadata; loss: lowest, BLEU/chrF: highest)."""
+    found = list_checkpoints(ckpt_dir)
+    keep = {p for _, p in found[-keep_last:]}
+    if keep_best:
+        scored = []
+        for _, p in found:
+            try:
+                v = read_metadata(p).get("valid") or {}
+            except MtkitError:
+                continue
+            if best_metric in v:
+                sign = 1 if best_metric == "loss" else -1
+                scored.append((sign * v[best_metric], p))
+        keep |= {p for _, p in sorted(scored)[:keep_best]}
+    for _, p in found:
+        if p not in keep:
+            p.unlink(missing_ok=True)
+
+
+def load_latest(ckpt_dir: Path) -> tuple[Optional[Path], Optional[Bundle], list[MtkitError]]:
+    """(path, bundle with training state, errors of newer damaged ones) of the newest numbered checkpoint that
+    loads: a damaged newest checkpoint falls back to the previous one. (None, None, []) when there is none."""
+    errors: list[MtkitError] = []
+    for _, path in reversed(list_checkpoints(ckpt_dir)):
+        try:
+            return path, load(path, with_train=True, map_location="cpu"), errors
+        except MtkitError as err:
+            errors.append(err)
+    if errors:
+        raise errors[0]
+    return None, None, []
+
+
 def latest_loadable(ckpt_dir: Path) -> Optional[Path]:
     """The newest numbered checkpoint whose header reads; a damaged newest one falls back to the previous."""
     for _, path in reversed(list_checkpoints(ckpt_dir)):

@@ -88,7 +88,7 @@ def train(
     Examples: mtkit train configs/multi30k-transformer.yaml --set training.max_minutes=20
               mtkit train --resume runs/multi30k-transformer
     """
-    from mtkit.train import train_main
+    from mtkit.launch import train_main
 
     train_main(config=config, overrides=set_ or [], resume=resume, force=force, gpus=gpus)
 

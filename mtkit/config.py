@@ -148,6 +148,9 @@ ModelConfig = Annotated[Union[TransformerConfig, BahdanauConfig, LuongConfig], F
 
 
 # ------------------------------------------------------------------------------------------- training
+FP16_NEEDS_CUDA = "training.precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU"
+
+
 class TrainingConfig(Section):
     run_dir: str
     seed: int = 1
@@ -181,6 +184,15 @@ class TrainingConfig(Section):
     keep_last: int = Field(3, ge=1)
     keep_best: int = Field(1, ge=0)
     average_last: int = Field(0, ge=0, description="write average.safetensors of the last N checkpoints at the end")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.schedule == "cosine" and not self.max_updates:
+            raise ValueError("training.schedule cosine decays to min_lr at training.max_updates: set "
+                             "training.max_updates (or use schedule inverse_sqrt)")
+        if self.precision == "fp16" and self.devices == "cpu":  # devices auto: checked once the device is known
+            raise ValueError(FP16_NEEDS_CUDA)
+        return self
 
 
 # ------------------------------------------------------------------------------------------- decoding

@@ -111,3 +111,8 @@ def barrier(d: Dist) -> None:
 def teardown(d: Dist) -> None:
     if d.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or the RuntimeError of a CPU / MPS allocation that failed."""
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err) or "can't allocate" in str(err)

@@ -29,8 +29,9 @@ from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit import files
 from mtkit import train as trainmod
+from mtkit.loss import fused_output_loss, label_smoothed_loss
 from mtkit.models import PAD
-from mtkit.train import fused_output_loss, label_smoothed_loss, learning_rate
+from mtkit.optim import learning_rate
 
 TRANSFORMER = {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
                "ffn_dim": 64, "dropout": 0.1}
@@ -545,7 +546,7 @@ def test_out_of_memory_names_the_batch_size_to_lower(tmp_path, data_section, run
     def no_memory(self, *args, **kw):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(Transformer, "forward", no_memory)
+    monkeypatch.setattr(Transformer, "features", no_memory)
     assert_one_line_error(run_cli("train", config), "out of memory", "update 1", "training.batch_tokens", "600")
 
 
