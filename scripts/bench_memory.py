@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Peak memory of `mtkit translate` and `mtkit prepare` on large and hostile inputs (issue: resource bounds).
+"""Peak memory of `mtkit translate` and `mtkit prepare` on large and hostile inputs.
 
     python scripts/bench_memory.py [--workdir /tmp/mtkit-bench-memory] [--gigabytes 1.0]
 
