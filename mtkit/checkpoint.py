@@ -1,4 +1,4 @@
-"""Self-describing checkpoints: safetensors only (no pickle), written atomically.
+"""Self-describing checkpoints: safetensors only (no pickle), written atomically; loading one for inference.
 
 One ``.safetensors`` file holds
 - ``model.*``: the weights;
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,18 @@ from typing import Optional
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as st_save
+from torch import nn
 
+from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import atomic_write_bytes, remove_stale_temps  # noqa: F401 (remove_stale_temps: a run dir's clean-up)
+from mtkit.models import Seq2Seq, build_model
+from mtkit.models.transformer import Transformer
+from mtkit.tokenizer import Tokenizer
+
+with warnings.catch_warnings():  # torch.ao's deprecation notices; the kernels are what we measured
+    warnings.simplefilter("ignore")
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 FORMAT = "mtkit-checkpoint-1"
 CKPT_RE = re.compile(r"^ckpt_(\d+)\.safetensors$")
@@ -270,3 +280,50 @@ def average_main(run: Path, *, last: int, output: Optional[Path]) -> Path:
     save(out, average(chosen))
     print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")
     return out
+
+
+# ------------------------------------------------------------------------------- loading for inference
+@dataclass
+class Loaded:
+    model: Seq2Seq
+    tokenizer: object
+    config: cfgmod.Config
+    metadata: dict
+    path: Path
+
+
+def load_checkpoint(path: Path, device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32) -> Loaded:
+    """A run dir or checkpoint file -> model in eval mode, its tokenizer and config (nothing else needed)."""
+    file = resolve(Path(path))
+    bundle = load(file)
+    meta = bundle.metadata
+    try:
+        cfg = cfgmod.from_dict(meta["config"], f"{file} (embedded config)")
+        src_v, tgt_v, joint = meta["src_vocab_size"], meta["tgt_vocab_size"], meta["joint_vocab"]
+    except KeyError as err:
+        raise MtkitError(f"{file}: checkpoint metadata lacks {err}; it was not written by mtkit train") from None
+    if not bundle.tokenizer:
+        raise MtkitError(f"{file}: checkpoint carries no tokenizer models")
+    tokenizer = Tokenizer.from_model_bytes(bundle.tokenizer)
+    if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != (src_v, tgt_v):
+        raise MtkitError(f"{file}: embedded tokenizer vocab sizes {(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)} "
+                         f"do not match the model's {(src_v, tgt_v)}")
+    model = build_model(cfg.model, src_v, tgt_v, joint)
+    load_weights(model, bundle.model, file)
+    if dtype == torch.qint8:
+        model = quantize_int8(model.eval())
+    else:
+        model.to(device=device, dtype=dtype).eval()
+    return Loaded(model, tokenizer, cfg, meta, file)
+
+
+def quantize_int8(model: Seq2Seq) -> Seq2Seq:
+    """For CPU inference: every linear layer (the Transformer's tied output projection included) gets int8
+    weights, quantized per output channel, with activations quantized per batch on the fly (PyTorch's dynamic
+    quantization; x86/fbgemm kernels). Embeddings, attention and layer norms stay float32."""
+    if isinstance(model, Transformer) and model.output is None:  # untie: the projection gets its own int8 copy
+        model.output = nn.Linear(model.tgt_embed.weight.size(1), model.tgt_vocab_size, bias=False)
+        model.output.weight = nn.Parameter(model.tgt_embed.weight.detach().clone())
+    with warnings.catch_warnings():  # torch.ao's deprecation notices; the kernels are what we measured
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
