@@ -1,4 +1,4 @@
-"""Self-describing checkpoints: safetensors only (no pickle), written atomically.
+"""Self-describing checkpoints: safetensors only (no pickle), written atomically; loading one for inference.
 
 One ``.safetensors`` file holds
 - ``model.*``: the weights;
@@ -13,8 +13,8 @@ carry no ``train.*``.
 from __future__ import annotations
 
 import json
-import os
 import re
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,47 +23,25 @@ from typing import Optional
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as st_save
+from torch import nn
 
+from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
+from mtkit.files import atomic_write_bytes, remove_stale_temps  # noqa: F401 (remove_stale_temps: a run dir's clean-up)
+from mtkit.models import Seq2Seq, build_model
+from mtkit.models.transformer import Transformer
+from mtkit.tokenizer import Tokenizer
+
+with warnings.catch_warnings():  # torch.ao's deprecation notices; the kernels are what we measured
+    warnings.simplefilter("ignore")
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 FORMAT = "mtkit-checkpoint-1"
 CKPT_RE = re.compile(r"^ckpt_(\d+)\.safetensors$")
-TMP_RE = re.compile(r"^\..+\.(\d+)\.tmp$")  # what atomic_write_bytes leaves behind when killed mid-write
 
 
 def _crc32(tensor: torch.Tensor) -> int:
     return zlib.crc32(tensor.reshape(-1).view(torch.uint8).numpy())
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole or not at all: temp file, fsync, rename, fsync of the folder."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise MtkitError(f"{path}: cannot write ({err.strerror or err}); free some disk space or fix permissions, "
-                         "the previous files are intact") from None
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 @dataclass
@@ -185,26 +163,62 @@ def list_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def remove_stale_temps(folder: Path) -> None:
-    """Delete the temp files of writes killed midway: those whose writer (the pid in the name) is gone."""
-    if not Path(folder).is_dir():
-        return
-    for p in Path(folder).iterdir():
-        m = TMP_RE.match(p.name)
-        if m and p.is_file() and not _alive(int(m.group(1))):
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """The optimizer's state tensors as ``opt.{parameter index}.{name}`` (a training checkpoint's ``train.*``)."""
+    tensors = {}
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for i, p in enumerate(params):
+        for k, v in optimizer.state.get(p, {}).items():
+            if torch.is_tensor(v):
+                tensors[f"opt.{i}.{k}"] = v
+    return tensors
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, train: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Load the ``opt.*`` tensors of ``optimizer_tensors`` back (``step`` counters stay on the CPU)."""
+    state: dict[int, dict] = {}
+    for key, v in train.items():
+        if key.startswith("opt."):
+            _, i, name = key.split(".", 2)
+            state.setdefault(int(i), {})[name] = v.to(device) if name != "step" else v
+    sd = optimizer.state_dict()
+    sd["state"] = state
+    optimizer.load_state_dict(sd)
+
+
+def prune(ckpt_dir: Path, *, keep_last: int, keep_best: int, best_metric: str) -> None:
+    """Delete the numbered checkpoints but the ``keep_last`` newest and the ``keep_best`` best by ``best_metric``
+    (of their validation metadata; loss: lowest, BLEU/chrF: highest)."""
+    found = list_checkpoints(ckpt_dir)
+    keep = {p for _, p in found[-keep_last:]}
+    if keep_best:
+        scored = []
+        for _, p in found:
+            try:
+                v = read_metadata(p).get("valid") or {}
+            except MtkitError:
+                continue
+            if best_metric in v:
+                sign = 1 if best_metric == "loss" else -1
+                scored.append((sign * v[best_metric], p))
+        keep |= {p for _, p in sorted(scored)[:keep_best]}
+    for _, p in found:
+        if p not in keep:
             p.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # this process has no write in flight while it cleans up
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
+def load_latest(ckpt_dir: Path) -> tuple[Optional[Path], Optional[Bundle], list[MtkitError]]:
+    """(path, bundle with training state, errors of newer damaged ones) of the newest numbered checkpoint that
+    loads: a damaged newest checkpoint falls back to the previous one. (None, None, []) when there is none."""
+    errors: list[MtkitError] = []
+    for _, path in reversed(list_checkpoints(ckpt_dir)):
+        try:
+            return path, load(path, with_train=True, map_location="cpu"), errors
+        except MtkitError as err:
+            errors.append(err)
+    if errors:
+        raise errors[0]
+    return None, None, []
 
 
 def latest_loadable(ckpt_dir: Path) -> Optional[Path]:
@@ -252,7 +266,6 @@ def average(paths: list[Path]) -> Bundle:
             total[k] = total[k] + v.double() if k in total else v.double()
     avg = {k: (v / len(paths)).to(newest.model[k].dtype) for k, v in total.items()}
     meta = dict(newest.metadata, averaged=[str(p.name) for p in paths])
-    meta.pop("train_state", None)
     return Bundle(meta, avg, newest.tokenizer)
 
 
@@ -267,3 +280,50 @@ def average_main(run: Path, *, last: int, output: Optional[Path]) -> Path:
     save(out, average(chosen))
     print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")
     return out
+
+
+# ------------------------------------------------------------------------------- loading for inference
+@dataclass
+class Loaded:
+    model: Seq2Seq
+    tokenizer: object
+    config: cfgmod.Config
+    metadata: dict
+    path: Path
+
+
+def load_checkpoint(path: Path, device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32) -> Loaded:
+    """A run dir or checkpoint file -> model in eval mode, its tokenizer and config (nothing else needed)."""
+    file = resolve(Path(path))
+    bundle = load(file)
+    meta = bundle.metadata
+    try:
+        cfg = cfgmod.from_dict(meta["config"], f"{file} (embedded config)")
+        src_v, tgt_v, joint = meta["src_vocab_size"], meta["tgt_vocab_size"], meta["joint_vocab"]
+    except KeyError as err:
+        raise MtkitError(f"{file}: checkpoint metadata lacks {err}; it was not written by mtkit train") from None
+    if not bundle.tokenizer:
+        raise MtkitError(f"{file}: checkpoint carries no tokenizer models")
+    tokenizer = Tokenizer.from_model_bytes(bundle.tokenizer)
+    if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != (src_v, tgt_v):
+        raise MtkitError(f"{file}: embedded tokenizer vocab sizes {(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)} "
+                         f"do not match the model's {(src_v, tgt_v)}")
+    model = build_model(cfg.model, src_v, tgt_v, joint)
+    load_weights(model, bundle.model, file)
+    if dtype == torch.qint8:
+        model = quantize_int8(model.eval())
+    else:
+        model.to(device=device, dtype=dtype).eval()
+    return Loaded(model, tokenizer, cfg, meta, file)
+
+
+def quantize_int8(model: Seq2Seq) -> Seq2Seq:
+    """For CPU inference: every linear layer (the Transformer's tied output projection included) gets int8
+    weights, quantized per output channel, with activations quantized per batch on the fly (PyTorch's dynamic
+    quantization; x86/fbgemm kernels). Embeddings, attention and layer norms stay float32."""
+    if isinstance(model, Transformer) and model.output is None:  # untie: the projection gets its own int8 copy
+        model.output = nn.Linear(model.tgt_embed.weight.size(1), model.tgt_vocab_size, bias=False)
+        model.output.weight = nn.Parameter(model.tgt_embed.weight.detach().clone())
+    with warnings.catch_warnings():  # torch.ao's deprecation notices; the kernels are what we measured
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)

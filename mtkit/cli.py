@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -14,7 +15,10 @@ from typing import List, Optional
 import typer
 
 from mtkit import __version__
+from mtkit.config import OutputOptions, SamplingOptions
 from mtkit.errors import MtkitError
+
+_SAMPLING, _OUTPUT = SamplingOptions(), OutputOptions()  # the defaults of the flags below
 
 app = typer.Typer(
     add_completion=True,
@@ -80,10 +84,10 @@ def prepare(
 
     Example: mtkit prepare configs/multi30k-transformer.yaml
     """
-    from mtkit import config as cfgmod
-    from mtkit.data import prepare as run_prepare
+    from mtkit.config import load
+    from mtkit.prepare import prepare as run_prepare
 
-    cfg = cfgmod.load(config, set_ or [])
+    cfg = load(config, set_ or [])
     run_prepare(cfg.data, force=force)
 
 
@@ -100,7 +104,7 @@ def train(
     Examples: mtkit train configs/multi30k-transformer.yaml --set training.max_minutes=20
               mtkit train --resume runs/multi30k-transformer
     """
-    from mtkit.train import train_main
+    from mtkit.launch import train_main
 
     train_main(config=config, overrides=set_ or [], resume=resume, force=force, gpus=gpus)
 
@@ -127,14 +131,14 @@ def translate(
     shortlist: Optional[int] = typer.Option(None, "--shortlist", help="Score each sentence over a lexical shortlist "
                                             "with this many translations per source subword (0: whole vocabulary)."),
     sampling: bool = typer.Option(False, "--sampling", help="Sample instead of beam search."),
-    temperature: float = typer.Option(1.0, "--temperature"),
-    top_k: int = typer.Option(0, "--top-k"),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    seed: int = typer.Option(0, "--seed", help="Seed for --sampling."),
-    fmt: str = typer.Option("text", "--format", help="text or jsonl"),
+    temperature: float = typer.Option(_SAMPLING.temperature, "--temperature"),
+    top_k: int = typer.Option(_SAMPLING.top_k, "--top-k"),
+    top_p: float = typer.Option(_SAMPLING.top_p, "--top-p"),
+    seed: int = typer.Option(_SAMPLING.seed, "--seed", help="Seed for --sampling."),
+    fmt: str = typer.Option(_OUTPUT.format, "--format", help="text or jsonl"),
     alignments: bool = typer.Option(False, "--alignments", help="jsonl: include cross-attention weights."),
     plot_attention: Optional[Path] = typer.Option(None, "--plot-attention", help="Write an attention heatmap PNG per sentence here."),
-    engine: str = typer.Option("torch", "--engine", help="torch or ctranslate2"),
+    engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
 ):
     """Translate stdin (or --input) to stdout: one output line per input line, in order.
 
@@ -201,7 +205,7 @@ def plot(run: Path = typer.Argument(..., help="Run directory.")):
 def export(
     run: Path = typer.Argument(..., help="Run directory or checkpoint file (the checkpoint translate would use)."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the exported model to."),
-    fmt: str = typer.Option("ctranslate2", "--format", help="ctranslate2 (needs the extra: pip install \"mtkit\\[ct2]\")"),
+    fmt: str = typer.Option(_OUTPUT.export_format, "--format", help="ctranslate2 (needs the extra: pip install \"mtkit\\[ct2]\")"),
     quantization: Optional[str] = typer.Option(
         None, "--quantization", "-q", help="int8, int16, float16, bfloat16 (or int8_float32, ...); default float32."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
@@ -210,7 +214,7 @@ def export(
 
     Example: mtkit export runs/demo --out runs/demo-ct2 --quantization int8 && mtkit translate runs/demo-ct2
     """
-    from mtkit.export import export_main
+    from mtkit.ct2 import export_main
 
     export_main(run=run, fmt=fmt, out=out, quantization=quantization, force=force)
 
@@ -249,8 +253,6 @@ def _interrupted():
 
 
 def _quiet_broken_pipe():
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

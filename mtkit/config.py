@@ -8,7 +8,7 @@ dotted key path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -148,6 +148,9 @@ ModelConfig = Annotated[Union[TransformerConfig, BahdanauConfig, LuongConfig], F
 
 
 # ------------------------------------------------------------------------------------------- training
+FP16_NEEDS_CUDA = "training.precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU"
+
+
 class TrainingConfig(Section):
     run_dir: str
     seed: int = 1
@@ -182,6 +185,15 @@ class TrainingConfig(Section):
     keep_best: int = Field(1, ge=0)
     average_last: int = Field(0, ge=0, description="write average.safetensors of the last N checkpoints at the end")
 
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.schedule == "cosine" and not self.max_updates:
+            raise ValueError("training.schedule cosine decays to min_lr at training.max_updates: set "
+                             "training.max_updates (or use schedule inverse_sqrt)")
+        if self.precision == "fp16" and self.devices == "cpu":  # devices auto: checked once the device is known
+            raise ValueError(FP16_NEEDS_CUDA)
+        return self
+
 
 # ------------------------------------------------------------------------------------------- decoding
 class DecodingConfig(Section):
@@ -206,6 +218,46 @@ class DecodingConfig(Section):
                            "EOS, the shortlist_frequent most frequent target subwords and this many translations of "
                            "each source subword (mtkit/shortlist.py); 0 = the whole vocabulary")
     shortlist_frequent: int = Field(100, ge=0, le=1000, description="most frequent target subwords in every shortlist")
+
+
+class SamplingOptions(Section):
+    """`mtkit translate --sampling` flags (not config keys): their defaults, written once."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+class OutputOptions(Section):
+    """`mtkit translate --format / --engine` and `mtkit export --format` flags (not config keys)."""
+
+    format: Literal["text", "jsonl"] = "text"
+    engine: Literal["torch", "ctranslate2"] = "torch"
+    export_format: Literal["ctranslate2"] = "ctranslate2"
+
+
+FLAGS = {"format": "--format", "engine": "--engine", "export_format": "--format"}
+
+
+def check_flags(**values) -> OutputOptions:
+    """Validate flag values with ``OutputOptions``; a bad one is one line: ``--format 'x': use text or jsonl``."""
+    try:
+        return OutputOptions(**values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        name = str(first["loc"][0])
+        choices = get_args(OutputOptions.model_fields[name].annotation)
+        raise MtkitError(f"{FLAGS[name]} {first['input']!r}: use {' or '.join(choices)}") from None
+
+
+def decoding_with(base: DecodingConfig, overrides: dict) -> DecodingConfig:
+    """``base`` with the given (not None) translate options applied, validated like the config."""
+    dec = base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    try:
+        return DecodingConfig.model_validate(dec.model_dump())
+    except ValidationError as err:
+        raise MtkitError(validation_message(err, "translate options")) from None
 
 
 class Config(Section):

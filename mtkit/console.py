@@ -1,13 +1,20 @@
-"""What `mtkit train` shows: a model summary table and progress (rich on a terminal, plain lines otherwise)."""
+"""What `mtkit train` reports: a model summary table, progress (rich on a terminal, plain lines otherwise) and the
+records of RUN/metrics.jsonl."""
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 import time
+from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+
+from mtkit.files import atomic_write_text
 
 
 def model_rows(cfg) -> list[tuple[str, str]]:
@@ -29,7 +36,7 @@ def print_summary(cfg, model, manifest: dict, dist) -> None:
     table = Table(title=f"mtkit train: {cfg.model.arch}", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = model.num_parameters()
     table.add_row("parameters", f"{n_params:,} ({n_params / 1e6:.2f}M)")
     for k, v in model_rows(cfg):
         table.add_row(k, v)
@@ -68,8 +75,6 @@ class Progress:
         self.bar = None
         self.started = time.perf_counter()
         if enabled and sys.stdout.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
-
             self.bar = RichProgress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                                     TimeRemainingColumn(), transient=False)
             self.bar.start()
@@ -94,3 +99,57 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+class Window:
+    """The training figures between two log lines."""
+
+    def __init__(self):
+        self.loss = self.nll = self.tokens = self.src = self.padded = 0.0
+        self.updates, self.time = 0, time.perf_counter()
+
+    def add(self, step, world_size: int) -> None:
+        """Count one update (a ``train.Step``)."""
+        self.loss += step.loss
+        self.nll += step.nll
+        self.tokens += step.tgt_tokens
+        self.src += step.src_tokens * world_size
+        self.padded += step.padded * world_size
+        self.updates += 1
+
+    def record(self, update: int, epoch: int, lr: float, elapsed: float) -> dict:
+        """The metrics.jsonl record of the window; the next window starts now."""
+        now = time.perf_counter()
+        record = {
+            "kind": "train", "update": update, "epoch": epoch,
+            "loss": self.loss / self.tokens, "nll": self.nll / self.tokens,
+            "ppl": math.exp(min(self.nll / self.tokens, 50)), "lr": lr,
+            "tgt_tokens_per_s": self.tokens / (now - self.time),
+            "padding": 1 - (self.tokens + self.src) / max(self.padded, 1),
+            "batch_tokens": self.tokens / self.updates, "elapsed": elapsed,
+        }
+        self.__init__()
+        self.time = now
+        return record
+
+
+def trim_metrics(path: Path, update: int) -> None:
+    """Keep the records of updates <= ``update`` (the resumed checkpoint's): a killed run's later records, and a
+    line cut by the kill, would otherwise mix with their replay."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("update", 0) <= update:
+            kept.append(line + "\n")
+    atomic_write_text(path, "".join(kept))
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()

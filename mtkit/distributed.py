@@ -45,7 +45,7 @@ def _skip_cudnn_attention() -> None:
     mtkit's batches change shape at almost every call (length buckets, validation, decoding), and the cuDNN
     backend builds a new graph for each new shape: on an H100 (torch 2.11, cuDNN 9.19) 150-600 ms per new shape
     against < 1 ms for the memory-efficient kernel, which made the first bf16/fp16 epoch of the Multi30k
-    Transformer ~10x slower than fp32 (results/2026-11-23-gpu). The flash, memory-efficient and math kernels stay.
+    Transformer ~10x slower than fp32. The flash, memory-efficient and math kernels stay.
     """
     enable = getattr(torch.backends.cuda, "enable_cudnn_sdp", None)  # torch >= 2.3
     if enable is not None:
@@ -111,3 +111,8 @@ def barrier(d: Dist) -> None:
 def teardown(d: Dist) -> None:
     if d.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or the RuntimeError of a CPU / MPS allocation that failed."""
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err) or "can't allocate" in str(err)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from mtkit.errors import MtkitError
+from mtkit.files import atomic_write_bytes
 
 MAX_LABELS = 80  # attention heatmaps label each subword up to this many per axis (positions beyond)
 
@@ -21,8 +22,6 @@ def _pyplot():
 
 
 def _save(fig, path: Path) -> None:
-    from mtkit.checkpoint import atomic_write_bytes
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     atomic_write_bytes(path, buf.getvalue())

@@ -13,6 +13,10 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from rich.console import Console
+from rich.table import Table
+from sacrebleu.metrics import BLEU, CHRF, TER
+
 from mtkit.errors import MtkitError
 
 METRICS = ("bleu", "chrf", "ter")
@@ -32,8 +36,6 @@ def corpus_scores(
     ``tokenize`` is BLEU's tokenizer (default 13a); ``lowercase`` applies to BLEU and chrF (TER is
     case-insensitive, as sacreBLEU's default); ``width`` the decimals of the formatted line.
     """
-    from sacrebleu.metrics import BLEU, CHRF, TER
-
     names = check_options(metrics, tokenize)
     if not refs:
         raise MtkitError("no reference stream given")
@@ -63,8 +65,6 @@ def corpus_scores(
 
 def check_options(metrics: Sequence[str], tokenize: Optional[str]) -> list[str]:
     """Reject unknown metric names and BLEU tokenizers (never silently drop them); return the names."""
-    from sacrebleu.metrics import BLEU
-
     names = [m.lower() for m in metrics]
     unknown = [m for m in names if m not in METRICS]
     if unknown:
@@ -140,9 +140,6 @@ def score_main(
 
 
 def _print_table(results: dict, width: int, n_lines: int, n_refs: int):
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(caption=f"{n_lines} lines, {n_refs} reference{'s' if n_refs > 1 else ''}")
     table.add_column("metric")
     table.add_column("score", justify="right")

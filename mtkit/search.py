@@ -93,18 +93,9 @@ def _check_common(src: Tensor, max_len_a: float, max_len_b: float) -> None:
 # --------------------------------------------------------------------------- greedy and sampling
 
 
-def _single_path(
-    model: Seq2Seq,
-    src: Tensor,
-    choose: Callable[[Tensor], Tensor],
-    *,
-    copies: int,
-    max_len_a: float,
-    max_len_b: float,
-    max_len_cap: Optional[int],
-    length_penalty: float,
-    need_attention: bool,
-) -> list[list[Hypothesis]]:
+def _single_path(model: Seq2Seq, src: Tensor, choose: Callable[[Tensor], Tensor], *, copies: int, max_len_a: float,
+                 max_len_b: float, max_len_cap: Optional[int], length_penalty: float,
+                 need_attention: bool) -> list[list[Hypothesis]]:
     """Decode ``copies`` independent paths per sentence; ``choose`` maps scores (rows, vocab) to tokens (rows,).
 
     The scores handed to ``choose`` are the model's log-probs with PAD/BOS (and, at the length limit,
@@ -134,18 +125,16 @@ def _single_path(
     prev_tokens = torch.full((num_rows,), BOS, dtype=torch.long, device=device)  # (live,)
     for t in range(num_steps):
         log_probs, state, attention = model.step(prev_tokens, state, need_attention)
-        log_probs = log_probs.float()  # (live, columns)
-        columns = state.vocabulary()  # (live, columns) target ids, or None: the columns are the ids
-        scores = log_probs.index_fill(1, banned, NEG_INF) if columns is None else log_probs.clone()
+        log_probs = log_probs.float()  # (live, vocab)
+        scores = log_probs.index_fill(1, banned, NEG_INF)
         if t >= first_forced_step:
             forced = live_max_len.le(t).unsqueeze(1)  # (live, 1)
             not_eos = torch.ones_like(scores[0], dtype=torch.bool)
-            not_eos[EOS if columns is None else 0] = False
+            not_eos[EOS] = False
             scores.masked_fill_(forced & not_eos, NEG_INF)
-        chosen = choose(scores)  # (live,) columns
-        tokens = chosen if columns is None else columns.gather(1, chosen.unsqueeze(1)).squeeze(1)
+        tokens = choose(scores)  # (live,)
         out_tokens[active, t] = tokens
-        out_log_probs[active, t] = log_probs.gather(1, chosen.unsqueeze(1)).squeeze(1)
+        out_log_probs[active, t] = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
         if out_attention is not None:
             out_attention[active, t] = attention.float()
         ended = tokens.eq(EOS)  # (live,)
@@ -201,17 +190,9 @@ def greedy(
     reported ``score``.
     """
     _check_common(src, max_len_a, max_len_b)
-    return _single_path(
-        model,
-        src,
-        lambda scores: scores.argmax(dim=1),
-        copies=1,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
-        length_penalty=length_penalty,
-        need_attention=need_attention,
-    )
+    return _single_path(model, src, lambda scores: scores.argmax(dim=1), copies=1, max_len_a=max_len_a,
+                        max_len_b=max_len_b, max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
+                        length_penalty=length_penalty, need_attention=need_attention)
 
 
 def _filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float) -> Tensor:
@@ -266,17 +247,9 @@ def sample(
         logits = _filter_top_k_top_p(scores / temperature, top_k, top_p)
         return torch.multinomial(logits.softmax(dim=1), 1, generator=generator).squeeze(1)
 
-    return _single_path(
-        model,
-        src,
-        draw,
-        copies=nbest,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
-        length_penalty=length_penalty,
-        need_attention=need_attention,
-    )
+    return _single_path(model, src, draw, copies=nbest, max_len_a=max_len_a, max_len_b=max_len_b,
+                        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
+                        length_penalty=length_penalty, need_attention=need_attention)
 
 
 # --------------------------------------------------------------------------- beam search
@@ -355,20 +328,16 @@ def beam_search(
     for t in range(num_steps):
         live = active.numel()
         log_probs, state, attention = model.step(prev_tokens, state, need_attention)
-        log_probs = log_probs.float()  # (rows, columns)
-        columns = state.vocabulary()  # (rows, columns) target ids, or None: the columns are the ids
-        if columns is None:
-            log_probs.index_fill_(1, banned, NEG_INF)
+        log_probs = log_probs.float()  # (rows, vocab)
+        log_probs.index_fill_(1, banned, NEG_INF)
         # The 2k best extensions of a sentence are among the 2k best tokens of each of its beams: rank those
         # (one pass over the vocabulary) instead of every (beam, token) pair.
         width = min(2 * k, log_probs.size(1))
         row_log_probs, row_tokens = log_probs.topk(width, dim=1)  # (rows, width)
-        if columns is not None:
-            row_tokens = columns.gather(1, row_tokens)
         if t >= first_forced_step:  # some sentence is at its length limit: only EOS may follow
             forced = live_max_len.le(t).repeat_interleave(k).unsqueeze(1)  # (rows, 1)
             only_eos = torch.full_like(row_log_probs, NEG_INF)
-            only_eos[:, 0] = log_probs[:, EOS if columns is None else 0]
+            only_eos[:, 0] = log_probs[:, EOS]
             row_log_probs = torch.where(forced, only_eos, row_log_probs)
             row_tokens = row_tokens.masked_fill(forced, EOS)
         cand = row_log_probs + beam_scores.view(-1, 1)  # (rows, width) cumulative scores
@@ -476,11 +445,4 @@ def _collect_nbest(finished: list[_Finished], batch_size: int, nbest: int, src_m
     return results
 
 
-__all__ = [
-    "Hypothesis",
-    "beam_search",
-    "greedy",
-    "length_penalty_of",
-    "max_lengths",
-    "sample",
-]
+__all__ = ["Hypothesis", "beam_search", "greedy", "length_penalty_of", "max_lengths", "sample"]

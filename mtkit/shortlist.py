@@ -30,8 +30,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as st_save
 from torch import Tensor
 
+from mtkit.data import ParallelData
 from mtkit.errors import MtkitError
-from mtkit.models.base import BOS, EOS, PAD, UNK, Seq2Seq, State
+from mtkit.files import atomic_write_bytes
+from mtkit.manifest import MANIFEST
+from mtkit.models.base import Seq2Seq, State
+from mtkit.models.transformer import Transformer
+from mtkit.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 
 LEXICON_FILE = "lexicon.safetensors"
 LEXICON_FORMAT = "mtkit-lexicon-1"
@@ -67,8 +72,8 @@ def build_lexicon(data, src_vocab: int, tgt_vocab: int, tokenizer: str) -> Lexic
     """Count sentence-level co-occurrences in ``data`` (a train ``ParallelData``) and rank translations by Dice."""
     n = len(data)
     rows = np.unique(np.linspace(0, n - 1, min(n, MAX_PAIRS)).astype(np.int64)) if n else np.zeros(0, np.int64)
-    src_rows, src_ids = _distinct(*_sampled_tokens(data._tokens["src"], data._offsets["src"], rows), src_vocab)
-    tgt_rows, all_tgt_ids = _sampled_tokens(data._tokens["tgt"], data._offsets["tgt"], rows)
+    src_rows, src_ids = _distinct(*_sampled_tokens(*data.arrays("src"), rows), src_vocab)
+    tgt_rows, all_tgt_ids = _sampled_tokens(*data.arrays("tgt"), rows)
     token_count = torch.bincount(all_tgt_ids, minlength=tgt_vocab).double()  # (tgt_vocab,) occurrences
     tgt_rows, tgt_ids = _distinct(tgt_rows, all_tgt_ids, tgt_vocab)
     src_count = torch.bincount(src_ids, minlength=src_vocab).double()  # (src_vocab,) pairs holding s
@@ -97,8 +102,6 @@ def build_lexicon(data, src_vocab: int, tgt_vocab: int, tokenizer: str) -> Lexic
 
 
 def save_lexicon(path: Path, lexicon: Lexicon) -> None:
-    from mtkit.checkpoint import atomic_write_bytes
-
     tensors = {"translations": lexicon.translations.to(torch.int32), "frequent": lexicon.frequent.to(torch.int32)}
     atomic_write_bytes(path, st_save(tensors, metadata={"format": LEXICON_FORMAT, "tokenizer": lexicon.tokenizer}))
 
@@ -120,16 +123,13 @@ def read_lexicon(path: Path) -> Lexicon:
 
 def load_lexicon(run_dir: Path, data_dir: Path, tokenizer) -> Lexicon:
     """``run_dir``'s lexicon, built from ``data_dir``'s training split (and saved) the first time it is needed."""
-    from mtkit.data import ParallelData
-    from mtkit.tokenizer import Tokenizer
-
     path = run_dir / LEXICON_FILE
     fingerprint = tokenizer.fingerprint()
     if path.is_file():
         lexicon = read_lexicon(path)
         if lexicon.tokenizer == fingerprint and lexicon.translations.size(0) == tokenizer.src_vocab_size:
             return lexicon
-    if not (data_dir / "manifest.json").is_file():
+    if not (data_dir / MANIFEST).is_file():
         raise MtkitError(f"{run_dir}: a shortlist needs {LEXICON_FILE}, built from the training data in {data_dir}, "
                          "which is not there; run `mtkit prepare` with the run's config, or translate without a "
                          "shortlist (--shortlist 0)")
@@ -173,15 +173,29 @@ def candidates(lexicon: Lexicon, src: Tensor, *, per_source: int, frequent: int,
 
 
 def check_model(model) -> None:
-    """Only a Transformer can score a per-sentence vocabulary (``restrict_vocabulary``)."""
-    if not hasattr(model, "restrict_vocabulary"):
+    """The shortlist is offered for one Transformer model (int8 included), the case it is built and tested for."""
+    if not isinstance(model, Transformer):
         name = "an ensemble" if hasattr(model, "models") else f"{model.__class__.__name__} models"
         raise MtkitError(f"--shortlist works with one Transformer model, not {name}; translate without it "
                          "(--shortlist 0)")
 
 
+@dataclass
+class ShortlistState(State):
+    inner: State  # the model's own decoder state
+    ids: Tensor  # (rows, columns) int64 candidate target ids of each row's sentence: EOS first, PAD fillers
+    index: Tensor  # (rows, columns) int64 where each candidate is in ``union``
+    union: Tensor  # (union,) every candidate id of the batch, shared by all rows
+
+    def reorder(self, index: Tensor) -> "ShortlistState":
+        return ShortlistState(self.inner.reorder(index), self.ids.index_select(0, index),
+                              self.index.index_select(0, index), self.union)
+
+
 class Shortlisted(Seq2Seq):
-    """A Transformer decoding over per-sentence shortlists (search sees columns through ``state.vocabulary()``)."""
+    """A Transformer decoding over per-sentence shortlists: each step projects onto the union of the batch's
+    candidates only (``project(hidden, ids)``), normalises every row over its own sentence's candidates and
+    returns log-probs over the whole vocabulary, -inf outside the shortlist, so search needs nothing special."""
 
     def __init__(self, model, lexicon: Lexicon, *, per_source: int, frequent: int, copy_source: bool):
         super().__init__()
@@ -197,15 +211,20 @@ class Shortlisted(Seq2Seq):
     def encode(self, src: Tensor, src_mask: Tensor):
         return self.model.encode(src, src_mask), src
 
-    def init_state(self, memory, src_mask: Tensor) -> State:
+    def init_state(self, memory, src_mask: Tensor) -> ShortlistState:
         memory, src = memory
         ids = candidates(self.lexicon, src, per_source=self.per_source, frequent=self.frequent,
-                         copy_source=self.copy_source)
-        return self.model.restrict_vocabulary(self.model.init_state(memory, src_mask), ids)
+                         copy_source=self.copy_source)  # (batch, columns)
+        union, index = torch.unique(ids, sorted=True, return_inverse=True)  # (union,), (batch, columns)
+        return ShortlistState(self.model.init_state(memory, src_mask), ids, index, union)
 
-    def step(self, prev_tokens: Tensor, state: State, need_attention: bool = False):
-        return self.model.step(prev_tokens, state, need_attention)
+    def step(self, prev_tokens: Tensor, state: ShortlistState, need_attention: bool = False):
+        hidden, inner, attention = self.model.step_features(prev_tokens, state.inner, need_attention)
+        logits = self.model.project(hidden, state.union).float().gather(1, state.index)  # (rows, columns)
+        log_probs = logits.masked_fill(state.ids.eq(PAD), float("-inf")).log_softmax(dim=-1)  # fillers: -inf
+        full = log_probs.new_full((log_probs.size(0), self.tgt_vocab_size), float("-inf"))  # (rows, vocab)
+        full.scatter_(1, state.ids, log_probs)  # every filler column writes -inf to PAD
+        return full, ShortlistState(inner, state.ids, state.index, state.union), attention
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep=None) -> Tensor:
-        return self.model(src, tgt_in, keep)
-
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.model(src, tgt_in)

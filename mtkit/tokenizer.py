@@ -1,6 +1,6 @@
 """SentencePiece owns the vocabulary: training, loading, encoding and decoding subwords.
 
-Every model is trained with the same fixed special ids (``PAD=0 UNK=1 BOS=2 EOS=3``, as in
+Every model is trained with the same fixed special ids (``PAD=0 UNK=1 BOS=2 EOS=3``, defined here only; see
 ``mtkit.models.base``), so token arrays, models and search agree without a second vocabulary class.
 This module never imports torch.
 """
@@ -8,7 +8,7 @@ This module never imports torch.
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 import re
 from pathlib import Path
 from typing import Iterable, Sequence, Union
@@ -16,10 +16,10 @@ from typing import Iterable, Sequence, Union
 import sentencepiece as spm
 
 from mtkit.errors import MtkitError
+from mtkit.manifest import read_manifest
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+PAD, UNK, BOS, EOS = 0, 1, 2, 3  # the only definition: models, data and search import them from here
 NUM_SPECIAL = 4
-ENCODE_THREADS = 2
 
 PathLike = Union[str, Path]
 
@@ -48,7 +48,7 @@ def train_sentencepiece(
         input_sentence_size=input_sentence_size,
         shuffle_input_sentence=True,
         pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
-        num_threads=2,
+        num_threads=_threads(),
         minloglevel=2,  # errors only
         max_sentence_length=16384,  # bytes; longer lines are skipped for training, never an error
     )
@@ -107,15 +107,13 @@ class Tokenizer:
     def from_dir(cls, data_dir: PathLike) -> "Tokenizer":
         """Load the tokenizer named by ``data_dir/manifest.json`` (written by ``mtkit prepare``)."""
         data_dir = Path(data_dir)
-        manifest_path = data_dir / "manifest.json"
+        manifest = read_manifest(data_dir)
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
             files = manifest["tokenizer"]
-        except FileNotFoundError:
-            raise MtkitError(f"{manifest_path}: not found; run `mtkit prepare CONFIG` first") from None
-        except (ValueError, KeyError, TypeError):
-            raise MtkitError(f"{manifest_path}: unreadable manifest; rerun `mtkit prepare CONFIG --force`") from None
-        return cls(data_dir / files["src"], data_dir / files["tgt"])
+            src, tgt = files["src"], files["tgt"]
+        except (KeyError, TypeError):
+            raise MtkitError(f"{data_dir / 'manifest.json'}: unreadable manifest; rerun `mtkit prepare CONFIG --force`") from None
+        return cls(data_dir / src, data_dir / tgt)
 
     def model_bytes(self) -> dict[str, bytes]:
         """The SentencePiece model file(s): {"src": bytes} when joint, else {"src": ..., "tgt": ...}."""
@@ -199,7 +197,15 @@ def _encode(sp: spm.SentencePieceProcessor, lines: Sequence[str], alpha: float =
         return []
     if alpha > 0:
         return sp.encode(list(lines), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
-    return sp.encode(list(lines), out_type=int, num_threads=ENCODE_THREADS)
+    return sp.encode(list(lines), out_type=int, num_threads=_threads())
+
+
+def _threads() -> int:
+    """Threads for SentencePiece's training and batch encoding: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
 
 
 def _pieces(sp: spm.SentencePieceProcessor, ids: Sequence[int]) -> list[str]:

@@ -46,19 +46,17 @@ def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tup
     from torch.utils.flop_counter import FlopCounterMode
 
     from mtkit import config as cfgmod
-    from mtkit.data import collate, make_batches
-    from mtkit.train import Trainer, teacher_forced_loss
+    from mtkit.data import make_batches
+    from mtkit.train import Trainer, train_step
 
     cfg = cfgmod.load(config, overrides + ["training.run_dir=/tmp/mtkit-bench-flops"])
     trainer = Trainer(cfg)
-    model, data, opt = trainer.model.train(), trainer.train_data, trainer.optimizer
+    trainer.model.train()
+    data = trainer.train_data
     plan = make_batches(data.src_lengths, data.tgt_lengths, cfg.training.batch_tokens, seed=1, epoch=1)[: batches + 2]
 
-    def update(idx):
-        loss, _ = teacher_forced_loss(model, model.output_projection(), collate(data, idx), cfg.training.label_smoothing)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    def update(idx):  # the trainer's own update: forward, loss, backward, clipping, learning rate, optimizer step
+        train_step(trainer, [idx])
 
     for idx in plan[:2]:
         update(idx)

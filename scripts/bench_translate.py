@@ -50,7 +50,7 @@ def build(run: Path, engine: str, compute_type: str, beam: int, threads: int, ba
           stopping: str | None = None, shortlist: int | None = None):
     """A translator for one row of the table (loading and conversion happen here, untimed)."""
     from mtkit import translate as tr
-    from mtkit.export import is_export_dir
+    from mtkit.ct2 import is_export_dir
 
     overrides = {"beam_size": beam, "batch_size": batch_size, "nbest": 1, "threads": threads, "device": "cpu",
                  "dtype": compute_type, "stopping": stopping, "shortlist": shortlist}

@@ -5,8 +5,9 @@
     python scripts/profile_train.py configs/multi30k-transformer.yaml --unfused    # logits, then the loss
 
 Builds the config's model and optimizer (the run dir is a scratch one), takes the first batches of epoch 1, runs
-`--warmup` updates untimed, times `--updates` more (forward, loss, backward, clipping, Adam) and prints seconds per
-update and minor page faults per update, then the profiler's table of the costliest ops over `--profile` updates.
+`--warmup` updates untimed, times `--updates` more (the trainer's ``train_step``: forward, loss, backward,
+clipping, learning rate, Adam) and prints seconds per update and minor page faults per update, then the
+profiler's table of the costliest ops over `--profile` updates.
 """
 
 from __future__ import annotations
@@ -33,29 +34,19 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from mtkit import config as cfgmod
-    from mtkit.data import collate, make_batches
-    from mtkit.models import PAD
-    from mtkit.train import Trainer, label_smoothed_loss, teacher_forced_loss
+    from mtkit.data import make_batches
+    from mtkit.train import Trainer, train_step
 
     torch.set_num_threads(args.threads)
     cfg = cfgmod.load(args.config, args.set + ["training.run_dir=/tmp/mtkit-profile-train"])
     trainer = Trainer(cfg)
-    model, data, opt, t = trainer.model.train(), trainer.train_data, trainer.optimizer, cfg.training
+    trainer.model.train()
+    data, t = trainer.train_data, cfg.training
     need = args.warmup + max(args.updates, args.profile)
     plan = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=1, epoch=1)[:need]
 
-    def update(idx):
-        b = collate(data, idx)
-        if args.unfused:
-            keep = b.tgt_out.ne(PAD)
-            loss, _ = label_smoothed_loss(model(b.src, b.tgt_in, keep), b.tgt_out[keep], t.label_smoothing)
-        else:
-            loss, _ = teacher_forced_loss(model, model.output_projection(), b, t.label_smoothing)
-        loss.backward()
-        if t.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    def update(idx):  # the trainer's own update (mtkit.train.train_step), one batch per update
+        train_step(trainer, [idx], fused=not args.unfused)
 
     for idx in plan[: args.warmup]:
         update(idx)

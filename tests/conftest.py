@@ -1,6 +1,6 @@
 """Shared fixtures: a tiny deterministic en/de-like parallel corpus, YAML configs, and a CLI runner.
 
-Everything is written under pytest's ``tmp_path``; nothing depends on /work/shared or the network.
+Everything is written under pytest's ``tmp_path``; nothing depends on files outside the repository or on the network.
 
     def test_x(toy_corpus, toy_config, run_cli):
         result = run_cli("prepare", str(toy_config()))

@@ -6,9 +6,22 @@ import numpy as np
 import pytest
 
 from mtkit import config as cfgmod
-from mtkit.data import ParallelData, collate, make_batches, padding_fraction, prepare
+from mtkit.data import ParallelData, collate, make_batches
 from mtkit.errors import MtkitError
+from mtkit.prepare import prepare
 from mtkit.tokenizer import BOS, EOS, PAD
+
+
+def padding_fraction(batches, src_lengths, tgt_lengths) -> float:
+    """Share of padding in the src + tgt tensors ``collate`` would build for these batches."""
+    src_len = np.asarray(src_lengths, dtype=np.int64) + 1
+    tgt_len = np.asarray(tgt_lengths, dtype=np.int64) + 1
+    real = padded = 0
+    for idx in batches:
+        s, t = src_len[idx], tgt_len[idx]
+        real += int(s.sum() + t.sum())
+        padded += len(idx) * int(s.max() + t.max())
+    return 1.0 - real / padded if padded else 0.0
 
 
 def random_lengths(n=2000, seed=0, high=60):

@@ -1,4 +1,4 @@
-"""The two benchmark scripts of the results issue run end to end from a checkout: `scripts/bench_train.py` trains a
+"""The two benchmark scripts run end to end from a checkout: `scripts/bench_train.py` trains a
 tiny model for a few seconds on the toy corpus and scores the shipped test_2016_flickr (data/multi30k), then
 reports again with --reuse; `scripts/bench_translate.py` times and scores that run. The figures themselves are
 not checked (a 3-second model translates badly and timings are never asserted), only that every line the README

@@ -224,6 +224,7 @@ KILLER = textwrap.dedent(
     torch.set_num_threads(1)
     from pathlib import Path
     from mtkit import checkpoint as ckpt
+    from mtkit import files
 
     folder = Path(sys.argv[1])
 
@@ -254,9 +255,9 @@ KILLER = textwrap.dedent(
         pid = os.fork()
         if pid == 0:
             if mode == "mid_write":
-                ckpt.open = lambda path, m="r": HalfThenDie(open(path, m))
+                files.open = lambda path, m="r": HalfThenDie(open(path, m))
             else:
-                ckpt.os.replace = die  # the temp file is complete and fsynced, the rename never happens
+                files.os.replace = die  # the temp file is complete and fsynced, the rename never happens
             ckpt.save(folder / f"{target}.safetensors", bundle(2))
             os._exit(0)  # not reached: the save is killed
         _, status = os.waitpid(pid, 0)

@@ -27,7 +27,8 @@ import yaml
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit.data import ParallelData, make_batches, prepare, shard_batches
+from mtkit.data import ParallelData, make_batches, shard_batches
+from mtkit.prepare import prepare
 from mtkit.errors import MtkitError
 
 TIMEOUT = 120  # seconds; a hang fails the test instead of stalling CI

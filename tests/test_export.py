@@ -31,9 +31,12 @@ from hypothesis import strategies as st
 
 from conftest import (EN_WORDS, LOG_PROB_TOL, NEAR_TIE, diverged_at_near_ties, first_divergence, search_margin,
                       write_toy_splits)
+from mtkit.checkpoint import load_checkpoint
+from mtkit.ct2 import Ct2Translator
+from mtkit.engine import Options
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.search import length_penalty_of
-from mtkit.translate import Ct2Translator, Options, Translator, load_checkpoint, read_lines, translate_stream
+from mtkit.translate import Translator, read_lines, translate_stream
 
 try:
     import ctranslate2  # noqa: F401
@@ -122,7 +125,7 @@ def exported(run_dir, workdir) -> Path:
 
 
 def engines(loaded, exported, **options) -> tuple[Translator, Ct2Translator]:
-    from mtkit.export import read_export
+    from mtkit.ct2 import read_export
 
     meta, tokenizer = read_export(exported)
     torch_engine = Translator(loaded.model, loaded.tokenizer, Options(**options), torch.device("cpu"))
@@ -287,7 +290,7 @@ def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, n
     import ctranslate2
 
     from mtkit.config import TransformerConfig
-    from mtkit.export import build_spec, save_spec
+    from mtkit.ct2 import build_spec, save_spec
     from mtkit.models import build_model
 
     torch.manual_seed(0)

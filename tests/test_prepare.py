@@ -13,8 +13,9 @@ import pytest
 
 from conftest import toy_pairs, write_lines
 from mtkit import config as cfgmod
-from mtkit import data as datamod
-from mtkit.data import ParallelData, prepare
+from mtkit import prepare as datamod
+from mtkit.data import ParallelData
+from mtkit.prepare import prepare
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import Tokenizer
 
@@ -482,7 +483,7 @@ def test_prepare_removes_builds_of_dead_processes_only(tmp_path, write_parallel,
     import socket
     import time
 
-    from mtkit.data import BUILD_OWNER, STALE_UNOWNED_SECONDS
+    from mtkit.prepare import BUILD_OWNER, STALE_UNOWNED_SECONDS
 
     src, tgt = write_parallel("train", n=300, seed=0)
     data_dir = tmp_path / "data"

@@ -24,10 +24,10 @@ import torch
 import yaml
 
 from conftest import LOG_PROB_TOL, diverged_at_near_ties, write_toy_splits
+from mtkit.checkpoint import load_checkpoint, quantize_int8
 from mtkit.models.base import BOS, EOS, PAD, UNK, Seq2Seq, State
 from mtkit.search import beam_search, greedy
 from mtkit.shortlist import LEXICON_FILE, Shortlisted, build_lexicon, candidates, load_lexicon
-from mtkit.translate import load_checkpoint, quantize_int8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

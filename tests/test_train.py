@@ -27,9 +27,11 @@ import yaml
 from conftest import toy_pairs, write_lines
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
+from mtkit import files
 from mtkit import train as trainmod
+from mtkit.loss import fused_output_loss, label_smoothed_loss
 from mtkit.models import PAD
-from mtkit.train import fused_output_loss, label_smoothed_loss, learning_rate
+from mtkit.optim import learning_rate
 
 TRANSFORMER = {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
                "ffn_dim": 64, "dropout": 0.1}
@@ -52,7 +54,7 @@ def _restore_threads():
 @pytest.fixture(scope="module")
 def data_section(tmp_path_factory) -> dict:
     """The toy corpus of conftest, prepared once for this module (vocabulary 100, joint)."""
-    from mtkit.data import prepare
+    from mtkit.prepare import prepare
 
     root = tmp_path_factory.mktemp("toy")
     splits = {}
@@ -69,7 +71,7 @@ def data_section(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def sampled_section(data_section, tmp_path_factory) -> dict:
     """The same corpus with BPE-dropout copies of train (3 samplings)."""
-    from mtkit.data import prepare
+    from mtkit.prepare import prepare
 
     section = {**data_section, "dir": str(tmp_path_factory.mktemp("toy-sampled") / "data"), "src_subword_alpha": 0.2,
                "tgt_subword_alpha": 0.2, "subword_samples": 3}
@@ -544,7 +546,7 @@ def test_out_of_memory_names_the_batch_size_to_lower(tmp_path, data_section, run
     def no_memory(self, *args, **kw):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(Transformer, "forward", no_memory)
+    monkeypatch.setattr(Transformer, "features", no_memory)
     assert_one_line_error(run_cli("train", config), "out of memory", "update 1", "training.batch_tokens", "600")
 
 
@@ -588,7 +590,7 @@ def test_full_disk_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path, dat
         f = real_open(path, mode, *args, **kw)
         return FullDisk(f) if "ckpt_0000004" in str(path) and "w" in mode else f
 
-    monkeypatch.setattr(ckpt, "open", open_on_full_disk, raising=False)
+    monkeypatch.setattr(files, "open", open_on_full_disk, raising=False)
     run = tmp_path / "run"
     target = run / "checkpoints" / "ckpt_0000004.safetensors"
     assert_one_line_error(run_cli("train", config), str(target), "No space left on device", "intact")

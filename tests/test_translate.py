@@ -31,10 +31,11 @@ from hypothesis import strategies as st
 
 from conftest import (EN_WORDS, LOG_PROB_TOL, NEAR_TIE, diverged_at_near_ties, first_divergence, search_margin,
                       write_lines, write_toy_splits)
+from mtkit.checkpoint import load_checkpoint
+from mtkit.engine import Options, max_chars_for
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.search import beam_search, greedy, max_lengths
-from mtkit.translate import (Ensemble, Options, Translator, chunks, load_checkpoint, max_chars_for, pipe_chunks,
-                             read_lines, translate_stream)
+from mtkit.translate import Ensemble, Translator, chunks, pipe_chunks, read_lines, translate_stream
 
 MAX_POSITIONS = 128
 CHUNK_SIZE = 50  # the run's decoding.chunk_size: output appears after every 50 input lines
@@ -297,7 +298,7 @@ def test_stopping_flag_reaches_the_search_and_bad_values_are_one_line(run_dir, t
 @given(lengths=st.lists(st.integers(0, 40), max_size=60), batch_size=st.integers(1, 20),
        batch_tokens=st.one_of(st.none(), st.integers(1, 200)))
 def test_batches_hold_every_sentence_once_within_both_bounds(lengths, batch_size, batch_tokens):
-    from mtkit.translate import batches
+    from mtkit.engine import batches
 
     ids = [[5] * n for n in lengths]
     got = list(batches(ids, Options(batch_size=batch_size, batch_tokens=batch_tokens)))

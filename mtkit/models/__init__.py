@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 from mtkit.models.base import BOS, EOS, PAD, UNK, Seq2Seq, State  # noqa: F401
+from mtkit.models.rnn import Bahdanau, Luong
+from mtkit.models.transformer import Transformer
 
 
 def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool) -> Seq2Seq:
     """cfg: the config's `model` section. Tied embeddings need `joint_vocab` to share the source side."""
     match cfg.arch:
         case "transformer":
-            from mtkit.models.transformer import Transformer
-
             return Transformer(cfg, src_vocab_size, tgt_vocab_size, joint_vocab)
         case "bahdanau":
-            from mtkit.models.rnn import Bahdanau
-
             return Bahdanau(cfg, src_vocab_size, tgt_vocab_size, joint_vocab)
         case "luong":
-            from mtkit.models.rnn import Luong
-
             return Luong(cfg, src_vocab_size, tgt_vocab_size, joint_vocab)
         case _:
             raise ValueError(f"unknown model.arch {cfg.arch!r}")

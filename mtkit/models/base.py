@@ -2,12 +2,14 @@
 
 - ``encode(src, src_mask) -> memory``
 - ``init_state(memory, src_mask) -> State``
-- ``step(prev_tokens, state, need_attention=False) -> (log_probs, state, attention or None)``
+- ``step_features(prev_tokens, state, need_attention=False) -> (hidden, state, attention or None)``: one position,
+  the decoder's output before the output layer, (rows, d)
+- ``step(...) -> (log_probs, state, attention or None)``: ``step_features``, then ``project`` and a log-softmax
 - ``state.reorder(index)``: select / repeat batch rows (beam search, pruning finished sentences)
-- ``state.vocabulary()``: None when the columns of ``log_probs`` are the target ids (the default); a model
-  that scores a per-sentence subset (a shortlist) returns the (rows, columns) target id of each column of
-  the step that returned the state, with EOS in column 0 and -inf log-probs on filler columns
-- ``forward(src, tgt_in, keep=None) -> logits``: teacher forcing
+- ``features(src, tgt_in, keep=None) -> hidden``: teacher forcing up to the output layer
+- ``project(hidden, ids=None) -> logits``: the output layer, over the whole target vocabulary or only the target
+  ids ``ids`` (columns, in that order); training fuses it with the loss, a shortlist scores a subset with it
+- ``forward(src, tgt_in) -> logits``: ``project(features(src, tgt_in))``, always (batch, tgt_len, vocab)
 
 Conventions: token ids are int64; ``src_mask`` is bool ``(batch, src_len)``, True on real tokens.
 Every tensor held by a State is batch-first, so ``reorder`` is one ``index_select`` on dim 0 per tensor.
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+from mtkit.tokenizer import BOS, EOS, PAD, UNK  # noqa: F401 (the model interface's special ids)
 
 _LANE = 1 << 16  # the drop probability's resolution in ``dropout``
 
@@ -82,13 +84,10 @@ class State:
             self, **{f.name: _reorder(getattr(self, f.name), index) for f in dataclasses.fields(self)}
         )
 
-    def vocabulary(self) -> Optional[Tensor]:
-        """(rows, columns) target id of each log_probs column of the last step, or None: columns are ids."""
-        return None
-
 
 class Seq2Seq(nn.Module):
-    """Base class: subclasses implement the five methods below."""
+    """Base class: subclasses implement encode, init_state, step_features, features, project and
+    output_projection; ``step`` and ``forward`` follow from them."""
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -100,29 +99,47 @@ class Seq2Seq(nn.Module):
     def init_state(self, memory: Any, src_mask: Tensor) -> State:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def step(
+    def step_features(
         self, prev_tokens: Tensor, state: State, need_attention: bool = False
     ) -> tuple[Tensor, State, Optional[Tensor]]:  # pragma: no cover - interface
-        """prev_tokens (batch,) -> log_probs (batch, tgt_vocab), new state, attention (batch, src_len) or None."""
+        """prev_tokens (batch,) -> hidden (batch, d) before the output layer, new state, attention (batch, src_len)
+        or None."""
         raise NotImplementedError
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None,
-                features: bool = False) -> Tensor:  # pragma: no cover
-        """src (batch, src_len), tgt_in (batch, tgt_len) starting with BOS -> logits (batch, tgt_len, vocab).
+    def step(self, prev_tokens: Tensor, state: State, need_attention: bool = False) -> tuple[Tensor, State, Optional[Tensor]]:
+        """prev_tokens (batch,) -> log_probs (batch, tgt_vocab) float32, new state, attention or None."""
+        hidden, state, attention = self.step_features(prev_tokens, state, need_attention)
+        return self.project(hidden).float().log_softmax(dim=-1), state, attention
 
-        ``keep`` (batch, tgt_len) bool: compute logits only at those positions -> (tokens, vocab); training
-        passes the non-pad target positions so no time is spent projecting padding onto the vocabulary.
-        ``features``: return the inputs of the output projection instead, (..., d); the logits are then
-        ``F.linear(features, *self.output_projection())``, which training fuses with the loss.
-        """
+    def features(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:  # pragma: no cover
+        """src (batch, src_len), tgt_in (batch, tgt_len) starting with BOS -> the inputs of the output layer,
+        (batch, tgt_len, d); with ``keep`` (batch, tgt_len) bool only at those positions, (tokens, d): training
+        passes the non-pad target positions so no time is spent on padding."""
         raise NotImplementedError
+
+    def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:  # pragma: no cover - interface
+        """hidden (..., d) -> logits (..., tgt_vocab), or (..., columns) over the target ids ``ids`` (columns,)."""
+        raise NotImplementedError
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: src (batch, src_len), tgt_in (batch, tgt_len) -> logits (batch, tgt_len, tgt_vocab)."""
+        return self.project(self.features(src, tgt_in))
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:  # pragma: no cover - interface
-        """(weight (tgt_vocab, d), bias (tgt_vocab,) or None) of the final linear layer."""
+        """(weight (tgt_vocab, d), bias (tgt_vocab,) or None): the parameters of ``project``, which the fused
+        training loss multiplies itself."""
         raise NotImplementedError
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def weight_rows(linear: nn.Module, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+    """(weight[ids], bias[ids] or None) of a linear layer as float tensors; an int8 layer's are dequantized."""
+    weight, bias = linear.weight, linear.bias
+    weight = weight().dequantize() if callable(weight) else weight
+    bias = bias() if callable(bias) else bias
+    return weight.index_select(0, ids), (None if bias is None else bias.index_select(0, ids))
 
 
 def src_mask_of(src: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from mtkit.models.attention import AttentionScore, gaussian_window
-from mtkit.models.base import PAD, Dropout, Seq2Seq, State, src_mask_of
+from mtkit.models.base import PAD, Dropout, Seq2Seq, State, src_mask_of, weight_rows
 
 
 def _make_embeddings(cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
@@ -121,15 +121,14 @@ class Bahdanau(Seq2Seq):
         keys = self.attention.precompute(memory)  # (batch, src_len, hidden)
         return BahdanauState(hidden=hidden, annotations=memory, keys=keys, src_mask=src_mask)
 
-    def step(self, prev_tokens: Tensor, state: BahdanauState, need_attention: bool = False):
+    def step_features(self, prev_tokens: Tensor, state: BahdanauState, need_attention: bool = False):
         embedded = self.dropout(self.tgt_embed(prev_tokens))  # (batch, embed_dim)
         hidden, context, weights = self._recur(embedded, state)
-        logits = self._output(hidden, context, embedded)  # (batch, vocab)
-        log_probs = F.log_softmax(logits.float(), dim=-1)
+        features = self._maxout(hidden, context, embedded)  # (batch, embed_dim)
         new_state = dataclasses.replace(state, hidden=hidden)
-        return log_probs, new_state, (weights if need_attention else None)
+        return features, new_state, (weights if need_attention else None)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None, features: bool = False) -> Tensor:
+    def features(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:
         src_mask = src_mask_of(src)
         state = self.init_state(self.encode(src, src_mask), src_mask)
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed_dim)
@@ -143,7 +142,10 @@ class Bahdanau(Seq2Seq):
         contexts = torch.stack(contexts, dim=1)  # (batch, tgt_len, 2 * hidden)
         if keep is not None:  # only the positions the loss needs: (tokens, ...)
             hiddens, contexts, embedded = hiddens[keep], contexts[keep], embedded[keep]
-        return self._output(hiddens, contexts, embedded, features)  # (batch, tgt_len, vocab) or (tokens, vocab)
+        return self._maxout(hiddens, contexts, embedded)  # (batch, tgt_len, embed_dim) or (tokens, embed_dim)
+
+    def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
+        return self.out_proj(hidden) if ids is None else F.linear(hidden, *weight_rows(self.out_proj, ids))
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
         return self.out_proj.weight, self.out_proj.bias
@@ -156,12 +158,10 @@ class Bahdanau(Seq2Seq):
         hidden = self.decoder(torch.cat([embedded, context], dim=-1), state.hidden)  # (batch, hidden)
         return hidden, context, weights
 
-    def _output(self, hidden: Tensor, context: Tensor, embedded: Tensor, features: bool = False) -> Tensor:
-        """Maxout deep output over any leading shape (...,) -> logits (..., vocab), or with ``features`` the
-        input of the final projection (..., embed_dim)."""
+    def _maxout(self, hidden: Tensor, context: Tensor, embedded: Tensor) -> Tensor:
+        """Maxout deep output over any leading shape (...,) -> the input of the output layer (..., embed_dim)."""
         pre = self.readout(torch.cat([hidden, context, embedded], dim=-1))  # (..., 2 * embed_dim)
-        maxout = self.dropout(pre.unflatten(-1, (-1, 2)).amax(dim=-1))  # (..., embed_dim)
-        return maxout if features else self.out_proj(maxout)
+        return self.dropout(pre.unflatten(-1, (-1, 2)).amax(dim=-1))  # (..., embed_dim)
 
 
 # ----------------------------------------------------------------------------------------------- Luong
@@ -259,13 +259,12 @@ class Luong(Seq2Seq):
             src_lengths=src_mask.sum(dim=1).to(memory.outputs.dtype),
         )
 
-    def step(self, prev_tokens: Tensor, state: LuongState, need_attention: bool = False):
+    def step_features(self, prev_tokens: Tensor, state: LuongState, need_attention: bool = False):
         embedded = self.dropout(self.tgt_embed(prev_tokens))  # (batch, embed_dim)
         attentional, weights, state = self._recur(embedded, state)
-        log_probs = F.log_softmax(self._project(attentional).float(), dim=-1)  # (batch, vocab)
-        return log_probs, state, (weights if need_attention else None)
+        return self.pre_output(attentional), state, (weights if need_attention else None)  # (batch, out_dim)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None, features: bool = False) -> Tensor:
+    def features(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:
         src_mask = src_mask_of(src)
         state = self.init_state(self.encode(src, src_mask), src_mask)
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed_dim)
@@ -282,7 +281,10 @@ class Luong(Seq2Seq):
             attentional, _ = self._attend(top, state)  # (batch, tgt_len, hidden)
         if keep is not None:  # only the positions the loss needs
             attentional = attentional[keep]  # (tokens, hidden)
-        return self._project(attentional, features)  # (batch, tgt_len, vocab) or (tokens, vocab)
+        return self.pre_output(attentional)  # (batch, tgt_len, out_dim) or (tokens, out_dim)
+
+    def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
+        return self.out_proj(hidden) if ids is None else F.linear(hidden, *weight_rows(self.out_proj, ids))
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
         return self.out_proj.weight, self.out_proj.bias
@@ -337,8 +339,3 @@ class Luong(Seq2Seq):
         in_window, gaussian = gaussian_window(centre, src_len, self.window)  # (..., src_len)
         mask = in_window & state.src_mask.view(state.src_mask.size(0), *extra, src_len)
         return self.attention(query, state.memory, mask, state.keys) * gaussian
-
-    def _project(self, attentional: Tensor, features: bool = False) -> Tensor:
-        """h~ -> logits, or with ``features`` the input of the final projection."""
-        pre = self.pre_output(attentional)
-        return pre if features else self.out_proj(pre)

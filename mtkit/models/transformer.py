@@ -220,12 +220,6 @@ class TransformerState(State):
     src_mask: Tensor  # (sources, src_len)
     row_source: Tensor  # (rows,) int64
     step: int  # number of target positions already decoded
-    # A per-sentence output vocabulary (restrict_vocabulary), kept per source like mem_k; None: the whole one.
-    vocab_ids: Optional[Tensor] = None  # (sources, columns) int64 target id of each column; column 0 is EOS
-    vocab_index: Optional[Tensor] = None  # (sources, columns) int64 where each column is in union_weight
-    vocab_bias: Optional[Tensor] = None  # (sources, columns) 0, or -inf on filler columns (PAD)
-    union_weight: Optional[Tensor] = None  # (union, d_model) output weights of every source's ids, shared
-
     def reorder(self, index: Tensor) -> "TransformerState":
         return dataclasses.replace(
             self,
@@ -234,21 +228,11 @@ class TransformerState(State):
             row_source=self.row_source.index_select(0, index),
         )
 
-    def vocabulary(self) -> Optional[Tensor]:
-        if self.vocab_ids is None:
-            return None
-        return self.vocab_ids.index_select(0, self.row_source)  # (rows, columns)
-
     def _per_source(self, index: Tensor) -> dict:
         """The per-source fields for sources ``index``."""
-        out = dict(mem_k=[k.index_select(0, index) for k in self.mem_k],
-                   mem_v=[v.index_select(0, index) for v in self.mem_v],
-                   src_mask=self.src_mask.index_select(0, index))
-        if self.vocab_ids is not None:
-            out.update(vocab_ids=self.vocab_ids.index_select(0, index),
-                       vocab_index=self.vocab_index.index_select(0, index),
-                       vocab_bias=self.vocab_bias.index_select(0, index))
-        return out
+        return dict(mem_k=[k.index_select(0, index) for k in self.mem_k],
+                    mem_v=[v.index_select(0, index) for v in self.mem_v],
+                    src_mask=self.src_mask.index_select(0, index))
 
     def encoder_side(self) -> tuple["TransformerState", int]:
         """This state with its per-source fields ready for one step, and ``group``.
@@ -349,19 +333,7 @@ class Transformer(Seq2Seq):
         weight = self.output.weight
         return weight().dequantize() if callable(weight) else weight
 
-    def restrict_vocabulary(self, state: TransformerState, ids: Tensor) -> TransformerState:
-        """Score only the target ids ``ids`` (sources, columns) from now on, one list per source sentence;
-        PAD entries are fillers (never chosen) and column 0 must be EOS. See mtkit/shortlist.py.
-
-        Each step projects onto the union of all sources' ids (one matrix product over weights that stay in
-        cache) and gathers every row's own columns from it before the log-softmax.
-        """
-        union, index = torch.unique(ids, sorted=True, return_inverse=True)  # (union,), (sources, columns)
-        bias = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device).masked_fill(ids.eq(PAD), float("-inf"))
-        return dataclasses.replace(state, vocab_ids=ids, vocab_index=index, vocab_bias=bias,
-                                   union_weight=self._output_weight().index_select(0, union))
-
-    def step(self, prev_tokens: Tensor, state: TransformerState, need_attention: bool = False):
+    def step_features(self, prev_tokens: Tensor, state: TransformerState, need_attention: bool = False):
         start = state.step
         state, group = state.encoder_side()
         x = self._embed(prev_tokens[:, None], self.tgt_embed, start, getattr(self, "tgt_pos", None))
@@ -373,41 +345,37 @@ class Transformer(Seq2Seq):
             new_k.append(k)
             new_v.append(v)
             weights = w if w is not None else weights
-        x = self.decoder_norm(x)[:, 0]  # (rows, d_model)
-        if state.vocab_ids is None:
-            logits = self._logits(x).float()  # (rows, vocab)
-        else:
-            union_logits = F.linear(x.to(state.union_weight.dtype), state.union_weight).float()  # (rows, union)
-            if group > 1:  # rows in runs of `group` per source: each run reads its source's columns
-                sources, columns = state.vocab_index.shape
-                index = state.vocab_index.unsqueeze(1).expand(sources, group, columns)
-                logits = union_logits.view(sources, group, -1).gather(2, index) + state.vocab_bias.unsqueeze(1)
-                logits = logits.view(x.size(0), columns)  # (rows, columns)
-            else:  # one source per row
-                logits = union_logits.gather(1, state.vocab_index) + state.vocab_bias  # (rows, columns)
-        log_probs = logits.log_softmax(dim=-1)
+        hidden = self.decoder_norm(x)[:, 0]  # (rows, d_model)
         new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1)
-        return log_probs, new_state, (weights[:, 0] if weights is not None else None)
+        return hidden, new_state, (weights[:, 0] if weights is not None else None)
 
-    def decode_full(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False,
-                    keep: Optional[Tensor] = None, features: bool = False):
-        """Teacher-forced decoder over the whole target prefix: (logits, last-layer cross-attention).
-
-        With ``keep`` (batch, tgt_len) bool, logits are computed only there: (tokens, vocab). With ``features``,
-        the inputs of the output projection instead of the logits.
-        """
+    def _decode(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False,
+                keep: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
+        """Teacher-forced decoder over the whole target prefix: (inputs of the output layer, last-layer
+        cross-attention). With ``keep`` (batch, tgt_len) bool, the features only there: (tokens, d_model)."""
         x = self._embed(tgt_in, self.tgt_embed, 0, getattr(self, "tgt_pos", None))
         last, weights = len(self.decoder) - 1, None
         for i, layer in enumerate(self.decoder):
             mem_k, mem_v = layer.cross_attn.project_memory(memory)
             x, _, _, w = layer(x, None, None, mem_k, mem_v, src_mask, 0, need_weights=need_attention and i == last)
             weights = w if w is not None else weights
-        x = self.decoder_norm(x if keep is None else x[keep])
-        return (x if features else self._logits(x)), weights
+        return self.decoder_norm(x if keep is None else x[keep]), weights
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None, features: bool = False) -> Tensor:
+    def decode_full(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor,
+                    need_attention: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+        """Teacher-forced decoding without a cache: (logits (batch, tgt_len, vocab), last-layer cross-attention)."""
+        hidden, weights = self._decode(memory, src_mask, tgt_in, need_attention)
+        return self.project(hidden), weights
+
+    def features(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:
         src_mask = src.ne(PAD)
-        return self.decode_full(self.encode(src, src_mask), src_mask, tgt_in, keep=keep, features=features)[0]
+        return self._decode(self.encode(src, src_mask), src_mask, tgt_in, keep=keep)[0]
+
+    def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
+        if ids is None:
+            return self._logits(hidden)  # (..., tgt_vocab)
+        weight = self._output_weight().index_select(0, ids)  # (columns, d_model)
+        return F.linear(hidden.to(weight.dtype), weight)  # (..., columns)
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
         return (self.tgt_embed.weight if self.output is None else self.output.weight), None

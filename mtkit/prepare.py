@@ -1,0 +1,440 @@
+"""`mtkit prepare`: parallel text (plain/.gz files or a local Hugging Face dataset) -> a data dir.
+
+    DIR/manifest.json                 what was built, from what, with per-split counts (written last)
+    DIR/spm.model, spm.vocab          joint SentencePiece model (or spm.{src}.model + spm.{tgt}.model)
+    DIR/{split}.{lang}.bin            all token ids of the split, concatenated; uint16 (vocab <= 65535) else int32
+    DIR/{split}.{lang}.idx            int64 offsets, N+1 of them: sentence i is bin[idx[i]:idx[i+1]]
+    DIR/{split}.{lang}.txt            cleaned text of non-train splits (references for validation BLEU)
+
+No BOS/EOS is stored; ``data.collate`` adds them. Everything is built in a temp dir beside DIR and renamed
+into place at the end, so an interrupted run never leaves a manifest pointing at partial data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections import Counter
+from itertools import chain, compress, islice
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from mtkit.errors import MtkitError
+from mtkit.files import fsync_tree, process_alive, replace_dir
+from mtkit.manifest import FORMAT_VERSION, MANIFEST, read_manifest
+from mtkit.sources import Pair, describe, hf_paths, open_sources
+from mtkit.tokenizer import Tokenizer, seed_sampling, train_sentencepiece
+
+CHUNK_LINES = 10_000  # lines encoded per SentencePiece batch call
+LATER_KEYS = ("src_subword_alpha", "tgt_subword_alpha", "subword_samples")  # see _inputs_fingerprint
+FILTER_REASONS = ("empty", "max_chars", "duplicate", "max_tokens", "length_ratio")  # train only
+
+
+def prepare(data_cfg, *, force: bool = False) -> dict:
+    """Build ``data_cfg.dir`` from the configured corpus and return its manifest.
+
+    A rerun with unchanged inputs and data config does nothing (unless ``force``).
+    """
+    started = time.perf_counter()
+    out_dir = Path(data_cfg.dir)
+    if data_cfg.src_lang == data_cfg.tgt_lang:
+        raise MtkitError(f"data.src_lang and data.tgt_lang are both {data_cfg.src_lang!r}; they must differ")
+    inputs = _input_files(data_cfg)
+    fingerprint = _inputs_fingerprint(data_cfg, inputs)
+    if not force:
+        current = _current_manifest(out_dir, fingerprint)
+        if current is not None:
+            print(f"{out_dir}: up to date (inputs and data config unchanged); use --force to rebuild")
+            return current
+    _check_replaceable(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_builds(out_dir)
+    build_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        os.chmod(build_dir, 0o777 & ~_umask())  # mkdtemp makes it private; the data dir should not be
+        (build_dir / BUILD_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
+        manifest = _build(data_cfg, build_dir, fingerprint)
+        (build_dir / BUILD_OWNER).unlink()
+        fsync_tree(build_dir)
+        replace_dir(build_dir, out_dir)
+    except BaseException:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise
+    _print_summary(manifest, out_dir, time.perf_counter() - started)
+    return manifest
+
+
+BUILD_OWNER = ".owner"  # "host pid" of the prepare process building a folder
+STALE_UNOWNED_SECONDS = 600
+
+
+def _remove_stale_builds(out_dir: Path) -> None:
+    """Delete build folders that a killed ``prepare`` left beside ``out_dir`` (``.NAME.tmp-*``, ``.NAME.old-*``).
+
+    A folder is stale when its owner process (same host) is gone, or when it has no owner file and has not
+    been touched for 10 minutes (a kill between creating it and writing the owner). Builds of live
+    processes, and of other hosts sharing the folder, are left alone.
+    """
+    host = socket.gethostname()
+    for build in out_dir.parent.glob(f".{glob.escape(out_dir.name)}.tmp-*"):
+        if not build.is_dir() or build.is_symlink():
+            continue
+        try:
+            owner_host, pid = (build / BUILD_OWNER).read_text(encoding="utf-8").split()
+            stale = owner_host == host and not process_alive(int(pid))
+        except FileNotFoundError:
+            try:
+                stale = time.time() - build.stat().st_mtime > STALE_UNOWNED_SECONDS
+            except FileNotFoundError:  # removed meanwhile
+                continue
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue  # unreadable: not ours to judge
+        if stale:
+            shutil.rmtree(build, ignore_errors=True)
+            print(f"{build}: removed the unfinished build of an interrupted prepare")
+    if out_dir.is_dir():  # the swap finished: any copy moved aside before it (``replace_dir``) is garbage
+        for old in out_dir.parent.glob(f".{glob.escape(out_dir.name)}.old-*"):
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+
+
+@dataclasses.dataclass
+class SplitStats:
+    pairs_read: int = 0
+    pairs_kept: int = 0
+    filtered: Counter = dataclasses.field(default_factory=Counter)
+    bad_lines_skipped: int = 0
+    src_tokens: int = 0
+    tgt_tokens: int = 0
+
+    def to_json(self, train: bool) -> dict:
+        reasons = FILTER_REASONS if train else ()
+        return dict(pairs_read=self.pairs_read, pairs_kept=self.pairs_kept,
+                    filtered={r: self.filtered.get(r, 0) for r in reasons},
+                    bad_lines_skipped=self.bad_lines_skipped,
+                    src_tokens=self.src_tokens, tgt_tokens=self.tgt_tokens)
+
+
+def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
+    src, tgt = cfg.src_lang, cfg.tgt_lang
+    sources, described = open_sources(cfg, build_dir / ".hf_cache")
+    stats = {split: SplitStats() for split in sources}
+
+    # pass 1: read, clean and (train only) filter by characters / duplicates -> cleaned text files
+    text_files = {}
+    for split, pairs in sources.items():
+        text_files[split] = (build_dir / f"{split}.{src}.txt", build_dir / f"{split}.{tgt}.txt")
+        _clean_split(pairs, text_files[split], stats[split], cfg, train=split == "train")
+    train_stats = stats["train"]
+    if train_stats.pairs_kept == 0:
+        raise MtkitError(f"{describe(described['train'])}: no training pairs left after cleaning "
+                         f"({_filter_summary(train_stats)}); check the files or relax data.max_chars")
+    shutil.rmtree(build_dir / ".hf_cache", ignore_errors=True)
+
+    # SentencePiece on the cleaned training text (joint: both sides into one model)
+    common = dict(vocab_size=cfg.vocab_size, model_type=cfg.spm_model_type,
+                  character_coverage=cfg.character_coverage, input_sentence_size=cfg.spm_input_sentence_size)
+    train_src, train_tgt = text_files["train"]
+    if cfg.joint_vocab:
+        model = train_sentencepiece([train_src, train_tgt], build_dir / "spm", **common)
+        tokenizer_files = {"src": model.name, "tgt": model.name}
+    else:
+        src_model = train_sentencepiece([train_src], build_dir / f"spm.{src}", corpus_name="the source training text", **common)
+        tgt_model = train_sentencepiece([train_tgt], build_dir / f"spm.{tgt}", corpus_name="the target training text", **common)
+        tokenizer_files = {"src": src_model.name, "tgt": tgt_model.name}
+    tokenizer = Tokenizer(build_dir / tokenizer_files["src"], build_dir / tokenizer_files["tgt"])
+    dtypes = {"src": _token_dtype(tokenizer.src_vocab_size), "tgt": _token_dtype(tokenizer.tgt_vocab_size)}
+
+    # pass 2: encode every split into token arrays (train: also the subword-length filters)
+    split_entries = {}
+    for split in sources:
+        train = split == "train"
+        files, keeps = _encode_split(tokenizer, text_files[split], build_dir, split, (src, tgt), dtypes, stats[split],
+                                     cfg, train)
+        if train and cfg.subword_samples:
+            files["samples"] = _encode_samples(tokenizer, text_files[split], build_dir, (src, tgt), dtypes, keeps, cfg)
+        if train:
+            for path in text_files[split]:
+                path.unlink()
+        else:
+            files["text"] = {"src": text_files[split][0].name, "tgt": text_files[split][1].name}
+        split_entries[split] = {**stats[split].to_json(train), "files": files}
+    if train_stats.pairs_kept == 0:
+        raise MtkitError(f"{describe(described['train'])}: no training pairs left after the subword filters "
+                         f"({_filter_summary(train_stats)}); raise data.max_tokens or data.max_length_ratio")
+
+    manifest = {
+        "version": FORMAT_VERSION,
+        "src_lang": src,
+        "tgt_lang": tgt,
+        "joint_vocab": cfg.joint_vocab,
+        "tokenizer": tokenizer_files,
+        "tokenizer_fingerprint": tokenizer.fingerprint(),
+        "vocab_size": {"src": tokenizer.src_vocab_size, "tgt": tokenizer.tgt_vocab_size},
+        "dtype": {side: np.dtype(dt).name for side, dt in dtypes.items()},
+        "splits": split_entries,
+        "inputs": described,
+        "inputs_fingerprint": fingerprint,
+        "config": cfg.model_dump(mode="json"),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    (build_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return manifest
+
+
+# ------------------------------------------------------------------------------------------ cleaning
+def _normalise(text: str) -> str:
+    """Strip and collapse every run of (Unicode) whitespace, line separators included, to one space."""
+    return " ".join(text.split())
+
+
+def _clean_split(pairs: Iterator[Pair], out_paths: tuple[Path, Path], stats: SplitStats, cfg, *, train: bool):
+    """Stream pairs into two cleaned text files (one sentence per line).
+
+    Train: drop empty pairs, pairs over max_chars and (dedup) repeats. Other splits keep every pair
+    that could be decoded, empty lines included, so hypotheses and references stay aligned.
+    """
+    seen: set[bytes] = set()
+    src_buf: list[str] = []
+    tgt_buf: list[str] = []
+    with open(out_paths[0], "w", encoding="utf-8", newline="\n") as fs, \
+            open(out_paths[1], "w", encoding="utf-8", newline="\n") as ft:
+        for pair in pairs:
+            stats.pairs_read += 1
+            if pair is None:
+                stats.bad_lines_skipped += 1
+                continue
+            src, tgt = _normalise(pair[0]), _normalise(pair[1])
+            if train:
+                reason = None
+                if not src or not tgt:
+                    reason = "empty"
+                elif len(src) > cfg.max_chars or len(tgt) > cfg.max_chars:
+                    reason = "max_chars"
+                elif cfg.dedup:
+                    key = hashlib.blake2b(f"{src}\t{tgt}".encode("utf-8"), digest_size=16).digest()
+                    if key in seen:
+                        reason = "duplicate"
+                    seen.add(key)
+                if reason:
+                    stats.filtered[reason] += 1
+                    continue
+            stats.pairs_kept += 1
+            src_buf.append(src + "\n")
+            tgt_buf.append(tgt + "\n")
+            if len(src_buf) >= CHUNK_LINES:
+                fs.writelines(src_buf)
+                ft.writelines(tgt_buf)
+                src_buf.clear()
+                tgt_buf.clear()
+        fs.writelines(src_buf)
+        ft.writelines(tgt_buf)
+
+
+# ------------------------------------------------------------------------------------------ encoding
+def _token_dtype(vocab_size: int):
+    return np.uint16 if vocab_size <= 65535 else np.int32
+
+
+def _read_chunks(paths: tuple[Path, Path], size: int) -> Iterator[tuple[list[str], list[str]]]:
+    """Line-aligned chunks of the two cleaned text files (lines without their newline)."""
+    with open(paths[0], encoding="utf-8", newline="\n") as fs, open(paths[1], encoding="utf-8", newline="\n") as ft:
+        while True:
+            src = [line[:-1] for line in islice(fs, size)]
+            tgt = [line[:-1] for line in islice(ft, size)]
+            if not src:
+                return
+            yield src, tgt
+
+
+def _encode_split(tokenizer: Tokenizer, text_paths, build_dir: Path, split: str, langs: tuple[str, str],
+                  dtypes: dict, stats: SplitStats, cfg, train: bool) -> tuple[dict, Optional[list[np.ndarray]]]:
+    """Encode one split into ``{split}.{lang}.bin`` + ``.idx``; return their names for the manifest and, for
+    train, the subword filters' keep mask of each chunk (what ``_encode_samples`` keeps too)."""
+    names = _array_names(split, langs)
+    keeps = [] if train else None
+
+    def chunks():
+        for src_lines, tgt_lines in _read_chunks(text_paths, CHUNK_LINES):
+            src_ids, tgt_ids = tokenizer.encode_src(src_lines), tokenizer.encode_tgt(tgt_lines)
+            if train:
+                keep = _subword_filter(_lengths(src_ids), _lengths(tgt_ids), cfg, stats)  # (chunk,) bool
+                keeps.append(keep)
+                src_ids, tgt_ids = list(compress(src_ids, keep)), list(compress(tgt_ids, keep))
+            yield src_ids, tgt_ids
+
+    counts = _write_arrays(chunks(), build_dir, names, dtypes)
+    stats.src_tokens, stats.tgt_tokens = counts["src_tokens"], counts["tgt_tokens"]
+    if train:
+        stats.pairs_kept = counts["sentences"]
+    return names, keeps
+
+
+def _encode_samples(tokenizer: Tokenizer, text_paths, build_dir: Path, langs: tuple[str, str], dtypes: dict,
+                    keeps: list[np.ndarray], cfg) -> list[dict]:
+    """Write ``cfg.subword_samples`` copies of the training split, each with freshly sampled segmentations
+    (``train.s{k}.{lang}.bin`` / ``.idx``) of exactly the pairs the deterministic encoding kept, in its order.
+
+    A sampled copy can exceed data.max_tokens a little: the filters judge the deterministic segmentation, so
+    that every copy holds the same sentences. Copy k is reproducible: the sampler is seeded with k + 1.
+    """
+    copies = []
+    for k in range(cfg.subword_samples):
+        seed_sampling(k + 1)
+
+        def chunks():
+            for (src_lines, tgt_lines), keep in zip(_read_chunks(text_paths, CHUNK_LINES), keeps):
+                src_lines, tgt_lines = list(compress(src_lines, keep)), list(compress(tgt_lines, keep))
+                yield (tokenizer.encode_src(src_lines, cfg.src_subword_alpha),
+                       tokenizer.encode_tgt(tgt_lines, cfg.tgt_subword_alpha))
+
+        names = _array_names(f"train.s{k}", langs)
+        counts = _write_arrays(chunks(), build_dir, names, dtypes)
+        copies.append({**names, "src_tokens": counts["src_tokens"], "tgt_tokens": counts["tgt_tokens"]})
+    return copies
+
+
+def _array_names(prefix: str, langs: tuple[str, str]) -> dict:
+    return {side: {"bin": f"{prefix}.{lang}.bin", "idx": f"{prefix}.{lang}.idx"} for side, lang in zip(("src", "tgt"), langs)}
+
+
+def _lengths(ids: list[list[int]]) -> np.ndarray:
+    return np.fromiter(map(len, ids), np.int64, count=len(ids))  # (n,)
+
+
+def _write_arrays(chunks: Iterator[tuple[list, list]], build_dir: Path, names: dict, dtypes: dict) -> dict:
+    """Stream (src id lists, tgt id lists) chunks into the flat token files and their (N + 1,) int64 offsets."""
+    lengths = {"src": [], "tgt": []}  # per chunk: (n,) int64
+    with open(build_dir / names["src"]["bin"], "wb") as src_bin, open(build_dir / names["tgt"]["bin"], "wb") as tgt_bin:
+        for src_ids, tgt_ids in chunks:
+            for ids, out, side in ((src_ids, src_bin, "src"), (tgt_ids, tgt_bin, "tgt")):
+                lens = _lengths(ids)
+                flat = np.fromiter(chain.from_iterable(ids), dtypes[side], count=int(lens.sum()))  # (tokens,)
+                out.write(flat.tobytes())
+                lengths[side].append(lens)
+    counts = {}
+    for side in ("src", "tgt"):
+        lens = np.concatenate(lengths[side]) if lengths[side] else np.zeros(0, np.int64)
+        offsets = np.zeros(len(lens) + 1, np.int64)  # (N + 1,)
+        np.cumsum(lens, out=offsets[1:])
+        (build_dir / names[side]["idx"]).write_bytes(offsets.tobytes())
+        counts[f"{side}_tokens"] = int(offsets[-1])
+        counts["sentences"] = len(lens)
+    return counts
+
+
+def _subword_filter(src_len: np.ndarray, tgt_len: np.ndarray, cfg, stats: SplitStats) -> np.ndarray:
+    too_long = (src_len > cfg.max_tokens) | (tgt_len > cfg.max_tokens)
+    ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
+    bad_ratio = ~too_long & (ratio > cfg.max_length_ratio)
+    stats.filtered["max_tokens"] += int(too_long.sum())
+    stats.filtered["length_ratio"] += int(bad_ratio.sum())
+    return ~(too_long | bad_ratio)
+
+
+# ------------------------------------------------------------------------------------------- inputs
+def _input_files(cfg) -> list[Path]:
+    """Every input file (checked to exist), for the fingerprint; errors name the config key."""
+    files = []
+    for split, spec in cfg.splits.items():
+        for side in ("src", "tgt"):
+            path = Path(getattr(spec, side))
+            if not path.is_file():
+                what = "is a directory" if path.is_dir() else "not found"
+                raise MtkitError(f"data.splits.{split}.{side}: {path}: file {what}; fix the path in the config")
+            files.append(path)
+    if cfg.hf is not None:
+        for path in hf_paths(cfg.hf):
+            if not path.exists():
+                raise MtkitError(f"data.hf: {path}: not found; fix data.hf.path / data.hf.data_files")
+            files.extend(sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path])
+    return files
+
+
+def _inputs_fingerprint(cfg, files: list[Path]) -> str:
+    config = cfg.model_dump(mode="json")
+    config.pop("dir", None)
+    for key in LATER_KEYS:  # keys added after FORMAT_VERSION 1: at 0 they change nothing, so data dirs stay valid
+        if not config.get(key):
+            config.pop(key, None)
+    stamp = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    blob = json.dumps({"version": FORMAT_VERSION, "config": config, "files": stamp}, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------------- atomic directories
+def _current_manifest(out_dir: Path, fingerprint: str) -> Optional[dict]:
+    """The existing manifest if it was built from exactly these inputs and its files are all there."""
+    try:
+        manifest = read_manifest(out_dir)
+    except MtkitError:
+        return None
+    if manifest.get("inputs_fingerprint") != fingerprint:
+        return None
+    names = list(manifest.get("tokenizer", {}).values())
+    for entry in manifest.get("splits", {}).values():
+        files = entry.get("files", {})
+        for copy in [files, *files.get("samples", [])]:  # the split's own files, then its sampled copies
+            names.extend(copy[side][kind] for side in ("src", "tgt") for kind in ("bin", "idx"))
+        names.extend(files.get("text", {}).values())
+    return manifest if all((out_dir / n).is_file() for n in names) else None
+
+
+def _check_replaceable(out_dir: Path):
+    if out_dir.exists() and not out_dir.is_dir():
+        raise MtkitError(f"data.dir: {out_dir} is a file; choose a directory path")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+        raise MtkitError(f"data.dir: {out_dir} exists and is not an mtkit data dir (no manifest.json); "
+                         "choose another data.dir or remove it")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ------------------------------------------------------------------------------------------- summary
+def _filter_summary(stats: SplitStats) -> str:
+    parts = [f"{stats.pairs_read} read"]
+    parts += [f"{n} {reason}" for reason, n in stats.filtered.items() if n]
+    if stats.bad_lines_skipped:
+        parts.append(f"{stats.bad_lines_skipped} invalid UTF-8")
+    return ", ".join(parts)
+
+
+def _print_summary(manifest: dict, out_dir: Path, seconds: float):
+    vocab = manifest["vocab_size"]
+    kind = "joint" if manifest["joint_vocab"] else "separate"
+    table = Table(title=f"{out_dir} ({manifest['src_lang']}-{manifest['tgt_lang']})",
+                  caption=f"{kind} vocab {vocab['src']}/{vocab['tgt']}, built in {seconds:.1f}s")
+    for column in ("split", "read", "kept", "filtered", "bad UTF-8", "src tokens", "tgt tokens"):
+        table.add_column(column, justify="left" if column == "split" else "right", no_wrap=True)
+    reasons = []
+    for split, entry in manifest["splits"].items():
+        filtered = {r: n for r, n in entry["filtered"].items() if n}
+        reasons += [f"{split} {r}: {n:,}" for r, n in filtered.items()]
+        table.add_row(split, f"{entry['pairs_read']:,}", f"{entry['pairs_kept']:,}", f"{sum(filtered.values()):,}",
+                      f"{entry['bad_lines_skipped']:,}", f"{entry['src_tokens']:,}", f"{entry['tgt_tokens']:,}")
+    console = Console(highlight=False)
+    console.print(table)
+    if reasons:
+        console.print("filtered: " + ", ".join(reasons))
+    train = manifest["splits"]["train"]
+    copies = train["files"].get("samples", [])
+    if copies:
+        mean = {side: sum(c[f"{side}_tokens"] for c in copies) / len(copies) for side in ("src", "tgt")}
+        console.print(f"sampled segmentations: {len(copies)} copies of train, "
+                      + ", ".join(f"{side} tokens {mean[side]:,.0f} on average ({mean[side] / max(train[f'{side}_tokens'], 1) - 1:+.0%})"
+                                  for side in ("src", "tgt")))

@@ -1,0 +1,55 @@
+"""Validation during training: label-smoothed loss and perplexity of the valid split, and BLEU / chrF of its
+translations, decoded with the same search code as ``mtkit translate``."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from mtkit.data import ParallelData, collate, make_batches
+from mtkit.loss import label_smoothed_loss
+from mtkit.score import corpus_scores
+from mtkit.search import beam_search, greedy
+
+
+@torch.no_grad()
+def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, autocast: Callable) -> dict:
+    """{"loss", "nll", "ppl"[, "bleu", "chrf", "example"]} of ``model`` on ``data``; ``cfg`` is the run's config."""
+    t = cfg.training
+    was_training = model.training
+    model.eval()
+    loss_sum = nll_sum = tokens = 0.0
+    batches = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=0, epoch=0, shuffle=False)
+    for idx in batches:
+        batch = collate(data, idx, device)
+        with autocast():
+            logits = model(batch.src, batch.tgt_in)
+        loss, nll = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing)
+        loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.tgt_tokens
+    result = {"loss": loss_sum / tokens, "nll": nll_sum / tokens, "ppl": math.exp(min(nll_sum / tokens, 50))}
+    if t.valid_bleu:
+        n = len(data) if t.valid_max_sentences is None else min(len(data), t.valid_max_sentences)
+        order = sorted(range(n), key=lambda i: int(data.src_lengths[i]))
+        hyps: list[str] = [""] * n
+        dec = cfg.decoding
+        for start in range(0, n, dec.batch_size):
+            idx = order[start : start + dec.batch_size]
+            batch = collate(data, idx, device)
+            with autocast():
+                if t.valid_beam_size > 1:
+                    out = beam_search(model, batch.src, beam_size=t.valid_beam_size,
+                                      length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
+                                      max_len_b=dec.max_len_b, stopping=dec.stopping)
+                else:
+                    out = greedy(model, batch.src, max_len_a=dec.max_len_a, max_len_b=dec.max_len_b)
+            for i, hyp in zip(idx, tokenizer.decode_tgt([h[0].tokens for h in out])):
+                hyps[i] = hyp
+        refs = data.reference_lines()[:n]
+        scores = corpus_scores(hyps, [refs], metrics=("bleu", "chrf"))
+        result["bleu"], result["chrf"] = scores["bleu"]["score"], scores["chrf"]["score"]
+        result["example"] = {"hyp": hyps[order[len(order) // 2]], "ref": refs[order[len(order) // 2]]}
+    model.train(was_training)
+    return result
+
