@@ -8,6 +8,7 @@ its update, minutes of training, loss and BLEU, then those of A's validation clo
 that change the speed of an update (BPE-dropout, a smaller vocabulary), this compares runs at equal wall time.
 Output of 2026-11-23: benchmarks/results/2026-11-23-bpe-dropout/valid-bpe-dropout-src-vs-seed2.txt.
 """
+
 import json
 import sys
 from pathlib import Path
@@ -35,8 +36,10 @@ def main() -> None:
     print(f"{'B update':>8} {'min':>6} {'loss':>6} {'BLEU':>6}  | {'A update':>8} {'min':>6} {'loss':>6} {'BLEU':>6}")
     for r in b:
         near = min(a, key=lambda x: abs(x["elapsed"] - r["elapsed"]))
-        print(f"{r['update']:8d} {r['elapsed'] / 60:6.1f} {r['loss']:6.3f} {r.get('bleu', 0):6.2f}  | "
-              f"{near['update']:8d} {near['elapsed'] / 60:6.1f} {near['loss']:6.3f} {near.get('bleu', 0):6.2f}")
+        print(
+            f"{r['update']:8d} {r['elapsed'] / 60:6.1f} {r['loss']:6.3f} {r.get('bleu', 0):6.2f}  | "
+            f"{near['update']:8d} {near['elapsed'] / 60:6.1f} {near['loss']:6.3f} {near.get('bleu', 0):6.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 SPLITS = ("train", "val", "test_2016_flickr")
 LANGS = ("en", "de")
 VOCAB_SIZE = 8000  # configs/multi30k-transformer.yaml: data.vocab_size, joint BPE
-CT2_BATCH = 32     # sentences per CTranslate2 batch
+CT2_BATCH = 32  # sentences per CTranslate2 batch
 ROW = "{:<15} {:<8} {:>4} {:>8} {:>7} {:>6} {:>6}"
 
 
@@ -70,9 +70,18 @@ def prepare(data_dir: str, out_dir: str, threads: str) -> None:
     model = out / "spm8k.model"
     if not model.exists():
         spm.SentencePieceTrainer.train(
-            input=f"{out / 'train.en'},{out / 'train.de'}", model_prefix=str(out / "spm8k"), vocab_size=VOCAB_SIZE,
-            model_type="bpe", character_coverage=1.0, num_threads=int(threads), minloglevel=2,
-            unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1)
+            input=f"{out / 'train.en'},{out / 'train.de'}",
+            model_prefix=str(out / "spm8k"),
+            vocab_size=VOCAB_SIZE,
+            model_type="bpe",
+            character_coverage=1.0,
+            num_threads=int(threads),
+            minloglevel=2,
+            unk_id=0,
+            bos_id=-1,
+            eos_id=-1,
+            pad_id=-1,
+        )
     sp = spm.SentencePieceProcessor(model_file=str(model))
     for split in SPLITS:
         for lang in LANGS:
@@ -127,7 +136,9 @@ def training(log: str, pairs_file: str, ckpt: str) -> None:
     print(f"{'training started':<18}{started.group(1) + ' (log time)' if started else 'unknown'}")
     print(f"{'parameters':<18}{int(params.group(1)):,}" if params else f"{'parameters':<18}unknown")
     print(f"{'updates':<18}{reports[-1][0]}  (decoded: {ckpt})")
-    print(f"{'target tokens/s':<18}{tgt:.0f}  (mean of {len(timed)} reports after the first; OpenNMT-py counts BOS too)")
+    print(
+        f"{'target tokens/s':<18}{tgt:.0f}  (mean of {len(timed)} reports after the first; OpenNMT-py counts BOS too)"
+    )
     print(f"{'source tokens/s':<18}{src:.0f}")
     print(f"{'epochs':<18}{sentences / pairs:.2f}  ({sentences:,} sentences over {pairs:,} training pairs)")
 
@@ -163,8 +174,18 @@ def onmt_row(log: str, hyps: str, spm_model: str, refs: str, beam: str, wall: st
     bleu, chrf = detokenize_and_score(lines, spm_model, refs, Path(hyps + ".detok"))
     if int(beam) == 5:
         header()
-    print(ROW.format("onmt_translate", "float32", beam, f"{seconds:.2f}", f"{len(lines) / seconds:.1f}",
-                     f"{bleu:.2f}", f"{chrf:.2f}") + f"   (whole process {float(wall):.1f} s)")
+    print(
+        ROW.format(
+            "onmt_translate",
+            "float32",
+            beam,
+            f"{seconds:.2f}",
+            f"{len(lines) / seconds:.1f}",
+            f"{bleu:.2f}",
+            f"{chrf:.2f}",
+        )
+        + f"   (whole process {float(wall):.1f} s)"
+    )
 
 
 def ct2_rows(ckpt: str, out_dir: str, src: str, spm_model: str, refs: str, threads: str) -> None:
@@ -188,16 +209,27 @@ def ct2_rows(ckpt: str, out_dir: str, src: str, spm_model: str, refs: str, threa
         raise Failure(f"CTranslate2 could not convert {ckpt}: {type(err).__name__}: {err}") from None
     sources = [line.split() for line in Path(src).read_text(encoding="utf-8").splitlines()]
     for compute in ("float32", "int8"):
-        translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type=compute,
-                                            intra_threads=int(threads), inter_threads=1)
+        translator = ctranslate2.Translator(
+            str(model_dir), device="cpu", compute_type=compute, intra_threads=int(threads), inter_threads=1
+        )
         for beam in (5, 1):
             start = time.perf_counter()
             hyps = ct2_translate(translator, sources, beam)
             seconds = time.perf_counter() - start
             bleu, chrf = detokenize_and_score(hyps, spm_model, refs, out / f"{compute}.b{beam}.de")
-            print(ROW.format("ctranslate2", compute, beam, f"{seconds:.2f}", f"{len(hyps) / seconds:.1f}",
-                             f"{bleu:.2f}", f"{chrf:.2f}"))
+            print(
+                ROW.format(
+                    "ctranslate2",
+                    compute,
+                    beam,
+                    f"{seconds:.2f}",
+                    f"{len(hyps) / seconds:.1f}",
+                    f"{bleu:.2f}",
+                    f"{chrf:.2f}",
+                )
+            )
     import sacrebleu
+
     print("bleu: " + str(sacrebleu.metrics.BLEU().get_signature()))
     print("chrf: " + str(sacrebleu.metrics.CHRF().get_signature()))
 
@@ -211,7 +243,7 @@ def ct2_translate(translator, sources: list[list[str]], beam: int) -> list[str]:
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     hyps = [""] * len(sources)
     for first in range(0, len(order), CT2_BATCH):
-        batch = order[first:first + CT2_BATCH]
+        batch = order[first : first + CT2_BATCH]
         cap = int(min(250, max(len(sources[i]) for i in batch) * 1.25 + 5))
         results = translator.translate_batch([sources[i] for i in batch], beam_size=beam, max_decoding_length=cap)
         for i, result in zip(batch, results):
@@ -231,8 +263,10 @@ COMMANDS = {
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in COMMANDS or len(argv) - 1 != COMMANDS[argv[0]][1]:
-        print(f"peer_opennmt.py: expected one of {', '.join(COMMANDS)} with its arguments (see the docstring)",
-              file=sys.stderr)
+        print(
+            f"peer_opennmt.py: expected one of {', '.join(COMMANDS)} with its arguments (see the docstring)",
+            file=sys.stderr,
+        )
         return 2
     try:
         COMMANDS[argv[0]][0](*argv[1:])

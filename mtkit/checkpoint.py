@@ -68,8 +68,12 @@ def save(path: Path, bundle: Bundle) -> None:
     for k, v in bundle.train.items():
         tensors[f"train.{k}"] = v.detach().to("cpu").contiguous()
     crc = {k: _crc32(v) for k, v in tensors.items()}
-    meta = {"format": FORMAT, "mtkit": json.dumps(bundle.metadata), "aliases": json.dumps(aliases),
-            "crc32": json.dumps(crc)}
+    meta = {
+        "format": FORMAT,
+        "mtkit": json.dumps(bundle.metadata),
+        "aliases": json.dumps(aliases),
+        "crc32": json.dumps(crc),
+    }
     atomic_write_bytes(path, st_save(tensors, metadata=meta))
 
 
@@ -84,8 +88,9 @@ def read_metadata(path: Path) -> dict:
     try:
         return json.loads(meta["mtkit"])
     except (KeyError, ValueError):
-        raise MtkitError(f"{path}: corrupted checkpoint (unreadable mtkit metadata); use an earlier checkpoint "
-                         "of the run") from None
+        raise MtkitError(
+            f"{path}: corrupted checkpoint (unreadable mtkit metadata); use an earlier checkpoint of the run"
+        ) from None
 
 
 def _unreadable(path: Path, err: Exception) -> str:
@@ -104,8 +109,10 @@ def load(path: Path, *, with_train: bool = False, map_location: str = "cpu") -> 
         head = f.read(9)  # safetensors: 8-byte little-endian header size, then the JSON header
     if head[8:9] != b"{":
         if head[:1] == b"\x80" or head[:2] == b"PK":
-            raise MtkitError(f"{path}: refusing a pickle/torch.save file: mtkit loads only safetensors checkpoints "
-                             "(unpickling can run arbitrary code)")
+            raise MtkitError(
+                f"{path}: refusing a pickle/torch.save file: mtkit loads only safetensors checkpoints "
+                "(unpickling can run arbitrary code)"
+            )
         raise MtkitError(f"{path}: not a safetensors checkpoint, or truncated; use an earlier checkpoint of the run")
     metadata = read_metadata(path)
     model, tokenizer, train = {}, {}, {}
@@ -120,8 +127,10 @@ def load(path: Path, *, with_train: bool = False, map_location: str = "cpu") -> 
                     continue
                 tensor = f.get_tensor(key)
                 if key in crc and _crc32(tensor) != crc[key]:
-                    raise MtkitError(f"{path}: corrupted checkpoint (tensor '{key}' fails its CRC-32 check); "
-                                     "use an earlier checkpoint of the run")
+                    raise MtkitError(
+                        f"{path}: corrupted checkpoint (tensor '{key}' fails its CRC-32 check); "
+                        "use an earlier checkpoint of the run"
+                    )
                 if group == "model":
                     model[name] = tensor.to(map_location)
                 elif group == "tokenizer":
@@ -143,8 +152,10 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], where
         if name not in weights:
             raise MtkitError(f"{where}: tensor '{name}' missing from checkpoint; it does not match its config")
         if weights[name].shape != tensor.shape:
-            raise MtkitError(f"{where}: tensor '{name}' has shape {tuple(weights[name].shape)}, the config implies "
-                             f"{tuple(tensor.shape)}; checkpoint and config do not match")
+            raise MtkitError(
+                f"{where}: tensor '{name}' has shape {tuple(weights[name].shape)}, the config implies "
+                f"{tuple(tensor.shape)}; checkpoint and config do not match"
+            )
     extra = sorted(set(weights) - set(own))
     if extra:
         raise MtkitError(f"{where}: unexpected tensor '{extra[0]}' in checkpoint; it does not match its config")
@@ -292,7 +303,9 @@ class Loaded:
     path: Path
 
 
-def load_checkpoint(path: Path, device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32) -> Loaded:
+def load_checkpoint(
+    path: Path, device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32
+) -> Loaded:
     """A run dir or checkpoint file -> model in eval mode, its tokenizer and config (nothing else needed)."""
     file = resolve(Path(path))
     bundle = load(file)
@@ -306,8 +319,10 @@ def load_checkpoint(path: Path, device: torch.device = torch.device("cpu"), dtyp
         raise MtkitError(f"{file}: checkpoint carries no tokenizer models")
     tokenizer = Tokenizer.from_model_bytes(bundle.tokenizer)
     if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != (src_v, tgt_v):
-        raise MtkitError(f"{file}: embedded tokenizer vocab sizes {(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)} "
-                         f"do not match the model's {(src_v, tgt_v)}")
+        raise MtkitError(
+            f"{file}: embedded tokenizer vocab sizes {(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)} "
+            f"do not match the model's {(src_v, tgt_v)}"
+        )
     model = build_model(cfg.model, src_v, tgt_v, joint)
     load_weights(model, bundle.model, file)
     if dtype == torch.qint8:

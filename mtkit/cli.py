@@ -69,7 +69,9 @@ def _version(value: bool):
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ):
     pass
 
@@ -120,16 +122,22 @@ def translate(
     max_len_a: Optional[float] = typer.Option(None, "--max-len-a"),
     max_len_b: Optional[int] = typer.Option(None, "--max-len-b"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
-    batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Also at most this many source tokens "
-                                               "per batch (sentences x the longest)."),
+    batch_tokens: Optional[int] = typer.Option(
+        None, "--batch-tokens", help="Also at most this many source tokens per batch (sentences x the longest)."
+    ),
     nbest: Optional[int] = typer.Option(None, "--nbest"),
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
     threads: Optional[int] = typer.Option(None, "--threads"),
-    stopping: Optional[str] = typer.Option(None, "--stopping", help="Beam search: first (OpenNMT-py), beam_full "
-                                           "(fairseq) or exact; see decoding.stopping."),
-    shortlist: Optional[int] = typer.Option(None, "--shortlist", help="Score each sentence over a lexical shortlist "
-                                            "with this many translations per source subword (0: whole vocabulary)."),
+    stopping: Optional[str] = typer.Option(
+        None, "--stopping", help="Beam search: first (OpenNMT-py), beam_full (fairseq) or exact; see decoding.stopping."
+    ),
+    shortlist: Optional[int] = typer.Option(
+        None,
+        "--shortlist",
+        help="Score each sentence over a lexical shortlist "
+        "with this many translations per source subword (0: whole vocabulary).",
+    ),
     sampling: bool = typer.Option(False, "--sampling", help="Sample instead of beam search."),
     temperature: float = typer.Option(_SAMPLING.temperature, "--temperature"),
     top_k: int = typer.Option(_SAMPLING.top_k, "--top-k"),
@@ -137,7 +145,9 @@ def translate(
     seed: int = typer.Option(_SAMPLING.seed, "--seed", help="Seed for --sampling."),
     fmt: str = typer.Option(_OUTPUT.format, "--format", help="text or jsonl"),
     alignments: bool = typer.Option(False, "--alignments", help="jsonl: include cross-attention weights."),
-    plot_attention: Optional[Path] = typer.Option(None, "--plot-attention", help="Write an attention heatmap PNG per sentence here."),
+    plot_attention: Optional[Path] = typer.Option(
+        None, "--plot-attention", help="Write an attention heatmap PNG per sentence here."
+    ),
     engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
 ):
     """Translate stdin (or --input) to stdout: one output line per input line, in order.
@@ -148,12 +158,31 @@ def translate(
 
     translate_main(
         paths=list(run) + list(checkpoint or []),
-        input=input, output=output,
-        overrides=dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                       batch_size=batch_size, batch_tokens=batch_tokens, nbest=nbest, device=device, dtype=dtype,
-                       threads=threads, stopping=stopping, shortlist=shortlist),
-        sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-        fmt=fmt, alignments=alignments, plot_attention=plot_attention, engine=engine,
+        input=input,
+        output=output,
+        overrides=dict(
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            batch_size=batch_size,
+            batch_tokens=batch_tokens,
+            nbest=nbest,
+            device=device,
+            dtype=dtype,
+            threads=threads,
+            stopping=stopping,
+            shortlist=shortlist,
+        ),
+        sampling=sampling,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        fmt=fmt,
+        alignments=alignments,
+        plot_attention=plot_attention,
+        engine=engine,
     )
 
 
@@ -205,9 +234,12 @@ def plot(run: Path = typer.Argument(..., help="Run directory.")):
 def export(
     run: Path = typer.Argument(..., help="Run directory or checkpoint file (the checkpoint translate would use)."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the exported model to."),
-    fmt: str = typer.Option(_OUTPUT.export_format, "--format", help="ctranslate2 (needs the extra: pip install \"mtkit\\[ct2]\")"),
+    fmt: str = typer.Option(
+        _OUTPUT.export_format, "--format", help='ctranslate2 (needs the extra: pip install "mtkit\\[ct2]")'
+    ),
     quantization: Optional[str] = typer.Option(
-        None, "--quantization", "-q", help="int8, int16, float16, bfloat16 (or int8_float32, ...); default float32."),
+        None, "--quantization", "-q", help="int8, int16, float16, bfloat16 (or int8_float32, ...); default float32."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
 ):
     """Export a trained Transformer for CTranslate2, with its SentencePiece models and config.

@@ -54,7 +54,9 @@ class DataConfig(Section):
     # cleaning
     max_chars: int = Field(1000, gt=0, description="drop training pairs with a side longer than this (characters)")
     max_tokens: int = Field(200, gt=0, description="drop training pairs with a side longer than this (subwords)")
-    max_length_ratio: float = Field(3.0, gt=0, description="drop training pairs whose subword length ratio exceeds this")
+    max_length_ratio: float = Field(
+        3.0, gt=0, description="drop training pairs whose subword length ratio exceeds this"
+    )
     dedup: bool = False
     skip_bad_lines: bool = Field(False, description="drop lines that are not valid UTF-8 instead of failing")
     # tokenizer
@@ -74,8 +76,10 @@ class DataConfig(Section):
             raise ValueError("needs splits.train (src and tgt files) or an hf section")
         sampling = self.src_subword_alpha > 0 or self.tgt_subword_alpha > 0
         if sampling and not self.subword_samples:
-            raise ValueError("src_subword_alpha / tgt_subword_alpha need subword_samples (sampled copies of the "
-                             "training split, e.g. 20)")
+            raise ValueError(
+                "src_subword_alpha / tgt_subword_alpha need subword_samples (sampled copies of the "
+                "training split, e.g. 20)"
+            )
         if self.subword_samples and not sampling:
             raise ValueError("subword_samples needs src_subword_alpha or tgt_subword_alpha above 0")
         return self
@@ -188,8 +192,10 @@ class TrainingConfig(Section):
     @model_validator(mode="after")
     def _consistent(self):
         if self.schedule == "cosine" and not self.max_updates:
-            raise ValueError("training.schedule cosine decays to min_lr at training.max_updates: set "
-                             "training.max_updates (or use schedule inverse_sqrt)")
+            raise ValueError(
+                "training.schedule cosine decays to min_lr at training.max_updates: set "
+                "training.max_updates (or use schedule inverse_sqrt)"
+            )
         if self.precision == "fp16" and self.devices == "cpu":  # devices auto: checked once the device is known
             raise ValueError(FP16_NEEDS_CUDA)
         return self
@@ -202,21 +208,33 @@ class DecodingConfig(Section):
     max_len_a: float = Field(1.5, ge=0)
     max_len_b: int = Field(10, ge=0)
     batch_size: int = Field(64, ge=1, description="sentences per batch")
-    batch_tokens: Optional[int] = Field(None, ge=1, description="also at most this many source tokens per batch "
-                                        "(sentences x the longest, EOS included); a longer sentence goes alone")
+    batch_tokens: Optional[int] = Field(
+        None,
+        ge=1,
+        description="also at most this many source tokens per batch "
+        "(sentences x the longest, EOS included); a longer sentence goes alone",
+    )
     chunk_size: int = Field(2000, ge=1, description="lines read from stdin and length-sorted at a time")
     nbest: int = Field(1, ge=1)
     stopping: Literal["first", "beam_full", "exact"] = Field(
-        "beam_full", description="when a sentence's beam search ends: first = as soon as the best candidate "
+        "beam_full",
+        description="when a sentence's beam search ends: first = as soon as the best candidate "
         "is finished (OpenNMT-py); beam_full = once beam_size hypotheses finished (fairseq); exact = only when "
-        "no live beam can beat the n-best (slower with a length penalty)")
+        "no live beam can beat the n-best (slower with a length penalty)",
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16", "int8"] = Field(
-        "float32", description="int8 (CPU): linear layers with int8 weights, activations quantized per batch")
+        "float32", description="int8 (CPU): linear layers with int8 weights, activations quantized per batch"
+    )
     threads: Optional[int] = Field(None, ge=1)
-    shortlist: int = Field(0, ge=0, le=100, description="lexical shortlist (Transformer): score each sentence over "
-                           "EOS, the shortlist_frequent most frequent target subwords and this many translations of "
-                           "each source subword (mtkit/shortlist.py); 0 = the whole vocabulary")
+    shortlist: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="lexical shortlist (Transformer): score each sentence over "
+        "EOS, the shortlist_frequent most frequent target subwords and this many translations of "
+        "each source subword (mtkit/shortlist.py); 0 = the whole vocabulary",
+    )
     shortlist_frequent: int = Field(100, ge=0, le=1000, description="most frequent target subwords in every shortlist")
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from mtkit.files import atomic_write_text
@@ -20,15 +21,26 @@ from mtkit.files import atomic_write_text
 def model_rows(cfg) -> list[tuple[str, str]]:
     m = cfg.model
     if m.arch == "transformer":
-        return [("layers", f"{m.encoder_layers}+{m.decoder_layers}"), ("d_model / heads / ffn", f"{m.d_model} / {m.heads} / {m.ffn_dim}"),
-                ("norm / positions", f"{m.norm} / {m.positions}"), ("dropout", str(m.dropout))]
+        return [
+            ("layers", f"{m.encoder_layers}+{m.decoder_layers}"),
+            ("d_model / heads / ffn", f"{m.d_model} / {m.heads} / {m.ffn_dim}"),
+            ("norm / positions", f"{m.norm} / {m.positions}"),
+            ("dropout", str(m.dropout)),
+        ]
     if m.arch == "bahdanau":
-        return [("embed / hidden", f"{m.embed_dim} / {m.hidden_size}"), ("encoder", f"bi-GRU x{m.encoder_layers}"),
-                ("attention", "additive"), ("dropout", str(m.dropout))]
-    return [("embed / hidden / layers", f"{m.embed_dim} / {m.hidden_size} / {m.layers}"),
-            ("encoder", f"{m.encoder} LSTM"),
-            ("attention", f"{m.attention} {m.score}" + (f" (D={m.window})" if m.attention == "local_p" else "")),
-            ("input feeding", str(m.input_feeding)), ("dropout", str(m.dropout))]
+        return [
+            ("embed / hidden", f"{m.embed_dim} / {m.hidden_size}"),
+            ("encoder", f"bi-GRU x{m.encoder_layers}"),
+            ("attention", "additive"),
+            ("dropout", str(m.dropout)),
+        ]
+    return [
+        ("embed / hidden / layers", f"{m.embed_dim} / {m.hidden_size} / {m.layers}"),
+        ("encoder", f"{m.encoder} LSTM"),
+        ("attention", f"{m.attention} {m.score}" + (f" (D={m.window})" if m.attention == "local_p" else "")),
+        ("input feeding", str(m.input_feeding)),
+        ("dropout", str(m.dropout)),
+    ]
 
 
 def print_summary(cfg, model, manifest: dict, dist) -> None:
@@ -45,10 +57,15 @@ def print_summary(cfg, model, manifest: dict, dist) -> None:
     train = manifest.get("splits", {}).get("train", {})
     table.add_row("training pairs", f"{train.get('pairs_kept', train.get('pairs', '?')):,}" if train else "?")
     table.add_row("device / precision", f"{dist.device} x{dist.world_size} / {t.precision}")
-    table.add_row("batch", f"{t.batch_tokens} tokens x update_freq {t.update_freq} x {dist.world_size} process(es) "
-                  f"= {t.batch_tokens * t.update_freq * dist.world_size} per update")
-    table.add_row("optimizer", f"{t.optimizer} lr {t.lr} {t.schedule} warmup {t.warmup_updates}, "
-                  f"label smoothing {t.label_smoothing}")
+    table.add_row(
+        "batch",
+        f"{t.batch_tokens} tokens x update_freq {t.update_freq} x {dist.world_size} process(es) "
+        f"= {t.batch_tokens * t.update_freq * dist.world_size} per update",
+    )
+    table.add_row(
+        "optimizer",
+        f"{t.optimizer} lr {t.lr} {t.schedule} warmup {t.warmup_updates}, label smoothing {t.label_smoothing}",
+    )
     stops = [f"{k}={getattr(t, k)}" for k in ("max_updates", "max_epochs", "max_minutes") if getattr(t, k)]
     table.add_row("stops at", ", ".join(stops) or "never (Ctrl-C saves and stops)")
     table.add_row("run dir", t.run_dir)
@@ -57,9 +74,11 @@ def print_summary(cfg, model, manifest: dict, dist) -> None:
 
 def format_record(r: dict) -> str:
     if r["kind"] == "train":
-        return (f"update {r['update']:>6}  epoch {r['epoch']:>3}  loss {r['loss']:.3f}  ppl {r['ppl']:7.2f}  "
-                f"lr {r['lr']:.2e}  {r['tgt_tokens_per_s']:7.0f} tgt tok/s  pad {r['padding']:.1%}  "
-                f"{r['elapsed'] / 60:6.1f} min")
+        return (
+            f"update {r['update']:>6}  epoch {r['epoch']:>3}  loss {r['loss']:.3f}  ppl {r['ppl']:7.2f}  "
+            f"lr {r['lr']:.2e}  {r['tgt_tokens_per_s']:7.0f} tgt tok/s  pad {r['padding']:.1%}  "
+            f"{r['elapsed'] / 60:6.1f} min"
+        )
     parts = [f"valid @ {r['update']:>6}  loss {r['loss']:.3f}  ppl {r['ppl']:.2f}"]
     if "bleu" in r:
         parts.append(f"BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}")
@@ -75,8 +94,14 @@ class Progress:
         self.bar = None
         self.started = time.perf_counter()
         if enabled and sys.stdout.isatty():
-            self.bar = RichProgress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                                    TimeRemainingColumn(), transient=False)
+            self.bar = RichProgress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeRemainingColumn(),
+                transient=False,
+            )
             self.bar.start()
             self.task = self.bar.add_task("train", total=total, completed=start, info="")
 
@@ -91,8 +116,10 @@ class Progress:
         if self.bar is not None:
             self.bar.console.print(line)
             if record["kind"] == "train":
-                self.bar.update(self.task, info=f"loss {record['loss']:.3f} lr {record['lr']:.1e} "
-                                f"{record['tgt_tokens_per_s']:.0f} tok/s")
+                self.bar.update(
+                    self.task,
+                    info=f"loss {record['loss']:.3f} lr {record['lr']:.1e} {record['tgt_tokens_per_s']:.0f} tok/s",
+                )
         else:
             print(line, flush=True)
 
@@ -121,12 +148,17 @@ class Window:
         """The metrics.jsonl record of the window; the next window starts now."""
         now = time.perf_counter()
         record = {
-            "kind": "train", "update": update, "epoch": epoch,
-            "loss": self.loss / self.tokens, "nll": self.nll / self.tokens,
-            "ppl": math.exp(min(self.nll / self.tokens, 50)), "lr": lr,
+            "kind": "train",
+            "update": update,
+            "epoch": epoch,
+            "loss": self.loss / self.tokens,
+            "nll": self.nll / self.tokens,
+            "ppl": math.exp(min(self.nll / self.tokens, 50)),
+            "lr": lr,
             "tgt_tokens_per_s": self.tokens / (now - self.time),
             "padding": 1 - (self.tokens + self.src) / max(self.padded, 1),
-            "batch_tokens": self.tokens / self.updates, "elapsed": elapsed,
+            "batch_tokens": self.tokens / self.updates,
+            "elapsed": elapsed,
         }
         self.__init__()
         self.time = now

@@ -49,16 +49,20 @@ def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError:
-        raise MtkitError(f"the CTranslate2 engine needs the ctranslate2 package, which is not installed; "
-                         f"install it with: {INSTALL_HINT}") from None
+        raise MtkitError(
+            f"the CTranslate2 engine needs the ctranslate2 package, which is not installed; "
+            f"install it with: {INSTALL_HINT}"
+        ) from None
     return ctranslate2
 
 
 def check_exportable(model_cfg, where: str) -> None:
     """Refuse, in one line, a model CTranslate2's Transformer spec cannot represent."""
     if model_cfg.arch != "transformer":
-        raise MtkitError(f"{where}: model.arch is {model_cfg.arch!r} (an RNN); CTranslate2 runs only Transformer "
-                         "models: translate this one with --engine torch")
+        raise MtkitError(
+            f"{where}: model.arch is {model_cfg.arch!r} (an RNN); CTranslate2 runs only Transformer "
+            "models: translate this one with --engine torch"
+        )
 
 
 # ------------------------------------------------------------------------------------------ the spec
@@ -99,14 +103,28 @@ def build_spec(model, tokenizer):
     activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation]
     rotary = dict(rotary_dim=0, rotary_interleave=False, rotary_base=10000.0) if rope else {}
     try:
-        encoder = transformer_spec.TransformerEncoderSpec(cfg.encoder_layers, cfg.heads, pre_norm=pre_norm,
-                                                          activation=activation, relative_position=relative, **rotary)
+        encoder = transformer_spec.TransformerEncoderSpec(
+            cfg.encoder_layers,
+            cfg.heads,
+            pre_norm=pre_norm,
+            activation=activation,
+            relative_position=relative,
+            **rotary,
+        )
     except TypeError:  # older releases have rotary embeddings in decoders only
-        raise MtkitError("model.positions = rope: this ctranslate2 has no rotary encoder; upgrade it "
-                         "(pip install -U ctranslate2) or translate with --engine torch") from None
-    decoder = transformer_spec.TransformerDecoderSpec(cfg.decoder_layers, cfg.heads, pre_norm=pre_norm,
-                                                      activation=activation, relative_position=relative,
-                                                      alignment_heads=cfg.heads, **rotary)
+        raise MtkitError(
+            "model.positions = rope: this ctranslate2 has no rotary encoder; upgrade it "
+            "(pip install -U ctranslate2) or translate with --engine torch"
+        ) from None
+    decoder = transformer_spec.TransformerDecoderSpec(
+        cfg.decoder_layers,
+        cfg.heads,
+        pre_norm=pre_norm,
+        activation=activation,
+        relative_position=relative,
+        alignment_heads=cfg.heads,
+        **rotary,
+    )
     if rope:  # the encoder spec keeps a position table slot even with rotary attention; rotary replaces it
         del encoder.position_encodings
     spec = transformer_spec.TransformerSpec(encoder, decoder)
@@ -171,8 +189,11 @@ def save_spec(spec, directory: Path, quantization: Optional[str]) -> None:
 # ----------------------------------------------------------------------------------------- the files
 def tokenizer_files(tokenizer) -> dict[str, str]:
     """File names of the SentencePiece models in an export dir: {"src": ..., "tgt": ...}."""
-    return {"src": "spm.model", "tgt": "spm.model"} if tokenizer.joint else {"src": "source.spm.model",
-                                                                            "tgt": "target.spm.model"}
+    return (
+        {"src": "spm.model", "tgt": "spm.model"}
+        if tokenizer.joint
+        else {"src": "source.spm.model", "tgt": "target.spm.model"}
+    )
 
 
 def is_export_dir(path: Path) -> bool:
@@ -190,8 +211,9 @@ def read_export(path: Path) -> tuple[dict, object]:
             raise ValueError(meta.get("format"))
         files = meta["tokenizer"]
     except (OSError, ValueError, KeyError, TypeError):
-        raise MtkitError(f"{meta_file}: not an mtkit CTranslate2 export; "
-                         f"rerun mtkit export RUN_DIR --out {path}") from None
+        raise MtkitError(
+            f"{meta_file}: not an mtkit CTranslate2 export; rerun mtkit export RUN_DIR --out {path}"
+        ) from None
     return meta, Tokenizer(path / files["src"], path / files["tgt"])
 
 
@@ -233,8 +255,10 @@ def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], 
         if not force:
             raise MtkitError(f"{out}: already exists; pass --force to replace it")
         if not out.is_dir() or (any(out.iterdir()) and not (out / EXPORT_META).is_file()):
-            raise MtkitError(f"{out}: exists and is not an mtkit export; --force only replaces an earlier export "
-                             "(choose another --out)")
+            raise MtkitError(
+                f"{out}: exists and is not an mtkit export; --force only replaces an earlier export "
+                "(choose another --out)"
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     tag = hashlib.sha1(f"{os.getpid()}{out}".encode()).hexdigest()[:8]
     tmp = out.with_name(f".{out.name}.{tag}.tmp")
@@ -245,8 +269,10 @@ def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     size = sum(p.stat().st_size for p in out.iterdir()) / 2**20
-    print(f"exported {meta['checkpoint']} (update {meta['update']}) to {out} as CTranslate2 "
-          f"{meta['quantization']}, {size:.1f} MiB; translate with: mtkit translate {out}")
+    print(
+        f"exported {meta['checkpoint']} (update {meta['update']}) to {out} as CTranslate2 "
+        f"{meta['quantization']}, {size:.1f} MiB; translate with: mtkit translate {out}"
+    )
     return out
 
 
@@ -279,13 +305,24 @@ class Ct2Translator(Engine):
     # than CTranslate2's length ** alpha, which favours hypotheses cut at the length limit.
     _NEUTRAL_PENALTY = 1e-6
 
-    def __init__(self, model_dir: Path, tokenizer, options: Options, *, max_positions: int, device: str = "cpu",
-                 compute_type: str = "default", threads: int = 0, exact_scores: bool = False):
+    def __init__(
+        self,
+        model_dir: Path,
+        tokenizer,
+        options: Options,
+        *,
+        max_positions: int,
+        device: str = "cpu",
+        compute_type: str = "default",
+        threads: int = 0,
+        exact_scores: bool = False,
+    ):
         super().__init__(tokenizer, options, max_positions)
         ct2 = import_ctranslate2()
         try:
-            self.engine = ct2.Translator(str(model_dir), device=device, compute_type=compute_type, inter_threads=1,
-                                         intra_threads=threads)
+            self.engine = ct2.Translator(
+                str(model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads
+            )
         except (ValueError, RuntimeError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
             raise MtkitError(f"CTranslate2 cannot run this model on {device} as {compute_type} ({first})") from None
@@ -321,8 +358,9 @@ class Ct2Translator(Engine):
             if any(len(pieces) > limit for pieces, _ in found[s]):
                 if self.opt.sampling or max(self.opt.beam_size, self.opt.nbest) == 1:
                     # a greedy or sampled output cut at the limit is what stopping there would have given
-                    found[s] = [(pieces, lp) if len(pieces) < limit else (pieces[:limit], None)
-                                for pieces, lp in found[s]]
+                    found[s] = [
+                        (pieces, lp) if len(pieces) < limit else (pieces[:limit], None) for pieces, lp in found[s]
+                    ]
                 else:
                     again.setdefault(limit, []).append(s)
         for limit, group in again.items():
@@ -340,22 +378,44 @@ class Ct2Translator(Engine):
         else:
             if o.sampling:
                 ct2_penalty = 0.0
-                kwargs = dict(beam_size=1, num_hypotheses=o.nbest, sampling_topk=o.top_k, sampling_topp=o.top_p,
-                              sampling_temperature=o.temperature)
+                kwargs = dict(
+                    beam_size=1,
+                    num_hypotheses=o.nbest,
+                    sampling_topk=o.top_k,
+                    sampling_topp=o.top_p,
+                    sampling_temperature=o.temperature,
+                )
             else:
                 beam = max(o.beam_size, o.nbest)
                 ct2_penalty = 0.0 if beam == 1 else self._NEUTRAL_PENALTY
                 kwargs = dict(beam_size=beam, num_hypotheses=beam)
-            out = self._run(self.engine.translate_batch, sources, max_batch_size=o.batch_size,
-                            length_penalty=ct2_penalty, max_decoding_length=limit, min_decoding_length=0,
-                            max_input_length=0, return_scores=True, suppress_sequences=self.banned, **kwargs)
+            out = self._run(
+                self.engine.translate_batch,
+                sources,
+                max_batch_size=o.batch_size,
+                length_penalty=ct2_penalty,
+                max_decoding_length=limit,
+                min_decoding_length=0,
+                max_input_length=0,
+                return_scores=True,
+                suppress_sequences=self.banned,
+                **kwargs,
+            )
             for result in out:
                 # Undo CTranslate2's score / length ** penalty. Two kinds get no usable score (None): an empty
                 # hypothesis under a penalty (-inf), and one cut at the limit, which CTranslate2 ends without
                 # EOS where we force it (so its score lacks log p(EOS)).
-                found.append([(pieces, score * len(pieces) ** ct2_penalty
-                               if (pieces or not ct2_penalty) and len(pieces) < limit else None)
-                              for pieces, score in zip(result.hypotheses, result.scores)])
+                found.append(
+                    [
+                        (
+                            pieces,
+                            score * len(pieces) ** ct2_penalty
+                            if (pieces or not ct2_penalty) and len(pieces) < limit
+                            else None,
+                        )
+                        for pieces, score in zip(result.hypotheses, result.scores)
+                    ]
+                )
         return found
 
     def _ranked(self, sources: list[list[str]], found: list[list[tuple[list[str], Optional[float]]]]) -> list[list]:
@@ -368,9 +428,15 @@ class Ct2Translator(Engine):
                 found[s][c] = (found[s][c][0], log_prob)
         results = []
         for cands in found:
-            hyps = [Hypothesis([self.tgt_ids.get(p, UNK) for p in pieces],
-                               log_prob / length_penalty_of(len(pieces) + 1, o.length_penalty), log_prob, [])
-                    for pieces, log_prob in cands]
+            hyps = [
+                Hypothesis(
+                    [self.tgt_ids.get(p, UNK) for p in pieces],
+                    log_prob / length_penalty_of(len(pieces) + 1, o.length_penalty),
+                    log_prob,
+                    [],
+                )
+                for pieces, log_prob in cands
+            ]
             hyps.sort(key=lambda h: h.score, reverse=True)
             results.append(hyps[: o.nbest])
         if self.exact_scores:
@@ -390,12 +456,15 @@ class Ct2Translator(Engine):
             return method(*args, **kwargs)
         except RuntimeError as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
-            raise MtkitError(f"CTranslate2 failed running the model on {self.where} ({first}); on a GPU check "
-                             "that the CUDA libraries CTranslate2 was built for are installed, or use --device cpu "
-                             "or --engine torch") from None
+            raise MtkitError(
+                f"CTranslate2 failed running the model on {self.where} ({first}); on a GPU check "
+                "that the CUDA libraries CTranslate2 was built for are installed, or use --device cpu "
+                "or --engine torch"
+            ) from None
 
     def _score(self, sources: list[list[str]], targets: list[list[str]]) -> list[tuple[float, list[float]]]:
         """(log-prob, token log-probs with EOS's last) of each target given its source: the model's own numbers."""
-        scored = self._run(self.engine.score_batch, sources, targets, max_batch_size=self.opt.batch_size,
-                           max_input_length=0)
+        scored = self._run(
+            self.engine.score_batch, sources, targets, max_batch_size=self.opt.batch_size, max_input_length=0
+        )
         return [(math.fsum(r.log_probs), list(r.log_probs)) for r in scored]

@@ -29,8 +29,10 @@ class ParallelData:
         self.manifest = read_manifest(self.data_dir)
         entry = self.manifest["splits"].get(split)
         if entry is None:
-            raise MtkitError(f"{self.data_dir}: no split {split!r} (it has {', '.join(self.manifest['splits'])}); "
-                             "add it to data.splits and rerun `mtkit prepare`")
+            raise MtkitError(
+                f"{self.data_dir}: no split {split!r} (it has {', '.join(self.manifest['splits'])}); "
+                "add it to data.splits and rerun `mtkit prepare`"
+            )
         self.entry = entry
         self.samples = len(entry["files"].get("samples", []))  # sampled-segmentation copies (train only)
         self.sample: Optional[int] = None  # the copy in use; None: the deterministic segmentation
@@ -44,13 +46,19 @@ class ParallelData:
             self._offsets[side] = offsets
             self._tokens[side] = _memmap(self.data_dir / files[side]["bin"], np.dtype(self.manifest["dtype"][side]))
             if len(self._tokens[side]) != offsets[-1]:
-                raise MtkitError(f"{self.data_dir / files[side]['bin']}: has {len(self._tokens[side])} tokens, index "
-                                 f"says {offsets[-1]}; rerun `mtkit prepare CONFIG --force`")
+                raise MtkitError(
+                    f"{self.data_dir / files[side]['bin']}: has {len(self._tokens[side])} tokens, index "
+                    f"says {offsets[-1]}; rerun `mtkit prepare CONFIG --force`"
+                )
         if len(self._offsets["src"]) != len(self._offsets["tgt"]):
-            raise MtkitError(f"{self.data_dir}: {self.split} source and target counts differ; rerun `mtkit prepare --force`")
+            raise MtkitError(
+                f"{self.data_dir}: {self.split} source and target counts differ; rerun `mtkit prepare --force`"
+            )
         if sentences is not None and len(self._offsets["src"]) != sentences + 1:
-            raise MtkitError(f"{self.data_dir}: sampled copy {self.sample} of {self.split} holds a different number "
-                             "of sentences; rerun `mtkit prepare CONFIG --force`")
+            raise MtkitError(
+                f"{self.data_dir}: sampled copy {self.sample} of {self.split} holds a different number "
+                "of sentences; rerun `mtkit prepare CONFIG --force`"
+            )
         self.src_lengths = np.diff(self._offsets["src"])  # (N,) int64
         self.tgt_lengths = np.diff(self._offsets["tgt"])  # (N,) int64
 
@@ -69,10 +77,10 @@ class ParallelData:
         return self._tokens[side], self._offsets[side]
 
     def src(self, i: int) -> np.ndarray:
-        return self._tokens["src"][self._offsets["src"][i]:self._offsets["src"][i + 1]]
+        return self._tokens["src"][self._offsets["src"][i] : self._offsets["src"][i + 1]]
 
     def tgt(self, i: int) -> np.ndarray:
-        return self._tokens["tgt"][self._offsets["tgt"][i]:self._offsets["tgt"][i + 1]]
+        return self._tokens["tgt"][self._offsets["tgt"][i] : self._offsets["tgt"][i + 1]]
 
     def text_path(self, side: str) -> Optional[Path]:
         """Cleaned raw text of a non-train split (``side`` 'src' or 'tgt'), e.g. validation references."""
@@ -87,7 +95,9 @@ class ParallelData:
         with open(path, encoding="utf-8", newline="\n") as f:
             lines = [line[:-1] if line.endswith("\n") else line for line in f]
         if len(lines) != len(self):
-            raise MtkitError(f"{path}: {len(lines)} lines for {len(self)} examples; rerun `mtkit prepare CONFIG --force`")
+            raise MtkitError(
+                f"{path}: {len(lines)} lines for {len(self)} examples; rerun `mtkit prepare CONFIG --force`"
+            )
         return lines
 
 
@@ -98,8 +108,16 @@ def _memmap(path: Path, dtype) -> np.ndarray:
 
 
 # ============================================================================================ batches
-def make_batches(src_lengths, tgt_lengths, batch_tokens: int, *, seed: int, epoch: int, shuffle: bool = True,
-                 max_sentences: Optional[int] = None) -> list[np.ndarray]:
+def make_batches(
+    src_lengths,
+    tgt_lengths,
+    batch_tokens: int,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+    max_sentences: Optional[int] = None,
+) -> list[np.ndarray]:
     """Group example indices into length-bucketed batches under a token budget.
 
     A batch of n examples costs n * max(padded source length, padded target length), where a padded
@@ -119,11 +137,11 @@ def make_batches(src_lengths, tgt_lengths, batch_tokens: int, *, seed: int, epoc
     batches, start, n_total = [], 0, len(order)
     while start < n_total:
         # at most batch_tokens // cost[start] examples fit, since the running max only grows
-        window = cost[start:start + max(1, min(limit, batch_tokens // cost[start]))]
+        window = cost[start : start + max(1, min(limit, batch_tokens // cost[start]))]
         width = np.maximum.accumulate(window)  # (w,) running max
         sizes = width * np.arange(1, len(window) + 1)  # cost of taking the first k, nondecreasing
         n = max(1, int(np.searchsorted(sizes, batch_tokens, side="right")))
-        batches.append(order[start:start + n])
+        batches.append(order[start : start + n])
         start += n
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
@@ -144,8 +162,9 @@ def shard_batches(batches: Sequence, rank: int, world_size: int) -> list:
     for _ in range(-len(batches) % world_size):
         i = int(np.argmax(sizes))
         if sizes[i] < 2:
-            raise MtkitError(f"only {sum(sizes)} training sentences for {world_size} processes; "
-                             "use fewer processes or more data")
+            raise MtkitError(
+                f"only {sum(sizes)} training sentences for {world_size} processes; use fewer processes or more data"
+            )
         half = sizes[i] // 2
         batches[i : i + 1] = [batches[i][:half], batches[i][half:]]
         sizes[i : i + 1] = [half, sizes[i] - half]
@@ -159,14 +178,11 @@ class Batch:
     tgt_out: torch.Tensor  # (B, T) int64: ids + [EOS], PAD-padded
     src_tokens: int  # real (non-PAD) positions in src
     tgt_tokens: int  # real positions in tgt_out: the tokens the loss counts
-    padding_fraction: float  # PAD share of src + tgt_out
-    indices: np.ndarray  # (B,) example indices, to restore input order
-
-    def __len__(self) -> int:
-        return len(self.indices)
 
 
-def _padded_rows(tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, *, bos: bool) -> tuple[np.ndarray, np.ndarray]:
+def _padded_rows(
+    tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, *, bos: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Gather sentences into one PAD-filled (B, max_len + 1) int64 matrix without a per-sentence loop.
 
     bos=False: ids + [EOS]; bos=True: [BOS] + ids. Returns the matrix and the (B,) sentence lengths.
@@ -192,7 +208,6 @@ def collate(data: ParallelData, indices, device=None) -> Batch:
     tgt_in, tgt_len = _padded_rows(*data.arrays("tgt"), indices, bos=True)
     tgt_out, _ = _padded_rows(*data.arrays("tgt"), indices, bos=False)
     src_tokens, tgt_tokens = int(src_len.sum()) + len(indices), int(tgt_len.sum()) + len(indices)
-    fraction = 1.0 - (src_tokens + tgt_tokens) / (src.size + tgt_out.size) if len(indices) else 0.0
     tensors = [torch.from_numpy(a) for a in (src, tgt_in, tgt_out)]
     if device is not None:
         device = torch.device(device)
@@ -200,4 +215,4 @@ def collate(data: ParallelData, indices, device=None) -> Batch:
             tensors = [t.pin_memory().to(device, non_blocking=True) for t in tensors]
         else:
             tensors = [t.to(device) for t in tensors]
-    return Batch(*tensors, src_tokens=src_tokens, tgt_tokens=tgt_tokens, padding_fraction=fraction, indices=indices)
+    return Batch(*tensors, src_tokens=src_tokens, tgt_tokens=tgt_tokens)

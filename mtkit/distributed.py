@@ -62,14 +62,25 @@ def setup(device_choice: str, timeout_minutes: float = 30.0) -> Dist:
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_minutes),
-                                **({"device_id": device} if device.type == "cuda" else {}))
+        dist.init_process_group(
+            backend,
+            timeout=datetime.timedelta(minutes=timeout_minutes),
+            **({"device_id": device} if device.type == "cuda" else {}),
+        )
     return Dist(rank, world, local_rank, device)
 
 
 # what gloo / NCCL / the store say when the process at the other end died or stopped answering
-_PEER_LOST = ("connection closed by peer", "connection reset by peer", "broken pipe", "timed out", "timeout",
-              "socket closed", "nccl communicator was aborted", "connection refused")
+_PEER_LOST = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "timed out",
+    "timeout",
+    "socket closed",
+    "nccl communicator was aborted",
+    "connection refused",
+)
 
 
 def peer_lost(err: BaseException) -> bool:

@@ -37,9 +37,18 @@ class Options:
     @classmethod
     def from_config(cls, dec: cfgmod.DecodingConfig, **run_options) -> "Options":
         """The decoding section's options plus this run's (sampling, seed, need_attention)."""
-        return cls(beam_size=dec.beam_size, length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
-                   max_len_b=dec.max_len_b, batch_size=dec.batch_size, batch_tokens=dec.batch_tokens,
-                   chunk_size=dec.chunk_size, nbest=dec.nbest, stopping=dec.stopping, **run_options)
+        return cls(
+            beam_size=dec.beam_size,
+            length_penalty=dec.length_penalty,
+            max_len_a=dec.max_len_a,
+            max_len_b=dec.max_len_b,
+            batch_size=dec.batch_size,
+            batch_tokens=dec.batch_tokens,
+            chunk_size=dec.chunk_size,
+            nbest=dec.nbest,
+            stopping=dec.stopping,
+            **run_options,
+        )
 
 
 def batches(ids: list[list[int]], options: Options) -> Iterator[list[int]]:
@@ -48,8 +57,10 @@ def batches(ids: list[list[int]], options: Options) -> Iterator[list[int]]:
     batch: list[int] = []
     for i in sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: len(ids[i])):  # empty: no model call
         width = len(ids[i]) + 1  # the longest so far, as the order is by length
-        if batch and (len(batch) == options.batch_size or
-                      (options.batch_tokens is not None and (len(batch) + 1) * width > options.batch_tokens)):
+        if batch and (
+            len(batch) == options.batch_size
+            or (options.batch_tokens is not None and (len(batch) + 1) * width > options.batch_tokens)
+        ):
             yield batch
             batch = []
         batch.append(i)
@@ -80,8 +91,9 @@ class Engine(abc.ABC):
         # a line far over the limit is cut before SentencePiece sees it (cost bounded per line) and counts as
         # truncated; see max_chars_for for why that loses nothing but the tail any truncation loses
         cut = [len(line) > self.max_chars for line in lines]
-        ids = self.tokenizer.encode_src([" ".join((line[: self.max_chars] if c else line).split())
-                                         for line, c in zip(lines, cut)])
+        ids = self.tokenizer.encode_src(
+            [" ".join((line[: self.max_chars] if c else line).split()) for line, c in zip(lines, cut)]
+        )
         out = []
         for seq, was_cut in zip(ids, cut):
             if len(seq) > self.max_src or was_cut:

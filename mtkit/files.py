@@ -52,8 +52,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with atomic_open(path, "wb") as f:
             f.write(data)
     except OSError as err:
-        raise MtkitError(f"{path}: cannot write ({err.strerror or err}); free some disk space or fix permissions, "
-                         "the previous files are intact") from None
+        raise MtkitError(
+            f"{path}: cannot write ({err.strerror or err}); free some disk space or fix permissions, "
+            "the previous files are intact"
+        ) from None
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -139,8 +141,10 @@ class RunLock:
         except BlockingIOError:
             holder = os.read(self.fd, 64).decode(errors="replace").strip() or "another process"
             os.close(self.fd)
-            raise MtkitError(f"{self.path.parent}: another mtkit train (pid {holder}) is using this run dir; "
-                             "wait for it to finish or choose another training.run_dir") from None
+            raise MtkitError(
+                f"{self.path.parent}: another mtkit train (pid {holder}) is using this run dir; "
+                "wait for it to finish or choose another training.run_dir"
+            ) from None
         os.ftruncate(self.fd, 0)
         os.write(self.fd, str(os.getpid()).encode())
         return self

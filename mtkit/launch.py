@@ -19,9 +19,23 @@ from mtkit import distributed as distmod
 from mtkit.errors import MtkitError
 from mtkit.train import Trainer
 
-STOP_KEYS = {"max_updates", "max_epochs", "max_minutes", "patience", "validate_every", "save_every", "log_every",
-             "keep_last", "keep_best", "average_last", "valid_max_sentences", "threads", "compile", "devices",
-             "run_dir"}
+STOP_KEYS = {
+    "max_updates",
+    "max_epochs",
+    "max_minutes",
+    "patience",
+    "validate_every",
+    "save_every",
+    "log_every",
+    "keep_last",
+    "keep_best",
+    "average_last",
+    "valid_max_sentences",
+    "threads",
+    "compile",
+    "devices",
+    "run_dir",
+}
 
 
 def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -46,8 +60,10 @@ def resolve_config(config: Optional[Path], overrides: list[str], resume: Optiona
             raise MtkitError(f"{config}: missing section 'training' (at least training.run_dir)")
         run_dir = Path(cfg.training.run_dir)
         if ckpt.list_checkpoints(run_dir / "checkpoints"):
-            raise MtkitError(f"{run_dir}: already holds checkpoints; continue it with "
-                             f"'mtkit train --resume {run_dir}' or set another training.run_dir")
+            raise MtkitError(
+                f"{run_dir}: already holds checkpoints; continue it with "
+                f"'mtkit train --resume {run_dir}' or set another training.run_dir"
+            )
         return cfg, False
     saved_path = Path(resume) / "config.yaml"
     if not saved_path.is_file():
@@ -56,14 +72,18 @@ def resolve_config(config: Optional[Path], overrides: list[str], resume: Optiona
     if config is None and overrides and not force:
         diff = _differences(cfgmod.to_dict(cfgmod.load(saved_path, [])), cfgmod.to_dict(saved))
         if diff:
-            raise MtkitError(f"--set changes the run's config {saved_path} at {', '.join(diff[:4])}; only stopping "
-                             "and logging keys may change on resume: add --force to resume with it anyway")
+            raise MtkitError(
+                f"--set changes the run's config {saved_path} at {', '.join(diff[:4])}; only stopping "
+                "and logging keys may change on resume: add --force to resume with it anyway"
+            )
     if config is not None:
         given = cfgmod.load(config, overrides)
         diff = _differences(cfgmod.to_dict(saved), cfgmod.to_dict(given))
         if diff and not force:
-            raise MtkitError(f"{config}: differs from the run's config {saved_path} at {', '.join(diff[:4])}; "
-                             "drop CONFIG to resume as saved, or add --force to resume with it")
+            raise MtkitError(
+                f"{config}: differs from the run's config {saved_path} at {', '.join(diff[:4])}; "
+                "drop CONFIG to resume as saved, or add --force to resume with it"
+            )
         saved = given
     if saved.training is None:
         raise MtkitError(f"{saved_path}: missing section 'training'")
@@ -80,16 +100,19 @@ def train_main(*, config: Optional[Path], overrides: list[str], resume: Optional
     Trainer(cfg, resuming=resuming).run()
 
 
-def launch_torchrun(nproc: int, cfg, *, config: Optional[Path], overrides: list[str], resume: Optional[Path],
-                    force: bool) -> None:
+def launch_torchrun(
+    nproc: int, cfg, *, config: Optional[Path], overrides: list[str], resume: Optional[Path], force: bool
+) -> None:
     """`mtkit train --gpus N ...` = `torchrun --standalone --nproc_per_node N -m mtkit train ...` (one machine).
 
     With training.devices cpu (or auto without a GPU) the N processes train on the CPU over gloo.
     """
     device = distmod.pick_device(cfg.training.devices)
     if device.type == "cuda" and nproc > torch.cuda.device_count():
-        raise MtkitError(f"--gpus {nproc}: only {torch.cuda.device_count()} CUDA GPU(s) visible; "
-                         f"use --gpus {torch.cuda.device_count()} or set training.devices: cpu")
+        raise MtkitError(
+            f"--gpus {nproc}: only {torch.cuda.device_count()} CUDA GPU(s) visible; "
+            f"use --gpus {torch.cuda.device_count()} or set training.devices: cpu"
+        )
     args = ["train"] + ([str(config)] if config is not None else [])
     args += [a for item in overrides for a in ("--set", item)]
     args += (["--resume", str(resume)] if resume is not None else []) + (["--force"] if force else [])

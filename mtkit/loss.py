@@ -15,8 +15,9 @@ import torch
 from mtkit.tokenizer import PAD
 
 
-def _smoothed_gradient(log_probs: torch.Tensor, target: torch.Tensor, smoothing: float,
-                       out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def _smoothed_gradient(
+    log_probs: torch.Tensor, target: torch.Tensor, smoothing: float, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """d loss / d logits of the label-smoothed loss, from (rows, vocab) log-probs and (rows, 1) targets:
     softmax - ((1 - eps) * onehot(target) + eps / vocab), written into ``out`` (default: over ``log_probs``)."""
     grad = torch.exp(log_probs, out=log_probs if out is None else out)
@@ -50,7 +51,9 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return grad.to(ctx.in_dtype), None, None
 
 
-def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+def label_smoothed_loss(
+    logits: torch.Tensor, target: torch.Tensor, smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed over non-pad target tokens: (label-smoothed loss, plain NLL (no gradient)).
 
     ``logits`` is (batch, tgt_len, vocab) with ``target`` (batch, tgt_len), or already (tokens, vocab) with
@@ -160,8 +163,9 @@ class _FusedOutputLoss(torch.autograd.Function):
         return grad_features, grad_weight, grad_bias, None, None
 
 
-def fused_output_loss(features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                      target: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_output_loss(
+    features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor, smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``label_smoothed_loss(F.linear(features, weight, bias), target, smoothing)`` without materialising the
     logits as a tensor of their own: features (tokens, d), target (tokens,) holding no padding."""
     loss, nll = _FusedOutputLoss.apply(features, weight, bias, target, smoothing)

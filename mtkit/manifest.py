@@ -22,6 +22,7 @@ def read_manifest(data_dir) -> dict:
         raise MtkitError(f"{path}: unreadable manifest; rerun `mtkit prepare CONFIG --force`") from None
     version = manifest.get("version") if isinstance(manifest, dict) else None
     if version != FORMAT_VERSION:
-        raise MtkitError(f"{path}: data format version {version} (expected {FORMAT_VERSION}); "
-                         "rerun `mtkit prepare CONFIG --force`")
+        raise MtkitError(
+            f"{path}: data format version {version} (expected {FORMAT_VERSION}); rerun `mtkit prepare CONFIG --force`"
+        )
     return manifest

@@ -18,7 +18,7 @@ def learning_rate(update: int, t, d_model: int) -> float:
     """
     step, warmup = max(update, 1), t.warmup_updates
     if t.schedule == "noam":
-        return t.lr * d_model ** -0.5 * min(step ** -0.5, step * max(warmup, 1) ** -1.5)
+        return t.lr * d_model**-0.5 * min(step**-0.5, step * max(warmup, 1) ** -1.5)
     if warmup and step < warmup:
         return t.lr * step / warmup
     if t.schedule == "inverse_sqrt":

@@ -74,7 +74,9 @@ def plot_attention(weights, src_tokens: list[str], tgt_tokens: list[str], path: 
     plt = _pyplot()
     w = weights[: len(tgt_tokens), : len(src_tokens)]
     # a readable size for a sentence, capped so a 1000-subword line still draws in a moment (40 in = 4400 px)
-    fig, ax = plt.subplots(figsize=(min(40, max(4, 0.45 * len(src_tokens) + 2)), min(40, max(3, 0.4 * len(tgt_tokens) + 1.5))))
+    fig, ax = plt.subplots(
+        figsize=(min(40, max(4, 0.45 * len(src_tokens) + 2)), min(40, max(3, 0.4 * len(tgt_tokens) + 1.5)))
+    )
     im = ax.imshow(w, cmap="viridis", aspect="auto", vmin=0.0)
     if len(src_tokens) <= MAX_LABELS:
         ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=60, ha="right", fontsize=9)

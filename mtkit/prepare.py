@@ -120,10 +120,14 @@ class SplitStats:
 
     def to_json(self, train: bool) -> dict:
         reasons = FILTER_REASONS if train else ()
-        return dict(pairs_read=self.pairs_read, pairs_kept=self.pairs_kept,
-                    filtered={r: self.filtered.get(r, 0) for r in reasons},
-                    bad_lines_skipped=self.bad_lines_skipped,
-                    src_tokens=self.src_tokens, tgt_tokens=self.tgt_tokens)
+        return dict(
+            pairs_read=self.pairs_read,
+            pairs_kept=self.pairs_kept,
+            filtered={r: self.filtered.get(r, 0) for r in reasons},
+            bad_lines_skipped=self.bad_lines_skipped,
+            src_tokens=self.src_tokens,
+            tgt_tokens=self.tgt_tokens,
+        )
 
 
 def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
@@ -138,20 +142,30 @@ def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
         _clean_split(pairs, text_files[split], stats[split], cfg, train=split == "train")
     train_stats = stats["train"]
     if train_stats.pairs_kept == 0:
-        raise MtkitError(f"{describe(described['train'])}: no training pairs left after cleaning "
-                         f"({_filter_summary(train_stats)}); check the files or relax data.max_chars")
+        raise MtkitError(
+            f"{describe(described['train'])}: no training pairs left after cleaning "
+            f"({_filter_summary(train_stats)}); check the files or relax data.max_chars"
+        )
     shutil.rmtree(build_dir / ".hf_cache", ignore_errors=True)
 
     # SentencePiece on the cleaned training text (joint: both sides into one model)
-    common = dict(vocab_size=cfg.vocab_size, model_type=cfg.spm_model_type,
-                  character_coverage=cfg.character_coverage, input_sentence_size=cfg.spm_input_sentence_size)
+    common = dict(
+        vocab_size=cfg.vocab_size,
+        model_type=cfg.spm_model_type,
+        character_coverage=cfg.character_coverage,
+        input_sentence_size=cfg.spm_input_sentence_size,
+    )
     train_src, train_tgt = text_files["train"]
     if cfg.joint_vocab:
         model = train_sentencepiece([train_src, train_tgt], build_dir / "spm", **common)
         tokenizer_files = {"src": model.name, "tgt": model.name}
     else:
-        src_model = train_sentencepiece([train_src], build_dir / f"spm.{src}", corpus_name="the source training text", **common)
-        tgt_model = train_sentencepiece([train_tgt], build_dir / f"spm.{tgt}", corpus_name="the target training text", **common)
+        src_model = train_sentencepiece(
+            [train_src], build_dir / f"spm.{src}", corpus_name="the source training text", **common
+        )
+        tgt_model = train_sentencepiece(
+            [train_tgt], build_dir / f"spm.{tgt}", corpus_name="the target training text", **common
+        )
         tokenizer_files = {"src": src_model.name, "tgt": tgt_model.name}
     tokenizer = Tokenizer(build_dir / tokenizer_files["src"], build_dir / tokenizer_files["tgt"])
     dtypes = {"src": _token_dtype(tokenizer.src_vocab_size), "tgt": _token_dtype(tokenizer.tgt_vocab_size)}
@@ -160,8 +174,9 @@ def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
     split_entries = {}
     for split in sources:
         train = split == "train"
-        files, keeps = _encode_split(tokenizer, text_files[split], build_dir, split, (src, tgt), dtypes, stats[split],
-                                     cfg, train)
+        files, keeps = _encode_split(
+            tokenizer, text_files[split], build_dir, split, (src, tgt), dtypes, stats[split], cfg, train
+        )
         if train and cfg.subword_samples:
             files["samples"] = _encode_samples(tokenizer, text_files[split], build_dir, (src, tgt), dtypes, keeps, cfg)
         if train:
@@ -171,8 +186,10 @@ def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
             files["text"] = {"src": text_files[split][0].name, "tgt": text_files[split][1].name}
         split_entries[split] = {**stats[split].to_json(train), "files": files}
     if train_stats.pairs_kept == 0:
-        raise MtkitError(f"{describe(described['train'])}: no training pairs left after the subword filters "
-                         f"({_filter_summary(train_stats)}); raise data.max_tokens or data.max_length_ratio")
+        raise MtkitError(
+            f"{describe(described['train'])}: no training pairs left after the subword filters "
+            f"({_filter_summary(train_stats)}); raise data.max_tokens or data.max_length_ratio"
+        )
 
     manifest = {
         "version": FORMAT_VERSION,
@@ -208,8 +225,10 @@ def _clean_split(pairs: Iterator[Pair], out_paths: tuple[Path, Path], stats: Spl
     seen: set[bytes] = set()
     src_buf: list[str] = []
     tgt_buf: list[str] = []
-    with open(out_paths[0], "w", encoding="utf-8", newline="\n") as fs, \
-            open(out_paths[1], "w", encoding="utf-8", newline="\n") as ft:
+    with (
+        open(out_paths[0], "w", encoding="utf-8", newline="\n") as fs,
+        open(out_paths[1], "w", encoding="utf-8", newline="\n") as ft,
+    ):
         for pair in pairs:
             stats.pairs_read += 1
             if pair is None:
@@ -258,8 +277,17 @@ def _read_chunks(paths: tuple[Path, Path], size: int) -> Iterator[tuple[list[str
             yield src, tgt
 
 
-def _encode_split(tokenizer: Tokenizer, text_paths, build_dir: Path, split: str, langs: tuple[str, str],
-                  dtypes: dict, stats: SplitStats, cfg, train: bool) -> tuple[dict, Optional[list[np.ndarray]]]:
+def _encode_split(
+    tokenizer: Tokenizer,
+    text_paths,
+    build_dir: Path,
+    split: str,
+    langs: tuple[str, str],
+    dtypes: dict,
+    stats: SplitStats,
+    cfg,
+    train: bool,
+) -> tuple[dict, Optional[list[np.ndarray]]]:
     """Encode one split into ``{split}.{lang}.bin`` + ``.idx``; return their names for the manifest and, for
     train, the subword filters' keep mask of each chunk (what ``_encode_samples`` keeps too)."""
     names = _array_names(split, langs)
@@ -281,8 +309,15 @@ def _encode_split(tokenizer: Tokenizer, text_paths, build_dir: Path, split: str,
     return names, keeps
 
 
-def _encode_samples(tokenizer: Tokenizer, text_paths, build_dir: Path, langs: tuple[str, str], dtypes: dict,
-                    keeps: list[np.ndarray], cfg) -> list[dict]:
+def _encode_samples(
+    tokenizer: Tokenizer,
+    text_paths,
+    build_dir: Path,
+    langs: tuple[str, str],
+    dtypes: dict,
+    keeps: list[np.ndarray],
+    cfg,
+) -> list[dict]:
     """Write ``cfg.subword_samples`` copies of the training split, each with freshly sampled segmentations
     (``train.s{k}.{lang}.bin`` / ``.idx``) of exactly the pairs the deterministic encoding kept, in its order.
 
@@ -296,8 +331,10 @@ def _encode_samples(tokenizer: Tokenizer, text_paths, build_dir: Path, langs: tu
         def chunks():
             for (src_lines, tgt_lines), keep in zip(_read_chunks(text_paths, CHUNK_LINES), keeps):
                 src_lines, tgt_lines = list(compress(src_lines, keep)), list(compress(tgt_lines, keep))
-                yield (tokenizer.encode_src(src_lines, cfg.src_subword_alpha),
-                       tokenizer.encode_tgt(tgt_lines, cfg.tgt_subword_alpha))
+                yield (
+                    tokenizer.encode_src(src_lines, cfg.src_subword_alpha),
+                    tokenizer.encode_tgt(tgt_lines, cfg.tgt_subword_alpha),
+                )
 
         names = _array_names(f"train.s{k}", langs)
         counts = _write_arrays(chunks(), build_dir, names, dtypes)
@@ -306,7 +343,10 @@ def _encode_samples(tokenizer: Tokenizer, text_paths, build_dir: Path, langs: tu
 
 
 def _array_names(prefix: str, langs: tuple[str, str]) -> dict:
-    return {side: {"bin": f"{prefix}.{lang}.bin", "idx": f"{prefix}.{lang}.idx"} for side, lang in zip(("src", "tgt"), langs)}
+    return {
+        side: {"bin": f"{prefix}.{lang}.bin", "idx": f"{prefix}.{lang}.idx"}
+        for side, lang in zip(("src", "tgt"), langs)
+    }
 
 
 def _lengths(ids: list[list[int]]) -> np.ndarray:
@@ -395,8 +435,10 @@ def _check_replaceable(out_dir: Path):
     if out_dir.exists() and not out_dir.is_dir():
         raise MtkitError(f"data.dir: {out_dir} is a file; choose a directory path")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
-        raise MtkitError(f"data.dir: {out_dir} exists and is not an mtkit data dir (no manifest.json); "
-                         "choose another data.dir or remove it")
+        raise MtkitError(
+            f"data.dir: {out_dir} exists and is not an mtkit data dir (no manifest.json); "
+            "choose another data.dir or remove it"
+        )
 
 
 def _umask() -> int:
@@ -417,16 +459,25 @@ def _filter_summary(stats: SplitStats) -> str:
 def _print_summary(manifest: dict, out_dir: Path, seconds: float):
     vocab = manifest["vocab_size"]
     kind = "joint" if manifest["joint_vocab"] else "separate"
-    table = Table(title=f"{out_dir} ({manifest['src_lang']}-{manifest['tgt_lang']})",
-                  caption=f"{kind} vocab {vocab['src']}/{vocab['tgt']}, built in {seconds:.1f}s")
+    table = Table(
+        title=f"{out_dir} ({manifest['src_lang']}-{manifest['tgt_lang']})",
+        caption=f"{kind} vocab {vocab['src']}/{vocab['tgt']}, built in {seconds:.1f}s",
+    )
     for column in ("split", "read", "kept", "filtered", "bad UTF-8", "src tokens", "tgt tokens"):
         table.add_column(column, justify="left" if column == "split" else "right", no_wrap=True)
     reasons = []
     for split, entry in manifest["splits"].items():
         filtered = {r: n for r, n in entry["filtered"].items() if n}
         reasons += [f"{split} {r}: {n:,}" for r, n in filtered.items()]
-        table.add_row(split, f"{entry['pairs_read']:,}", f"{entry['pairs_kept']:,}", f"{sum(filtered.values()):,}",
-                      f"{entry['bad_lines_skipped']:,}", f"{entry['src_tokens']:,}", f"{entry['tgt_tokens']:,}")
+        table.add_row(
+            split,
+            f"{entry['pairs_read']:,}",
+            f"{entry['pairs_kept']:,}",
+            f"{sum(filtered.values()):,}",
+            f"{entry['bad_lines_skipped']:,}",
+            f"{entry['src_tokens']:,}",
+            f"{entry['tgt_tokens']:,}",
+        )
     console = Console(highlight=False)
     console.print(table)
     if reasons:
@@ -435,6 +486,10 @@ def _print_summary(manifest: dict, out_dir: Path, seconds: float):
     copies = train["files"].get("samples", [])
     if copies:
         mean = {side: sum(c[f"{side}_tokens"] for c in copies) / len(copies) for side in ("src", "tgt")}
-        console.print(f"sampled segmentations: {len(copies)} copies of train, "
-                      + ", ".join(f"{side} tokens {mean[side]:,.0f} on average ({mean[side] / max(train[f'{side}_tokens'], 1) - 1:+.0%})"
-                                  for side in ("src", "tgt")))
+        console.print(
+            f"sampled segmentations: {len(copies)} copies of train, "
+            + ", ".join(
+                f"{side} tokens {mean[side]:,.0f} on average ({mean[side] / max(train[f'{side}_tokens'], 1) - 1:+.0%})"
+                for side in ("src", "tgt")
+            )
+        )

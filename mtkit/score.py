@@ -55,11 +55,16 @@ def corpus_scores(
         try:
             score = metric.corpus_score(hyps, refs)
         except (ImportError, ModuleNotFoundError) as err:  # e.g. tokenize ja-mecab without its extra
-            raise MtkitError(f"{name}: tokenizer {tokenize!r} needs a missing package ({err}); "
-                             "install it or choose another --tokenize") from None
+            raise MtkitError(
+                f"{name}: tokenizer {tokenize!r} needs a missing package ({err}); "
+                "install it or choose another --tokenize"
+            ) from None
         signature = metric.get_signature().format()
-        results[name] = {"score": float(score.score), "signature": signature,
-                         "text": score.format(width=width, signature=signature)}
+        results[name] = {
+            "score": float(score.score),
+            "signature": signature,
+            "text": score.format(width=width, signature=signature),
+        }
     return results
 
 
@@ -125,11 +130,14 @@ def score_main(
     for ref in refs:
         lines = read_lines(Path(ref), "reference")
         if len(lines) != len(hyp_lines):
-            raise MtkitError(f"{hyps or '<stdin>'} has {len(hyp_lines)} lines but {ref} has {len(lines)}; "
-                             "hypotheses and references must be line-aligned")
+            raise MtkitError(
+                f"{hyps or '<stdin>'} has {len(hyp_lines)} lines but {ref} has {len(lines)}; "
+                "hypotheses and references must be line-aligned"
+            )
         ref_streams.append(lines)
-    results = corpus_scores(hyp_lines, ref_streams, metrics=metrics, tokenize=tokenize, lowercase=lowercase,
-                            width=width)
+    results = corpus_scores(
+        hyp_lines, ref_streams, metrics=metrics, tokenize=tokenize, lowercase=lowercase, width=width
+    )
     # printed scores use sacreBLEU's rounding, so they match `sacrebleu REF -i HYP -m METRIC` digit for digit
     shown = {name: {**r, "score": float(f"{r['score']:.{width}f}")} for name, r in results.items()}
     if json_out:
@@ -144,6 +152,6 @@ def _print_table(results: dict, width: int, n_lines: int, n_refs: int):
     table.add_column("metric")
     table.add_column("score", justify="right")
     table.add_column("sacreBLEU signature", overflow="fold")
-    for name, r in results.items():
+    for r in results.values():
         table.add_row(r["text"].split("|", 1)[0], f"{r['score']:.{width}f}", r["signature"])
     Console(highlight=False).print(table)

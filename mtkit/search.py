@@ -93,9 +93,18 @@ def _check_common(src: Tensor, max_len_a: float, max_len_b: float) -> None:
 # --------------------------------------------------------------------------- greedy and sampling
 
 
-def _single_path(model: Seq2Seq, src: Tensor, choose: Callable[[Tensor], Tensor], *, copies: int, max_len_a: float,
-                 max_len_b: float, max_len_cap: Optional[int], length_penalty: float,
-                 need_attention: bool) -> list[list[Hypothesis]]:
+def _single_path(
+    model: Seq2Seq,
+    src: Tensor,
+    choose: Callable[[Tensor], Tensor],
+    *,
+    copies: int,
+    max_len_a: float,
+    max_len_b: float,
+    max_len_cap: Optional[int],
+    length_penalty: float,
+    need_attention: bool,
+) -> list[list[Hypothesis]]:
     """Decode ``copies`` independent paths per sentence; ``choose`` maps scores (rows, vocab) to tokens (rows,).
 
     The scores handed to ``choose`` are the model's log-probs with PAD/BOS (and, at the length limit,
@@ -190,9 +199,17 @@ def greedy(
     reported ``score``.
     """
     _check_common(src, max_len_a, max_len_b)
-    return _single_path(model, src, lambda scores: scores.argmax(dim=1), copies=1, max_len_a=max_len_a,
-                        max_len_b=max_len_b, max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
-                        length_penalty=length_penalty, need_attention=need_attention)
+    return _single_path(
+        model,
+        src,
+        lambda scores: scores.argmax(dim=1),
+        copies=1,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
+        length_penalty=length_penalty,
+        need_attention=need_attention,
+    )
 
 
 def _filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float) -> Tensor:
@@ -247,9 +264,17 @@ def sample(
         logits = _filter_top_k_top_p(scores / temperature, top_k, top_p)
         return torch.multinomial(logits.softmax(dim=1), 1, generator=generator).squeeze(1)
 
-    return _single_path(model, src, draw, copies=nbest, max_len_a=max_len_a, max_len_b=max_len_b,
-                        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
-                        length_penalty=length_penalty, need_attention=need_attention)
+    return _single_path(
+        model,
+        src,
+        draw,
+        copies=nbest,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
+        length_penalty=length_penalty,
+        need_attention=need_attention,
+    )
 
 
 # --------------------------------------------------------------------------- beam search
@@ -361,9 +386,7 @@ def beam_search(
         best_live = beam_scores[:, 0]  # (live,)
         if stopping == "exact":
             # The best any live beam can still reach; lp is monotonic, so the bound is at an end.
-            done = (best_live / live_lp_max.clamp(min=length_penalty_of(t + 2, length_penalty))).le(
-                nbest_scores[:, -1]
-            )
+            done = (best_live / live_lp_max.clamp(min=length_penalty_of(t + 2, length_penalty))).le(nbest_scores[:, -1])
         elif stopping == "first":
             done = (ends[:, 0] & finished_count.ge(nbest)) | best_live.eq(NEG_INF)  # (live,)
         else:

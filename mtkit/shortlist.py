@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as st_save
 from torch import Tensor
@@ -78,17 +79,21 @@ def build_lexicon(data, src_vocab: int, tgt_vocab: int, tokenizer: str) -> Lexic
     tgt_rows, tgt_ids = _distinct(tgt_rows, all_tgt_ids, tgt_vocab)
     src_count = torch.bincount(src_ids, minlength=src_vocab).double()  # (src_vocab,) pairs holding s
     tgt_count = torch.bincount(tgt_ids, minlength=tgt_vocab).double()  # (tgt_vocab,) pairs holding t
-    targets = torch.sparse_coo_tensor(torch.stack([tgt_rows, tgt_ids]), torch.ones(len(tgt_ids)),
-                                      (len(rows), tgt_vocab), check_invariants=False).coalesce()
+    targets = torch.sparse_coo_tensor(
+        torch.stack([tgt_rows, tgt_ids]), torch.ones(len(tgt_ids)), (len(rows), tgt_vocab), check_invariants=False
+    ).coalesce()
     translations = torch.full((src_vocab, STORED_PER_SOURCE), -1, dtype=torch.int64)
     excluded = torch.tensor([PAD, UNK, BOS, EOS])
     k = min(STORED_PER_SOURCE, tgt_vocab)
     for first in range(0, src_vocab, SOURCE_BLOCK):
         last = min(first + SOURCE_BLOCK, src_vocab)
         in_block = (src_ids >= first) & (src_ids < last)
-        sources = torch.sparse_coo_tensor(torch.stack([src_ids[in_block] - first, src_rows[in_block]]),
-                                          torch.ones(int(in_block.sum())), (last - first, len(rows)),
-                                          check_invariants=False).coalesce()
+        sources = torch.sparse_coo_tensor(
+            torch.stack([src_ids[in_block] - first, src_rows[in_block]]),
+            torch.ones(int(in_block.sum())),
+            (last - first, len(rows)),
+            check_invariants=False,
+        ).coalesce()
         with warnings.catch_warnings():  # "sparse CSR support is in beta": the product is checked by the tests
             warnings.simplefilter("ignore")
             together = torch.sparse.mm(sources, targets).to_dense().double()  # (block, tgt_vocab) c(s, t)
@@ -114,8 +119,10 @@ def read_lexicon(path: Path) -> Lexicon:
                 raise MtkitError(f"{path}: not an mtkit lexicon; delete it and it is rebuilt from the training data")
             translations, frequent = f.get_tensor("translations").long(), f.get_tensor("frequent").long()
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        raise MtkitError(f"{path}: unreadable lexicon ({str(err).splitlines()[0] if str(err) else err!r}); delete it "
-                         "and it is rebuilt from the training data") from None
+        raise MtkitError(
+            f"{path}: unreadable lexicon ({str(err).splitlines()[0] if str(err) else err!r}); delete it "
+            "and it is rebuilt from the training data"
+        ) from None
     if translations.dim() != 2 or frequent.dim() != 1:
         raise MtkitError(f"{path}: malformed lexicon tensors; delete it and it is rebuilt from the training data")
     return Lexicon(translations, frequent, meta.get("tokenizer", ""))
@@ -130,22 +137,29 @@ def load_lexicon(run_dir: Path, data_dir: Path, tokenizer) -> Lexicon:
         if lexicon.tokenizer == fingerprint and lexicon.translations.size(0) == tokenizer.src_vocab_size:
             return lexicon
     if not (data_dir / MANIFEST).is_file():
-        raise MtkitError(f"{run_dir}: a shortlist needs {LEXICON_FILE}, built from the training data in {data_dir}, "
-                         "which is not there; run `mtkit prepare` with the run's config, or translate without a "
-                         "shortlist (--shortlist 0)")
+        raise MtkitError(
+            f"{run_dir}: a shortlist needs {LEXICON_FILE}, built from the training data in {data_dir}, "
+            "which is not there; run `mtkit prepare` with the run's config, or translate without a "
+            "shortlist (--shortlist 0)"
+        )
     if Tokenizer.from_dir(data_dir).fingerprint() != fingerprint:
-        raise MtkitError(f"{data_dir}: its SentencePiece models are not the run's, so it cannot give {run_dir} a "
-                         "shortlist; translate without one (--shortlist 0)")
+        raise MtkitError(
+            f"{data_dir}: its SentencePiece models are not the run's, so it cannot give {run_dir} a "
+            "shortlist; translate without one (--shortlist 0)"
+        )
     started = time.perf_counter()
-    lexicon = build_lexicon(ParallelData(data_dir, "train"), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
-                            fingerprint)
+    lexicon = build_lexicon(
+        ParallelData(data_dir, "train"), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, fingerprint
+    )
     try:
         save_lexicon(path, lexicon)
         where = f"saved to {path}"
     except MtkitError as err:  # a read-only run dir: use it in memory, say why it is not kept
         where = f"not saved: {err}"
-    print(f"mtkit: built the shortlist lexicon from {data_dir} in {time.perf_counter() - started:.1f}s ({where})",
-          file=sys.stderr)
+    print(
+        f"mtkit: built the shortlist lexicon from {data_dir} in {time.perf_counter() - started:.1f}s ({where})",
+        file=sys.stderr,
+    )
     return lexicon
 
 
@@ -153,8 +167,10 @@ def candidates(lexicon: Lexicon, src: Tensor, *, per_source: int, frequent: int,
     """src (batch, src_len) -> (batch, columns) int64 candidate target ids per sentence: EOS in column 0, then
     distinct ids in increasing order, PAD filling the rest of rows with fewer candidates."""
     batch = src.size(0)
-    parts = [lexicon.frequent[:frequent].to(src.device).expand(batch, -1),
-             lexicon.translations[:, :per_source].to(src.device)[src].reshape(batch, -1)]  # PAD's row is all -1
+    parts = [
+        lexicon.frequent[:frequent].to(src.device).expand(batch, -1),
+        lexicon.translations[:, :per_source].to(src.device)[src].reshape(batch, -1),
+    ]  # PAD's row is all -1
     if copy_source:
         parts.append(src)
     ids = torch.cat(parts, dim=1)  # (batch, many)
@@ -176,8 +192,9 @@ def check_model(model) -> None:
     """The shortlist is offered for one Transformer model (int8 included), the case it is built and tested for."""
     if not isinstance(model, Transformer):
         name = "an ensemble" if hasattr(model, "models") else f"{model.__class__.__name__} models"
-        raise MtkitError(f"--shortlist works with one Transformer model, not {name}; translate without it "
-                         "(--shortlist 0)")
+        raise MtkitError(
+            f"--shortlist works with one Transformer model, not {name}; translate without it (--shortlist 0)"
+        )
 
 
 @dataclass
@@ -185,24 +202,28 @@ class ShortlistState(State):
     inner: State  # the model's own decoder state
     ids: Tensor  # (rows, columns) int64 candidate target ids of each row's sentence: EOS first, PAD fillers
     index: Tensor  # (rows, columns) int64 where each candidate is in ``union``
-    union: Tensor  # (union,) every candidate id of the batch, shared by all rows
+    weight: Tensor  # (union, d) the output layer's rows for every candidate id of the batch, shared by all rows
 
     def reorder(self, index: Tensor) -> "ShortlistState":
-        return ShortlistState(self.inner.reorder(index), self.ids.index_select(0, index),
-                              self.index.index_select(0, index), self.union)
+        return ShortlistState(
+            self.inner.reorder(index), self.ids.index_select(0, index), self.index.index_select(0, index), self.weight
+        )
 
 
 class Shortlisted(Seq2Seq):
     """A Transformer decoding over per-sentence shortlists: each step projects onto the union of the batch's
-    candidates only (``project(hidden, ids)``), normalises every row over its own sentence's candidates and
-    returns log-probs over the whole vocabulary, -inf outside the shortlist, so search needs nothing special."""
+    candidates only (the model's ``output_rows`` of that union, taken once per batch), normalises every row over
+    its own sentence's candidates and returns log-probs over the whole vocabulary, -inf outside the shortlist,
+    so search needs nothing special."""
 
     def __init__(self, model, lexicon: Lexicon, *, per_source: int, frequent: int, copy_source: bool):
         super().__init__()
         check_model(model)
         if lexicon.translations.size(0) != model.src_vocab_size:
-            raise MtkitError(f"the shortlist lexicon covers {lexicon.translations.size(0)} source subwords, the "
-                             f"model {model.src_vocab_size}; delete {LEXICON_FILE} and it is rebuilt")
+            raise MtkitError(
+                f"the shortlist lexicon covers {lexicon.translations.size(0)} source subwords, the "
+                f"model {model.src_vocab_size}; delete {LEXICON_FILE} and it is rebuilt"
+            )
         self.model, self.lexicon = model, lexicon
         self.per_source, self.frequent, self.copy_source = per_source, frequent, copy_source
         self.src_vocab_size, self.tgt_vocab_size = model.src_vocab_size, model.tgt_vocab_size
@@ -213,18 +234,20 @@ class Shortlisted(Seq2Seq):
 
     def init_state(self, memory, src_mask: Tensor) -> ShortlistState:
         memory, src = memory
-        ids = candidates(self.lexicon, src, per_source=self.per_source, frequent=self.frequent,
-                         copy_source=self.copy_source)  # (batch, columns)
+        ids = candidates(
+            self.lexicon, src, per_source=self.per_source, frequent=self.frequent, copy_source=self.copy_source
+        )  # (batch, columns)
         union, index = torch.unique(ids, sorted=True, return_inverse=True)  # (union,), (batch, columns)
-        return ShortlistState(self.model.init_state(memory, src_mask), ids, index, union)
+        weight, _ = self.model.output_rows(union)  # (union, d_model); the Transformer's output layer has no bias
+        return ShortlistState(self.model.init_state(memory, src_mask), ids, index, weight)
 
     def step(self, prev_tokens: Tensor, state: ShortlistState, need_attention: bool = False):
         hidden, inner, attention = self.model.step_features(prev_tokens, state.inner, need_attention)
-        logits = self.model.project(hidden, state.union).float().gather(1, state.index)  # (rows, columns)
+        logits = F.linear(hidden.to(state.weight.dtype), state.weight).float().gather(1, state.index)  # (rows, cols)
         log_probs = logits.masked_fill(state.ids.eq(PAD), float("-inf")).log_softmax(dim=-1)  # fillers: -inf
         full = log_probs.new_full((log_probs.size(0), self.tgt_vocab_size), float("-inf"))  # (rows, vocab)
         full.scatter_(1, state.ids, log_probs)  # every filler column writes -inf to PAD
-        return full, ShortlistState(inner, state.ids, state.index, state.union), attention
+        return full, ShortlistState(inner, state.ids, state.index, state.weight), attention
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.model(src, tgt_in)

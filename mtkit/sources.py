@@ -60,8 +60,10 @@ def _decode(raw: bytes, path: Path, lineno: int, skip_bad: bool) -> Optional[str
     except UnicodeDecodeError as err:
         if skip_bad:
             return None
-        raise MtkitError(f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start + 1} "
-                         "of the line); fix the file or set data.skip_bad_lines: true") from None
+        raise MtkitError(
+            f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start + 1} "
+            "of the line); fix the file or set data.skip_bad_lines: true"
+        ) from None
     if lineno == 1 and text.startswith("\ufeff"):
         text = text[1:]  # UTF-8 byte order mark
     return text
@@ -75,8 +77,9 @@ def _file_pairs(src_path: Path, tgt_path: Path, skip_bad: bool) -> Iterator[Pair
                 if raw_src is None or raw_tgt is None:
                     n_src = lineno - 1 + (raw_src is not None) + sum(1 for _ in fs)
                     n_tgt = lineno - 1 + (raw_tgt is not None) + sum(1 for _ in ft)
-                    raise MtkitError(f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; "
-                                     "parallel files must be line-aligned")
+                    raise MtkitError(
+                        f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; parallel files must be line-aligned"
+                    )
                 src = _decode(raw_src, src_path, lineno, skip_bad)
                 tgt = _decode(raw_tgt, tgt_path, lineno, skip_bad)
                 yield None if src is None or tgt is None else (src, tgt)
@@ -97,8 +100,9 @@ def _load_hf(cfg, cache_dir: Path) -> dict[str, tuple[object, str]]:
             loaded = datasets.load_from_disk(hf.path)
         else:
             paths = hf_paths(hf)
-            files = ({name: str(p) for name, p in zip(hf.data_files, paths)} if hf.data_files
-                     else {"train": str(paths[0])})
+            files = (
+                {name: str(p) for name, p in zip(hf.data_files, paths)} if hf.data_files else {"train": str(paths[0])}
+            )
             loaded = datasets.load_dataset(hf.format, data_files=files, cache_dir=str(cache_dir))
     except MtkitError:
         raise
@@ -112,8 +116,10 @@ def _load_hf(cfg, cache_dir: Path) -> dict[str, tuple[object, str]]:
         if theirs in loaded:
             found[ours] = (loaded[theirs], f"{hf.path}[{theirs}]")
     if "train" not in found:
-        raise MtkitError(f"data.hf.splits.train: {hf.path} has no split {hf.splits.get('train', 'train')!r} "
-                         f"(it has {', '.join(loaded)}); set data.hf.splits.train")
+        raise MtkitError(
+            f"data.hf.splits.train: {hf.path} has no split {hf.splits.get('train', 'train')!r} "
+            f"(it has {', '.join(loaded)}); set data.hf.splits.train"
+        )
     return found
 
 
@@ -125,15 +131,19 @@ def _hf_pairs(dataset, where: str, cfg) -> Iterator[Pair]:
                 row = row or {}
                 for lang in (cfg.src_lang, cfg.tgt_lang):
                     if lang not in row:
-                        raise MtkitError(f"{where}: 'translation' has no {lang!r} (it has {', '.join(row) or 'nothing'}); "
-                                         "check data.src_lang / data.tgt_lang")
+                        raise MtkitError(
+                            f"{where}: 'translation' has no {lang!r} (it has {', '.join(row) or 'nothing'}); "
+                            "check data.src_lang / data.tgt_lang"
+                        )
                 yield _text(row[cfg.src_lang]), _text(row[cfg.tgt_lang])
         return
     src_field, tgt_field = hf.src_field or cfg.src_lang, hf.tgt_field or cfg.tgt_lang
     for key, field in (("src_field", src_field), ("tgt_field", tgt_field)):
         if field not in columns:
-            raise MtkitError(f"{where}: no column {field!r} (columns: {', '.join(columns)}); set data.hf.{key} "
-                             "or use a 'translation' column")
+            raise MtkitError(
+                f"{where}: no column {field!r} (columns: {', '.join(columns)}); set data.hf.{key} "
+                "or use a 'translation' column"
+            )
     for batch in dataset.iter(batch_size=ROWS_PER_BATCH):
         for src, tgt in zip(batch[src_field], batch[tgt_field]):
             yield _text(src), _text(tgt)

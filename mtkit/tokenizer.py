@@ -47,7 +47,10 @@ def train_sentencepiece(
         character_coverage=character_coverage,
         input_sentence_size=input_sentence_size,
         shuffle_input_sentence=True,
-        pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
         num_threads=_threads(),
         minloglevel=2,  # errors only
         max_sentence_length=16384,  # bytes; longer lines are skipped for training, never an error
@@ -67,12 +70,16 @@ def train_sentencepiece(
 def _explain_training_error(message: str, vocab_size: int, corpus_name: str) -> str:
     too_high = re.search(r"Vocabulary size (?:is )?too high.*?<=\s*(\d+)", message)
     if too_high:
-        return (f"data.vocab_size = {vocab_size} is too large for {corpus_name}: SentencePiece allows at most "
-                f"{too_high.group(1)}; lower data.vocab_size")
+        return (
+            f"data.vocab_size = {vocab_size} is too large for {corpus_name}: SentencePiece allows at most "
+            f"{too_high.group(1)}; lower data.vocab_size"
+        )
     too_small = re.search(r"smaller than required_chars\.\s*(\d+) vs (\d+)", message)
     if too_small:
-        return (f"data.vocab_size = {vocab_size} is smaller than the {too_small.group(2)} characters and special "
-                f"tokens {corpus_name} needs; raise data.vocab_size or lower data.character_coverage")
+        return (
+            f"data.vocab_size = {vocab_size} is smaller than the {too_small.group(2)} characters and special "
+            f"tokens {corpus_name} needs; raise data.vocab_size or lower data.character_coverage"
+        )
     last = message.strip().splitlines()[-1] if message.strip() else "unknown error"
     return f"SentencePiece training failed: {last}"
 
@@ -112,7 +119,9 @@ class Tokenizer:
             files = manifest["tokenizer"]
             src, tgt = files["src"], files["tgt"]
         except (KeyError, TypeError):
-            raise MtkitError(f"{data_dir / 'manifest.json'}: unreadable manifest; rerun `mtkit prepare CONFIG --force`") from None
+            raise MtkitError(
+                f"{data_dir / 'manifest.json'}: unreadable manifest; rerun `mtkit prepare CONFIG --force`"
+            ) from None
         return cls(data_dir / src, data_dir / tgt)
 
     def model_bytes(self) -> dict[str, bytes]:

@@ -65,8 +65,9 @@ class Step:
     lr: float
 
 
-def train_step(trainer: "Trainer", group: Sequence[np.ndarray], votes: Callable[[], Sequence[float]] = tuple,
-               fused: bool = True) -> Step:
+def train_step(
+    trainer: "Trainer", group: Sequence[np.ndarray], votes: Callable[[], Sequence[float]] = tuple, fused: bool = True
+) -> Step:
     """One optimizer update over ``group``, this rank's batches of example indices (gradients accumulate over them).
 
     Per batch: forward to the decoder features, the label-smoothed loss fused with the output projection (no logits
@@ -89,33 +90,40 @@ def train_step(trainer: "Trainer", group: Sequence[np.ndarray], votes: Callable[
                     keep = batch.tgt_out.ne(PAD)
                     features = net(batch.src, batch.tgt_in, keep)  # (tokens, d)
                     if fused:
-                        loss, nll = fused_output_loss(features, *trainer.model.output_projection(),
-                                                      batch.tgt_out[keep], t.label_smoothing)
+                        loss, nll = fused_output_loss(
+                            features, *trainer.model.output_projection(), batch.tgt_out[keep], t.label_smoothing
+                        )
                     else:
-                        loss, nll = label_smoothed_loss(trainer.model.project(features), batch.tgt_out[keep],
-                                                        t.label_smoothing)
+                        loss, nll = label_smoothed_loss(
+                            trainer.model.project(features), batch.tgt_out[keep], t.label_smoothing
+                        )
                 (trainer.scaler.scale(loss) if trainer.scaler else loss).backward()
         except (torch.OutOfMemoryError, RuntimeError) as err:
             if is_out_of_memory(err):
                 shape = tuple(batch.src.shape)
-                raise MtkitError(f"out of memory on a batch of {shape[0]} sentences x {max(shape[1], batch.tgt_in.size(1))} "
-                                 f"tokens at update {trainer.update + 1}; lower training.batch_tokens "
-                                 f"(now {t.batch_tokens}) and raise training.update_freq to keep the "
-                                 "effective batch") from None
+                raise MtkitError(
+                    f"out of memory on a batch of {shape[0]} sentences x {max(shape[1], batch.tgt_in.size(1))} "
+                    f"tokens at update {trainer.update + 1}; lower training.batch_tokens "
+                    f"(now {t.batch_tokens}) and raise training.update_freq to keep the "
+                    "effective batch"
+                ) from None
             raise
         loss_sum += loss.detach()
         nll_sum += nll
         tgt_tokens += batch.tgt_tokens
         src_tokens += batch.src_tokens
         padded += batch.src.numel() + batch.tgt_in.numel()
-    stats = torch.tensor([float(tgt_tokens), loss_sum.item(), nll_sum.item(), *votes()], dtype=torch.float64,
-                         device=trainer.device)
+    stats = torch.tensor(
+        [float(tgt_tokens), loss_sum.item(), nll_sum.item(), *votes()], dtype=torch.float64, device=trainer.device
+    )
     distmod.all_reduce_sum(stats, d)
     total_tokens, total_loss, total_nll, *summed_votes = stats.tolist()
     if not math.isfinite(total_loss):
-        raise MtkitError(f"loss became {total_loss} at update {trainer.update + 1}; stopped without saving it. "
-                         f"The last good checkpoint is in {trainer.ckpt_dir}; lower training.lr or enable "
-                         "training.clip_norm and resume")
+        raise MtkitError(
+            f"loss became {total_loss} at update {trainer.update + 1}; stopped without saving it. "
+            f"The last good checkpoint is in {trainer.ckpt_dir}; lower training.lr or enable "
+            "training.clip_norm and resume"
+        )
     optimizer, scaler = trainer.optimizer, trainer.scaler
     if scaler:
         scaler.unscale_(optimizer)
@@ -154,11 +162,14 @@ class Trainer:
         self.train_data = ParallelData(data_dir, "train")
         self.valid_data = ParallelData(data_dir, "valid") if "valid" in self.manifest.get("splits", {}) else None
         torch.manual_seed(self.t.seed + self.dist.rank)
-        self.model = build_model(cfg.model, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size,
-                                 self.tokenizer.joint).to(self.device)
+        self.model = build_model(
+            cfg.model, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size, self.tokenizer.joint
+        ).to(self.device)
         self.net = TeacherForcing(self.model)  # compiled and DDP-wrapped by run()
         self.optimizer = make_optimizer(self.model, self.t, self.lr_at(1))
-        self.scaler = torch.amp.GradScaler("cuda") if self.t.precision == "fp16" and self.device.type == "cuda" else None
+        self.scaler = (
+            torch.amp.GradScaler("cuda") if self.t.precision == "fp16" and self.device.type == "cuda" else None
+        )
         if self.t.precision == "fp16" and self.device.type != "cuda":
             raise MtkitError(cfgmod.FP16_NEEDS_CUDA)
         self.update, self.epoch, self.position, self.elapsed = 0, 1, 0, 0.0
@@ -184,9 +195,14 @@ class Trainer:
             "tgt_vocab_size": self.tokenizer.tgt_vocab_size,
             "joint_vocab": self.tokenizer.joint,
             "tokenizer_fingerprint": self.tokenizer.fingerprint(),
-            "update": self.update, "epoch": self.epoch, "position": self.position,
-            "elapsed": self.elapsed, "best": self.best, "bad_validations": self.bad_validations,
-            "valid": valid, "world_size": self.dist.world_size,
+            "update": self.update,
+            "epoch": self.epoch,
+            "position": self.position,
+            "elapsed": self.elapsed,
+            "best": self.best,
+            "bad_validations": self.bad_validations,
+            "valid": valid,
+            "world_size": self.dist.world_size,
             "scaler": self.scaler.state_dict() if self.scaler else None,
             "torch": torch.__version__,
         }
@@ -210,8 +226,12 @@ class Trainer:
         distmod.barrier(self.dist)
 
     def prune_checkpoints(self) -> None:
-        ckpt.prune(self.ckpt_dir, keep_last=self.t.keep_last, keep_best=self.t.keep_best if self.valid_data is not None
-                   else 0, best_metric=self.t.best_metric)
+        ckpt.prune(
+            self.ckpt_dir,
+            keep_last=self.t.keep_last,
+            keep_best=self.t.keep_best if self.valid_data is not None else 0,
+            best_metric=self.t.best_metric,
+        )
 
     def restore(self) -> None:
         path, bundle, errors = ckpt.load_latest(self.ckpt_dir)
@@ -224,8 +244,10 @@ class Trainer:
                 print(f"mtkit: warning: {err} -- resuming from {path.name} instead", file=sys.stderr)
         meta = bundle.metadata
         if meta.get("tokenizer_fingerprint") != self.tokenizer.fingerprint():
-            raise MtkitError(f"{path}: was trained with another tokenizer than {self.cfg.data.dir}; "
-                             "re-run prepare with the run's data config or start a new run")
+            raise MtkitError(
+                f"{path}: was trained with another tokenizer than {self.cfg.data.dir}; "
+                "re-run prepare with the run's data config or start a new run"
+            )
         ckpt.load_weights(self.model, bundle.model, path)
         ckpt.restore_optimizer(self.optimizer, bundle.train, self.device)
         rng = bundle.train.get(f"rng.cpu.{self.dist.rank}")
@@ -243,7 +265,9 @@ class Trainer:
             # position counts batches of one rank's shard: W_saved * position of the epoch's batches are done
             self.position = self.position * saved_world // self.dist.world_size
         if self.dist.is_main:
-            moved = f" ({saved_world} -> {self.dist.world_size} processes)" if saved_world != self.dist.world_size else ""
+            moved = (
+                f" ({saved_world} -> {self.dist.world_size} processes)" if saved_world != self.dist.world_size else ""
+            )
             print(f"resumed from {path.name}: update {self.update}, epoch {self.epoch}{moved}")
 
     def validate(self) -> dict:
@@ -264,8 +288,10 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.ckpt_dir.mkdir(exist_ok=True)
         except OSError as err:
-            raise MtkitError(f"{self.run_dir}: cannot create the run directory ({err.strerror or err}); "
-                             "choose another training.run_dir") from None
+            raise MtkitError(
+                f"{self.run_dir}: cannot create the run directory ({err.strerror or err}); "
+                "choose another training.run_dir"
+            ) from None
         lock = RunLock(self.run_dir) if self.dist.is_main else contextlib.nullcontext()
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         with lock:
@@ -278,9 +304,11 @@ class Trainer:
                 if not (self.dist.enabled and distmod.peer_lost(err)):
                     raise
                 first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                raise MtkitError(f"rank {self.dist.rank}: another process of this run failed or stopped answering "
-                                 f"({first[:200]}); its own error is above. Continue from the last checkpoint "
-                                 f"with: mtkit train --resume {self.run_dir}") from None
+                raise MtkitError(
+                    f"rank {self.dist.rank}: another process of this run failed or stopped answering "
+                    f"({first[:200]}); its own error is above. Continue from the last checkpoint "
+                    f"with: mtkit train --resume {self.run_dir}"
+                ) from None
             finally:
                 for s, h in handlers.items():
                     if h is not None:
@@ -353,8 +381,10 @@ class Trainer:
         if self.resuming:
             self.restore()
             if not distmod.same_on_all_ranks(self.update, d):
-                raise MtkitError(f"{self.ckpt_dir}: the {d.world_size} processes found different latest checkpoints; "
-                                 "on several machines training.run_dir must be one shared directory")
+                raise MtkitError(
+                    f"{self.ckpt_dir}: the {d.world_size} processes found different latest checkpoints; "
+                    "on several machines training.run_dir must be one shared directory"
+                )
         if d.is_main:
             atomic_write_text(self.run_dir / "config.yaml", cfgmod.dump(self.cfg))
             for side, blob in self.tokenizer.model_bytes().items():
@@ -365,8 +395,9 @@ class Trainer:
         if t.compile:
             self.net = torch.compile(self.net)
         if d.enabled:
-            self.net = DistributedDataParallel(self.net, device_ids=[self.device.index] if self.device.type == "cuda"
-                                               else None)
+            self.net = DistributedDataParallel(
+                self.net, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
         self.model.train()
         self._install_signal_handlers()
 
@@ -377,8 +408,10 @@ class Trainer:
         batches = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=t.seed, epoch=self.epoch)
         batches = shard_batches(batches, d.rank, d.world_size)
         if not batches:
-            raise MtkitError(f"{self.cfg.data.dir}: no training batch for rank {d.rank}; the corpus is too small for "
-                             f"{d.world_size} processes")
+            raise MtkitError(
+                f"{self.cfg.data.dir}: no training batch for rank {d.rank}; the corpus is too small for "
+                f"{d.world_size} processes"
+            )
         return batches
 
     def stop_votes(self, run_start: float) -> tuple[float, float]:
@@ -393,7 +426,9 @@ class Trainer:
         if self.t.max_updates and self.update >= self.t.max_updates:
             return f"max_updates={self.t.max_updates}", signal_votes > 0
         if stop_votes > 0:
-            return self.stop_signal or ("signal" if signal_votes > 0 else f"max_minutes={self.t.max_minutes}"), signal_votes > 0
+            return self.stop_signal or (
+                "signal" if signal_votes > 0 else f"max_minutes={self.t.max_minutes}"
+            ), signal_votes > 0
         return None, signal_votes > 0
 
     def _finish(self, reason: str) -> None:
@@ -418,17 +453,25 @@ class Trainer:
             except (torch.OutOfMemoryError, RuntimeError) as err:
                 if not is_out_of_memory(err):
                     raise
-                raise MtkitError(f"out of memory while validating at update {self.update}; lower training.batch_tokens "
-                                 f"(now {self.t.batch_tokens}, the loss batches) or decoding.batch_size (now "
-                                 f"{self.cfg.decoding.batch_size}, the BLEU decoding batches)") from None
+                raise MtkitError(
+                    f"out of memory while validating at update {self.update}; lower training.batch_tokens "
+                    f"(now {self.t.batch_tokens}, the loss batches) or decoding.batch_size (now "
+                    f"{self.cfg.decoding.batch_size}, the BLEU decoding batches)"
+                ) from None
             valid["seconds"] = time.perf_counter() - start
             better = self.improved(valid)
             self.bad_validations = 0 if better else self.bad_validations + 1
             if better:
                 bundle = ckpt.Bundle(self.metadata(valid), self.model.state_dict(), self.tokenizer.model_bytes())
                 ckpt.save(self.ckpt_dir / "best.safetensors", bundle)
-            record = {"kind": "valid", "update": self.update, "epoch": self.epoch, "elapsed": self.elapsed,
-                      "best": better, **valid}
+            record = {
+                "kind": "valid",
+                "update": self.update,
+                "epoch": self.epoch,
+                "elapsed": self.elapsed,
+                "best": better,
+                **valid,
+            }
             append_jsonl(metrics_path, record)
             progress.log(record)
         # every rank needs the same patience counter to stop together

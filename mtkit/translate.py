@@ -165,15 +165,33 @@ class Translator(Engine):
             src = src.to(self.device)
             common = dict(max_len_a=o.max_len_a, max_len_b=o.max_len_b)
             if o.sampling:
-                out = search.sample(self.model, src, temperature=o.temperature, top_k=o.top_k, top_p=o.top_p,
-                                    generator=self.generator, nbest=o.nbest, length_penalty=o.length_penalty,
-                                    need_attention=o.need_attention, **common)
+                out = search.sample(
+                    self.model,
+                    src,
+                    temperature=o.temperature,
+                    top_k=o.top_k,
+                    top_p=o.top_p,
+                    generator=self.generator,
+                    nbest=o.nbest,
+                    length_penalty=o.length_penalty,
+                    need_attention=o.need_attention,
+                    **common,
+                )
             elif o.beam_size == 1 and o.nbest == 1:
-                out = search.greedy(self.model, src, length_penalty=o.length_penalty, need_attention=o.need_attention,
-                                    **common)
+                out = search.greedy(
+                    self.model, src, length_penalty=o.length_penalty, need_attention=o.need_attention, **common
+                )
             else:
-                out = search.beam_search(self.model, src, beam_size=max(o.beam_size, o.nbest), length_penalty=o.length_penalty,
-                                         nbest=o.nbest, stopping=o.stopping, need_attention=o.need_attention, **common)
+                out = search.beam_search(
+                    self.model,
+                    src,
+                    beam_size=max(o.beam_size, o.nbest),
+                    length_penalty=o.length_penalty,
+                    nbest=o.nbest,
+                    stopping=o.stopping,
+                    need_attention=o.need_attention,
+                    **common,
+                )
             for i, hyps in zip(idx, out):
                 results[i] = hyps
         return results
@@ -216,8 +234,15 @@ def translate_stream(translator: Translator, lines: Iterable[str], out: IO[str],
     return translate_chunks(translator, chunks(lines, translator.opt.chunk_size), out, **kw)
 
 
-def translate_chunks(translator: Translator, line_chunks: Iterable[list[str]], out: IO[str], *, fmt: str = "text",
-                     alignments: bool = False, plot_dir: Optional[Path] = None) -> int:
+def translate_chunks(
+    translator: Translator,
+    line_chunks: Iterable[list[str]],
+    out: IO[str],
+    *,
+    fmt: str = "text",
+    alignments: bool = False,
+    plot_dir: Optional[Path] = None,
+) -> int:
     """Translate each chunk of lines (sorted by length inside) to ``out`` in input order, flushing after each."""
     tok, opt = translator.tokenizer, translator.opt
     written = 0
@@ -234,14 +259,21 @@ def translate_chunks(translator: Translator, line_chunks: Iterable[list[str]], o
             if plot_dir is not None and hyps and hyps[0].attention is not None:
                 src_pieces = tok.src_pieces(src_ids) + ["</s>"]
                 tgt_pieces = tok.tgt_pieces(hyps[0].tokens) + ["</s>"]
-                plot_attention(hyps[0].attention.float().cpu().numpy(), src_pieces, tgt_pieces,
-                               plot_dir / f"attention_{written + 1:06d}.png", title=texts[0][:80])
+                plot_attention(
+                    hyps[0].attention.float().cpu().numpy(),
+                    src_pieces,
+                    tgt_pieces,
+                    plot_dir / f"attention_{written + 1:06d}.png",
+                    title=texts[0][:80],
+                )
             written += 1
         out.flush()
     return written
 
 
-def ct2_translator(paths: list[Path], overrides: dict, *, exact_scores: bool = False, **run_options) -> ct2.Ct2Translator:
+def ct2_translator(
+    paths: list[Path], overrides: dict, *, exact_scores: bool = False, **run_options
+) -> ct2.Ct2Translator:
     """The CTranslate2 engine for an export dir (``mtkit export``), or for a run dir / checkpoint converted on the fly.
 
     ``--dtype`` picks CTranslate2's compute type (int8, int16, float16, bfloat16, float32, ...); by default the
@@ -254,8 +286,10 @@ def ct2_translator(paths: list[Path], overrides: dict, *, exact_scores: bool = F
     ct2.import_ctranslate2()
     compute_type = overrides.get("dtype") or "default"
     if compute_type not in ("default", "auto", *ct2.QUANTIZATIONS):
-        raise MtkitError(f"--dtype {compute_type!r}: the ctranslate2 engine computes in one of "
-                         f"{', '.join(ct2.QUANTIZATIONS)} (default: the exported type)")
+        raise MtkitError(
+            f"--dtype {compute_type!r}: the ctranslate2 engine computes in one of "
+            f"{', '.join(ct2.QUANTIZATIONS)} (default: the exported type)"
+        )
     path, tmp = Path(paths[0]), None
     try:
         if ct2.is_export_dir(path):
@@ -267,29 +301,56 @@ def ct2_translator(paths: list[Path], overrides: dict, *, exact_scores: bool = F
         meta, tokenizer = ct2.read_export(model_dir)
         base = cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)").decoding
         dec = cfgmod.decoding_with(base, {**overrides, "dtype": None})
-        return ct2.Ct2Translator(model_dir, tokenizer, Options.from_config(dec, **run_options), max_positions=meta["max_positions"],
-                             device=dec.device, compute_type=compute_type, threads=dec.threads or 0,
-                             exact_scores=exact_scores or dec.nbest > 1)
+        return ct2.Ct2Translator(
+            model_dir,
+            tokenizer,
+            Options.from_config(dec, **run_options),
+            max_positions=meta["max_positions"],
+            device=dec.device,
+            compute_type=compute_type,
+            threads=dec.threads or 0,
+            exact_scores=exact_scores or dec.nbest > 1,
+        )
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def translate_main(*, paths: list[Path], input: Optional[Path], output: Optional[Path], overrides: dict,
-                   sampling: bool, temperature: float, top_k: int, top_p: float, seed: int, fmt: str,
-                   alignments: bool, plot_attention: Optional[Path], engine: str) -> None:
+def translate_main(
+    *,
+    paths: list[Path],
+    input: Optional[Path],
+    output: Optional[Path],
+    overrides: dict,
+    sampling: bool,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: int,
+    fmt: str,
+    alignments: bool,
+    plot_attention: Optional[Path],
+    engine: str,
+) -> None:
     """``--engine ctranslate2``, or a dir written by ``mtkit export``, translates through CTranslate2."""
     cfgmod.check_flags(format=fmt, engine=engine)
     if input is not None and not Path(input).is_file():
         raise MtkitError(f"{input}: input file not found")
-    run_options = dict(sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                       need_attention=alignments or plot_attention is not None)
+    run_options = dict(
+        sampling=sampling,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        need_attention=alignments or plot_attention is not None,
+    )
     if engine == "ctranslate2" or ct2.is_export_dir(paths[0]):
         translator = ct2_translator(paths, overrides, exact_scores=fmt == "jsonl", **run_options)
     else:
         translator = _torch_translator(paths, overrides, **run_options)
-    _write_translations(translator, input=input, output=output, fmt=fmt, alignments=alignments,
-                        plot_attention=plot_attention)
+    _write_translations(
+        translator, input=input, output=output, fmt=fmt, alignments=alignments, plot_attention=plot_attention
+    )
 
 
 def _torch_translator(paths: list[Path], overrides: dict, **run_options) -> Translator:
@@ -299,25 +360,34 @@ def _torch_translator(paths: list[Path], overrides: dict, **run_options) -> Tran
     if dec.threads:
         torch.set_num_threads(dec.threads)
     device = pick_device(dec.device)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-             "int8": torch.qint8}[dec.dtype]
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.qint8}[
+        dec.dtype
+    ]
     if dtype == torch.float16 and device.type != "cuda":
         raise MtkitError("--dtype float16 needs a CUDA GPU; use float32 (or bfloat16) on CPU")
     if dtype == torch.qint8 and device.type != "cpu":
-        raise MtkitError("--dtype int8 is for the CPU (--device cpu); on a GPU use float16 or bfloat16, "
-                         "or --engine ctranslate2")
+        raise MtkitError(
+            "--dtype int8 is for the CPU (--device cpu); on a GPU use float16 or bfloat16, or --engine ctranslate2"
+        )
     loaded = [ckpt.load_checkpoint(p, device, dtype) for p in paths]
     tokenizer = loaded[0].tokenizer
     for other in loaded[1:]:
         if other.tokenizer.fingerprint() != tokenizer.fingerprint():
-            raise MtkitError(f"{other.path}: uses another tokenizer than {loaded[0].path}; ensembles need one vocabulary")
+            raise MtkitError(
+                f"{other.path}: uses another tokenizer than {loaded[0].path}; ensembles need one vocabulary"
+            )
     model = loaded[0].model if len(loaded) == 1 else Ensemble([x.model for x in loaded])
     if dec.shortlist:
         check_model(model)
         run_dir = first_file.parent.parent if first_file.parent.name == "checkpoints" else first_file.parent
         lexicon = load_lexicon(run_dir, Path(meta_cfg.data.dir), tokenizer)
-        model = Shortlisted(model, lexicon, per_source=dec.shortlist, frequent=dec.shortlist_frequent,
-                            copy_source=meta_cfg.data.joint_vocab)
+        model = Shortlisted(
+            model,
+            lexicon,
+            per_source=dec.shortlist,
+            frequent=dec.shortlist_frequent,
+            copy_source=meta_cfg.data.joint_vocab,
+        )
     return Translator(model, tokenizer, Options.from_config(dec, **run_options), device)
 
 
@@ -328,20 +398,30 @@ def _is_regular_file(stream) -> bool:
         return True
 
 
-def _write_translations(translator, *, input: Optional[Path], output: Optional[Path], fmt: str, alignments: bool,
-                        plot_attention: Optional[Path]) -> None:
+def _write_translations(
+    translator,
+    *,
+    input: Optional[Path],
+    output: Optional[Path],
+    fmt: str,
+    alignments: bool,
+    plot_attention: Optional[Path],
+) -> None:
     if plot_attention is not None:
         try:
             plot_attention.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise MtkitError(f"--plot-attention {plot_attention}: cannot create the folder ({err.strerror or err})") from None
+            raise MtkitError(
+                f"--plot-attention {plot_attention}: cannot create the folder ({err.strerror or err})"
+            ) from None
     with contextlib.ExitStack() as stack:
         if output is not None:  # whole or not at all
             try:
                 sink = stack.enter_context(atomic_open(Path(output), "w", encoding="utf-8"))
             except OSError as err:
-                raise MtkitError(f"{output}: cannot write ({err.strerror or err}); check the folder exists and is "
-                                 "writable") from None
+                raise MtkitError(
+                    f"{output}: cannot write ({err.strerror or err}); check the folder exists and is writable"
+                ) from None
         else:
             sys.stdout.reconfigure(encoding="utf-8", errors="replace")
             sink = sys.stdout
@@ -353,5 +433,8 @@ def _write_translations(translator, *, input: Optional[Path], output: Optional[P
             line_chunks = chunks(read_lines(src, max_bytes), translator.opt.chunk_size)
         translate_chunks(translator, line_chunks, sink, fmt=fmt, alignments=alignments, plot_dir=plot_attention)
     if translator.truncated:
-        print(f"mtkit: warning: {translator.truncated} input line(s) longer than the model's limit of "
-              f"{translator.max_src} subwords were truncated", file=sys.stderr)
+        print(
+            f"mtkit: warning: {translator.truncated} input line(s) longer than the model's limit of "
+            f"{translator.max_src} subwords were truncated",
+            file=sys.stderr,
+        )

@@ -39,9 +39,15 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
             batch = collate(data, idx, device)
             with autocast():
                 if t.valid_beam_size > 1:
-                    out = beam_search(model, batch.src, beam_size=t.valid_beam_size,
-                                      length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
-                                      max_len_b=dec.max_len_b, stopping=dec.stopping)
+                    out = beam_search(
+                        model,
+                        batch.src,
+                        beam_size=t.valid_beam_size,
+                        length_penalty=dec.length_penalty,
+                        max_len_a=dec.max_len_a,
+                        max_len_b=dec.max_len_b,
+                        stopping=dec.stopping,
+                    )
                 else:
                     out = greedy(model, batch.src, max_len_a=dec.max_len_a, max_len_b=dec.max_len_b)
             for i, hyp in zip(idx, tokenizer.decode_tgt([h[0].tokens for h in out])):
@@ -52,4 +58,3 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
         result["example"] = {"hyp": hyps[order[len(order) // 2]], "ref": refs[order[len(order) // 2]]}
     model.train(was_training)
     return result
-

@@ -67,17 +67,38 @@ def tiny_run(work: Path) -> Path:
     corpus = work / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)
     config = {
-        "data": {"dir": str(work / "data"), "vocab_size": 1000, "splits": {
-            "train": {"src": str(write(corpus / "train.en", train_en[:3000])),
-                      "tgt": str(write(corpus / "train.de", train_de[:3000]))},
-            "valid": {"src": str(write(corpus / "val.en", val_en[:50])),
-                      "tgt": str(write(corpus / "val.de", val_de[:50]))}}},
-        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
-                  "ffn_dim": 64, "max_positions": 64},
-        "training": {"run_dir": str(work / "run"), "max_updates": 5, "batch_tokens": 1000, "threads": 1,
-                     "validate_every": 5, "valid_bleu": False},
-        "decoding": {"beam_size": 1, "max_len_a": 0.0, "max_len_b": 8, "batch_size": 64, "device": "cpu",
-                     "threads": 1},
+        "data": {
+            "dir": str(work / "data"),
+            "vocab_size": 1000,
+            "splits": {
+                "train": {
+                    "src": str(write(corpus / "train.en", train_en[:3000])),
+                    "tgt": str(write(corpus / "train.de", train_de[:3000])),
+                },
+                "valid": {
+                    "src": str(write(corpus / "val.en", val_en[:50])),
+                    "tgt": str(write(corpus / "val.de", val_de[:50])),
+                },
+            },
+        },
+        "model": {
+            "arch": "transformer",
+            "d_model": 32,
+            "heads": 2,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+            "ffn_dim": 64,
+            "max_positions": 64,
+        },
+        "training": {
+            "run_dir": str(work / "run"),
+            "max_updates": 5,
+            "batch_tokens": 1000,
+            "threads": 1,
+            "validate_every": 5,
+            "valid_bleu": False,
+        },
+        "decoding": {"beam_size": 1, "max_len_a": 0.0, "max_len_b": 8, "batch_size": 64, "device": "cpu", "threads": 1},
     }
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -130,8 +151,17 @@ def main():
         en = write(work / "p.en", train_en[:14_000] + extra + train_en[14_000:])
         de = write(work / "p.de", train_de[:14_000] + ["ein Hund ." for _ in extra] + train_de[14_000:])
         config = work / "prepare.yaml"
-        config.write_text(yaml.safe_dump({"data": {"dir": str(work / "p-data"), "vocab_size": 8000,
-                                                   "splits": {"train": {"src": str(en), "tgt": str(de)}}}}))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "data": {
+                        "dir": str(work / "p-data"),
+                        "vocab_size": 8000,
+                        "splits": {"train": {"src": str(en), "tgt": str(de)}},
+                    }
+                }
+            )
+        )
         rss, secs = measured(mtkit("prepare", config, "--force"))
         rows.append((label, en.stat().st_size + de.stat().st_size, rss, secs))
 

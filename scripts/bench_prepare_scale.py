@@ -49,13 +49,27 @@ def main():
                 for _ in range(copies):
                     f.write(train[lang])
         config = work / "config.yaml"
-        config.write_text(yaml.safe_dump({"data": {
-            "dir": str(work / "data"), "vocab_size": 8000,
-            "splits": {"train": {"src": str(work / "train.en"), "tgt": str(work / "train.de")},
-                       "valid": {"src": str(MULTI30K / "val.en.gz"), "tgt": str(MULTI30K / "val.de.gz")}}}}))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "data": {
+                        "dir": str(work / "data"),
+                        "vocab_size": 8000,
+                        "splits": {
+                            "train": {"src": str(work / "train.en"), "tgt": str(work / "train.de")},
+                            "valid": {"src": str(MULTI30K / "val.en.gz"), "tgt": str(MULTI30K / "val.de.gz")},
+                        },
+                    }
+                }
+            )
+        )
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "mtkit", "prepare", str(config), "--force"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mtkit", "prepare", str(config), "--force"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+        )
         err = proc.stderr.read()
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - started
@@ -63,8 +77,11 @@ def main():
             sys.exit(f"prepare failed: {err.decode(errors='replace')[-2000:]}")
         pairs = copies * pairs_per_copy
         size = sum((work / f"train.{lang}").stat().st_size for lang in ("en", "de"))
-        print(f"{copies:>6} {pairs:>10,} {size / 1e6:>9.0f} {seconds:>8.1f} {seconds / pairs * 1e6:>8.1f} "
-              f"{usage.ru_maxrss / 1024:>13.0f}", flush=True)
+        print(
+            f"{copies:>6} {pairs:>10,} {size / 1e6:>9.0f} {seconds:>8.1f} {seconds / pairs * 1e6:>8.1f} "
+            f"{usage.ru_maxrss / 1024:>13.0f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

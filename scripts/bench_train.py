@@ -101,10 +101,16 @@ def main() -> None:
     # The wall-clock budget ends the run, not the config's max_updates, except under a cosine schedule, whose
     # decay is shaped by max_updates (set it to what the budget allows on this machine).
     schedule = ((yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}).get("training") or {}).get(
-        "schedule")
+        "schedule"
+    )
     budget_only = [] if schedule == "cosine" else ["training.max_updates=null"]
-    overrides = [f"training.run_dir={run_dir}", f"training.max_minutes={args.minutes}",
-                 f"training.threads={args.threads}", *budget_only, *args.set]
+    overrides = [
+        f"training.run_dir={run_dir}",
+        f"training.max_minutes={args.minutes}",
+        f"training.threads={args.threads}",
+        *budget_only,
+        *args.set,
+    ]
     sets = [x for o in overrides for x in ("--set", o)]
     run(mtkit + ["prepare", args.config] + [x for o in args.set for x in ("--set", o)])
     started = time.perf_counter()
@@ -125,17 +131,36 @@ def main() -> None:
     ref = ROOT / "data/multi30k/test_2016_flickr.de.gz"
     hyp_path, src_path = run_dir / "test.beam5.de", run_dir / "test.en"
     src_path.write_text("\n".join(read_gz(src)) + "\n", encoding="utf-8")
-    run(mtkit + ["translate", str(run_dir), "--input", str(src_path), "--output", str(hyp_path), "--beam-size", "5",
-                 "--threads", str(args.threads)])
+    run(
+        mtkit
+        + [
+            "translate",
+            str(run_dir),
+            "--input",
+            str(src_path),
+            "--output",
+            str(hyp_path),
+            "--beam-size",
+            "5",
+            "--threads",
+            str(args.threads),
+        ]
+    )
     ref_path = run_dir / "test.ref.de"
     ref_path.write_text("\n".join(read_gz(ref)) + "\n", encoding="utf-8")
-    out = subprocess.run(mtkit + ["score", str(ref_path), "-i", str(hyp_path), "--json", "-m", "bleu", "-m", "chrf"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        mtkit + ["score", str(ref_path), "-i", str(hyp_path), "--json", "-m", "bleu", "-m", "chrf"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     scores = json.loads(out.stdout)
 
     print()
-    print(f"== mtkit bench_train {args.config}: {args.minutes} min on {args.threads} threads "
-          f"({time.strftime('%Y-%m-%d %H:%M')})")
+    print(
+        f"== mtkit bench_train {args.config}: {args.minutes} min on {args.threads} threads "
+        f"({time.strftime('%Y-%m-%d %H:%M')})"
+    )
     print(f"updates                 {updates}")
     print(f"target tokens/s         {tok_s:.0f} (mean of {len(steady)} log windows after {args.warmup_logs})")
     print(f"padding fraction        {padding:.3f}")
@@ -153,8 +178,10 @@ def main() -> None:
     print(f"test chrF beam 5        {scores['chrf']['score']:.2f}")
     if not args.skip_flops:
         gflop, seconds, plain = flops_per_update(args.config, args.set)
-        print(f"GFLOP / update          {gflop:.1f}  ({seconds:.2f} s/update on the same batches -> "
-              f"{gflop / seconds:.0f} GFLOP/s achieved; plain {plain:.0f} GFLOP/s)")
+        print(
+            f"GFLOP / update          {gflop:.1f}  ({seconds:.2f} s/update on the same batches -> "
+            f"{gflop / seconds:.0f} GFLOP/s achieved; plain {plain:.0f} GFLOP/s)"
+        )
 
 
 if __name__ == "__main__":

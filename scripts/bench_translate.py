@@ -46,14 +46,30 @@ class CountingTranslator:
         return results
 
 
-def build(run: Path, engine: str, compute_type: str, beam: int, threads: int, batch_size: int | None,
-          stopping: str | None = None, shortlist: int | None = None):
+def build(
+    run: Path,
+    engine: str,
+    compute_type: str,
+    beam: int,
+    threads: int,
+    batch_size: int | None,
+    stopping: str | None = None,
+    shortlist: int | None = None,
+):
     """A translator for one row of the table (loading and conversion happen here, untimed)."""
     from mtkit import translate as tr
     from mtkit.ct2 import is_export_dir
 
-    overrides = {"beam_size": beam, "batch_size": batch_size, "nbest": 1, "threads": threads, "device": "cpu",
-                 "dtype": compute_type, "stopping": stopping, "shortlist": shortlist}
+    overrides = {
+        "beam_size": beam,
+        "batch_size": batch_size,
+        "nbest": 1,
+        "threads": threads,
+        "device": "cpu",
+        "dtype": compute_type,
+        "stopping": stopping,
+        "shortlist": shortlist,
+    }
     run_options = dict(sampling=False, temperature=1.0, top_k=0, top_p=1.0, seed=0, need_attention=False)
     if engine == "ctranslate2":
         return tr.ct2_translator([run], overrides, **run_options)
@@ -66,19 +82,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="run dir or checkpoint (torch, ctranslate2), or an export dir")
     parser.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch")
-    parser.add_argument("--compute-type", nargs="+", default=None,
-                        help="torch: float32 int8 bfloat16; ctranslate2: float32 int8 int16 int8_float32 ... "
-                             "(default: float32, and int8 for ctranslate2)")
+    parser.add_argument(
+        "--compute-type",
+        nargs="+",
+        default=None,
+        help="torch: float32 int8 bfloat16; ctranslate2: float32 int8 int16 int8_float32 ... "
+        "(default: float32, and int8 for ctranslate2)",
+    )
     parser.add_argument("--beams", type=int, nargs="+", default=[5, 1])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default: the run's)")
-    parser.add_argument("--stopping", choices=("first", "beam_full", "exact"), default=None,
-                        help="beam search stopping rule (default: the run's decoding.stopping)")
-    parser.add_argument("--shortlist", type=int, nargs="+", default=[None],
-                        help="torch engine: translations per source subword in the lexical shortlist, 0 = whole "
-                             "vocabulary (default: the run's decoding.shortlist); one row each")
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "multi30k",
-                        help="folder holding SPLIT.en.gz and SPLIT.de.gz")
+    parser.add_argument(
+        "--stopping",
+        choices=("first", "beam_full", "exact"),
+        default=None,
+        help="beam search stopping rule (default: the run's decoding.stopping)",
+    )
+    parser.add_argument(
+        "--shortlist",
+        type=int,
+        nargs="+",
+        default=[None],
+        help="torch engine: translations per source subword in the lexical shortlist, 0 = whole "
+        "vocabulary (default: the run's decoding.shortlist); one row each",
+    )
+    parser.add_argument(
+        "--data", type=Path, default=ROOT / "data" / "multi30k", help="folder holding SPLIT.en.gz and SPLIT.de.gz"
+    )
     parser.add_argument("--split", default="test_2016_flickr", help="test_2016_flickr, or val to tune options")
     parser.add_argument("--warmup", type=int, default=20, help="sentences translated untimed before each row")
     args = parser.parse_args()
@@ -94,16 +124,28 @@ def main() -> None:
     if args.engine == "ctranslate2" and args.shortlist != [None]:
         parser.error("--shortlist is for the torch engine")
     print(f"{args.run}: {len(sources)} sentences of {args.split}, engine {args.engine}, {args.threads} threads")
-    print(f"{'engine':<12} {'compute':<13} {'beam':>4} {'shortlist':>9} {'seconds':>8} {'sent/s':>8} "
-          f"{'tgt tok/s':>10} {'BLEU':>6} {'chrF':>6}")
+    print(
+        f"{'engine':<12} {'compute':<13} {'beam':>4} {'shortlist':>9} {'seconds':>8} {'sent/s':>8} "
+        f"{'tgt tok/s':>10} {'BLEU':>6} {'chrF':>6}"
+    )
     signatures = {}
     for compute_type in compute_types:
         for shortlist in args.shortlist:
             for beam in args.beams:
                 row = f"{args.engine:<12} {compute_type:<13} {beam:>4} {'run' if shortlist is None else shortlist:>9}"
                 try:
-                    translator = CountingTranslator(build(args.run, args.engine, compute_type, beam, args.threads,
-                                                          args.batch_size, args.stopping, shortlist))
+                    translator = CountingTranslator(
+                        build(
+                            args.run,
+                            args.engine,
+                            compute_type,
+                            beam,
+                            args.threads,
+                            args.batch_size,
+                            args.stopping,
+                            shortlist,
+                        )
+                    )
                 except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
                     print(f"{row}  skipped: {err}", flush=True)
                     continue
@@ -117,8 +159,11 @@ def main() -> None:
                 assert len(hyps) == len(sources), (len(hyps), len(sources))
                 scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
                 signatures.update({name: s["signature"] for name, s in scores.items()})
-                print(f"{row} {seconds:>8.2f} {len(sources) / seconds:>8.1f} {translator.target_tokens / seconds:>10.0f} "
-                      f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}", flush=True)
+                print(
+                    f"{row} {seconds:>8.2f} {len(sources) / seconds:>8.1f} {translator.target_tokens / seconds:>10.0f} "
+                    f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}",
+                    flush=True,
+                )
     for name, signature in signatures.items():
         print(f"{name}: {signature}")
 

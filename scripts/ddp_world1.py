@@ -28,8 +28,10 @@ def main() -> int:
         return 2
     backend, argv = sys.argv[1], sys.argv[2:]
     if "RANK" not in os.environ:
-        print("ddp_world1.py: start it with torchrun (python -m torch.distributed.run --nproc_per_node 1 ...)",
-              file=sys.stderr)
+        print(
+            "ddp_world1.py: start it with torchrun (python -m torch.distributed.run --nproc_per_node 1 ...)",
+            file=sys.stderr,
+        )
         return 2
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -37,8 +39,7 @@ def main() -> int:
         dist.init_process_group("nccl", device_id=device)  # as mtkit.distributed.setup does for world > 1
     else:
         dist.init_process_group("gloo")
-    print(f"ddp_world1: process group {dist.get_backend()} rank {dist.get_rank()}/{dist.get_world_size()}",
-          flush=True)
+    print(f"ddp_world1: process group {dist.get_backend()} rank {dist.get_rank()}/{dist.get_world_size()}", flush=True)
 
     from mtkit import distributed as distmod
     from mtkit.cli import main as mtkit_main

@@ -66,14 +66,33 @@ def main() -> int:
         references = f.read().splitlines()
     (run / "test.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
     (run / "test.ref.de").write_text("\n".join(references) + "\n", encoding="utf-8")
-    sh(["mtkit", "translate", RUN, "--input", f"{RUN}/test.en", "--output", f"{RUN}/test.hyp.de", "--beam-size", "5"], log)
-    scored = sh(["mtkit", "score", f"{RUN}/test.ref.de", "--hyps", f"{RUN}/test.hyp.de", "--json"], log,
-                capture_output=True, text=True)
+    sh(
+        ["mtkit", "translate", RUN, "--input", f"{RUN}/test.en", "--output", f"{RUN}/test.hyp.de", "--beam-size", "5"],
+        log,
+    )
+    scored = sh(
+        ["mtkit", "score", f"{RUN}/test.ref.de", "--hyps", f"{RUN}/test.hyp.de", "--json"],
+        log,
+        capture_output=True,
+        text=True,
+    )
     scores = json.loads(scored.stdout)
     example = "A man is riding a bike."
     (run / "example.en").write_text(example + "\n", encoding="utf-8")
-    sh(["mtkit", "translate", RUN, "--input", f"{RUN}/example.en", "--output", f"{RUN}/example.de",
-        "--plot-attention", f"{RUN}/attention"], log)
+    sh(
+        [
+            "mtkit",
+            "translate",
+            RUN,
+            "--input",
+            f"{RUN}/example.en",
+            "--output",
+            f"{RUN}/example.de",
+            "--plot-attention",
+            f"{RUN}/attention",
+        ],
+        log,
+    )
     hyps = (run / "test.hyp.de").read_text(encoding="utf-8").splitlines()
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     train = [m for m in metrics if m["kind"] == "train"]
@@ -84,16 +103,22 @@ def main() -> int:
     print("=" * 78)
     if train:
         steady = train[2:] or train
-        print(f"trained {train[-1]['update']} updates in {train[-1]['elapsed'] / 60:.1f} min, "
-              f"~{sum(m['tgt_tokens_per_s'] for m in steady) / len(steady):.0f} target tokens/s")
-    print(f"test_2016_flickr (1,000 sentences, beam 5):  BLEU {scores['bleu']['score']:.1f}   "
-          f"chrF {scores['chrf']['score']:.1f}   TER {scores['ter']['score']:.1f}")
+        print(
+            f"trained {train[-1]['update']} updates in {train[-1]['elapsed'] / 60:.1f} min, "
+            f"~{sum(m['tgt_tokens_per_s'] for m in steady) / len(steady):.0f} target tokens/s"
+        )
+    print(
+        f"test_2016_flickr (1,000 sentences, beam 5):  BLEU {scores['bleu']['score']:.1f}   "
+        f"chrF {scores['chrf']['score']:.1f}   TER {scores['ter']['score']:.1f}"
+    )
     print(f"  {scores['bleu']['signature']}")
     for i in (0, 42):
         print(f"  EN  {sources[i]}\n  MT  {hyps[i]}\n  REF {references[i]}")
     print(f"'{example}' -> {(run / 'example.de').read_text(encoding='utf-8').strip()}")
-    print(f"run dir {run}/ (curves.png, attention/); translate more with: "
-          f"echo \"A man is riding a bike.\" | mtkit translate {RUN}")
+    print(
+        f"run dir {run}/ (curves.png, attention/); translate more with: "
+        f'echo "A man is riding a bike." | mtkit translate {RUN}'
+    )
     print("\ncommands run (repeat any of them by hand, inside .venv):")
     for line in log:
         print(f"  {line}")

@@ -56,8 +56,10 @@ def main() -> None:
         update(idx)
     seconds = (time.perf_counter() - start) / max(len(timed), 1)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / max(len(timed), 1)
-    print(f"{'unfused' if args.unfused else 'fused'} loss: {seconds:.3f} s/update over {len(timed)} updates, "
-          f"{faults:.0f} minor page faults/update, {args.threads} threads")
+    print(
+        f"{'unfused' if args.unfused else 'fused'} loss: {seconds:.3f} s/update over {len(timed)} updates, "
+        f"{faults:.0f} minor page faults/update, {args.threads} threads"
+    )
     if args.profile:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for idx in plan[args.warmup : args.warmup + args.profile]:

@@ -22,13 +22,46 @@ import yaml
 
 # A word-for-word "translation" table: the target side is learnable from the source side.
 EN_DE = {
-    "a": "ein", "the": "der", "man": "Mann", "woman": "Frau", "child": "Kind", "dog": "Hund", "cat": "Katze",
-    "is": "ist", "runs": "läuft", "sits": "sitzt", "plays": "spielt", "eats": "isst", "sees": "sieht",
-    "in": "in", "on": "auf", "with": "mit", "near": "neben", "under": "unter", "park": "Park", "street": "Straße",
-    "house": "Haus", "garden": "Garten", "ball": "Ball", "red": "rot", "big": "groß", "small": "klein",
-    "green": "grün", "old": "alt", "young": "jung", "happy": "fröhlich", "water": "Wasser", "bread": "Brot",
-    "and": "und", "two": "zwei", "three": "drei", "white": "weiß", "black": "schwarz", "blue": "blau",
-    "bike": "Fahrrad", "tree": "Baum",
+    "a": "ein",
+    "the": "der",
+    "man": "Mann",
+    "woman": "Frau",
+    "child": "Kind",
+    "dog": "Hund",
+    "cat": "Katze",
+    "is": "ist",
+    "runs": "läuft",
+    "sits": "sitzt",
+    "plays": "spielt",
+    "eats": "isst",
+    "sees": "sieht",
+    "in": "in",
+    "on": "auf",
+    "with": "mit",
+    "near": "neben",
+    "under": "unter",
+    "park": "Park",
+    "street": "Straße",
+    "house": "Haus",
+    "garden": "Garten",
+    "ball": "Ball",
+    "red": "rot",
+    "big": "groß",
+    "small": "klein",
+    "green": "grün",
+    "old": "alt",
+    "young": "jung",
+    "happy": "fröhlich",
+    "water": "Wasser",
+    "bread": "Brot",
+    "and": "und",
+    "two": "zwei",
+    "three": "drei",
+    "white": "weiß",
+    "black": "schwarz",
+    "blue": "blau",
+    "bike": "Fahrrad",
+    "tree": "Baum",
 }
 EN_WORDS = sorted(EN_DE)
 
@@ -206,8 +239,18 @@ def first_divergence(model, src, a: list[int], b: list[int]) -> Optional[tuple[i
     return t, float(log_probs.max() - torch.minimum(log_probs[a[t]], log_probs[b[t]]))
 
 
-def search_margin(model, src, *, beam_size: int, length_penalty: float, max_len_a: float, max_len_b: float,
-                  nbest: int = 1, stopping: str = "beam_full", max_len_cap: Optional[int] = None) -> float:
+def search_margin(
+    model,
+    src,
+    *,
+    beam_size: int,
+    length_penalty: float,
+    max_len_a: float,
+    max_len_b: float,
+    nbest: int = 1,
+    stopping: str = "beam_full",
+    max_len_cap: Optional[int] = None,
+) -> float:
     """The closest call ``search.beam_search`` makes on one sentence, per log-prob the two sides do not share.
 
     A plain replay of the search's rules on ``src`` alone (the 2k best (beam, token) candidates by cumulative
@@ -266,8 +309,11 @@ def search_margin(model, src, *, beam_size: int, length_penalty: float, max_len_
             cumulative = torch.tensor([c for _, c in beams]).unsqueeze(1) + log_probs  # float32, as the search
             values, order = cumulative.flatten().sort(descending=True, stable=True)
             width = log_probs.size(1)
-            ranked = [(v, i // width, i % width) for v, i in zip(values[: 2 * k + 1].tolist(),
-                                                                 order[: 2 * k + 1].tolist()) if v > -math.inf]
+            ranked = [
+                (v, i // width, i % width)
+                for v, i in zip(values[: 2 * k + 1].tolist(), order[: 2 * k + 1].tolist())
+                if v > -math.inf
+            ]
             base = outcome(ranked, len(finished))
             for i in range(len(ranked)):
                 for j in range(i + 1, len(ranked)):
@@ -314,7 +360,8 @@ def diverged_at_near_ties(model, sources, found, expected, **search) -> set[int]
             margin = search_margin(model, src, **search)
             assert margin <= NEAR_TIE, (
                 f"sentence {i}: {[h.tokens for h in hyps]} != {[r.tokens for r in refs]}, and the search makes "
-                f"no call closer than {margin:.2e} per log-prob there (a near-tie is <= {NEAR_TIE:.0e})")
+                f"no call closer than {margin:.2e} per log-prob there (a near-tie is <= {NEAR_TIE:.0e})"
+            )
             diverged.add(i)
     assert len(diverged) < len(found) / 2, "most sentences part ways: the comparison would prove nothing"
     return diverged

@@ -7,7 +7,6 @@ import torch
 
 from mtkit.models.attention import SCORE_KINDS, AttentionScore, gaussian_window, masked_softmax
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -83,13 +82,11 @@ def test_additive_matches_hand_computation():
     torch.testing.assert_close(weights, torch.tensor([expected]))
 
 
-def test_dot_general_scaled_dot_location_match_their_formulas():
+def test_dot_general_location_match_their_formulas():
     query, keys, mask = _inputs(batch=1, src_len=4)
     full = torch.ones(1, 4, dtype=torch.bool)
     dot = AttentionScore("dot", 8, 8)
     torch.testing.assert_close(dot(query, keys, full), torch.softmax(keys[0] @ query[0], -1)[None])
-    scaled = AttentionScore("scaled_dot", 8, 8)
-    torch.testing.assert_close(scaled(query, keys, full), torch.softmax(keys[0] @ query[0] / math.sqrt(8), -1)[None])
     general = AttentionScore("general", 8, 6)
     keys6 = keys[..., :6]
     w = general.key_proj.weight  # (q_dim, k_dim)
@@ -136,4 +133,4 @@ def test_gaussian_window():
     assert in_window[1].tolist() == [True, True, True, False, False, False, False, False]
     # sigma = D / 2 = 1: one sigma away gives exp(-1/2), the centre gives 1
     torch.testing.assert_close(gaussian[1, :2], torch.tensor([1.0, math.exp(-0.5)]))
-    torch.testing.assert_close(gaussian[0, 4], torch.tensor(math.exp(-1.5**2 / 2)))
+    torch.testing.assert_close(gaussian[0, 4], torch.tensor(math.exp(-(1.5**2) / 2)))

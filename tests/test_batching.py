@@ -12,18 +12,6 @@ from mtkit.prepare import prepare
 from mtkit.tokenizer import BOS, EOS, PAD
 
 
-def padding_fraction(batches, src_lengths, tgt_lengths) -> float:
-    """Share of padding in the src + tgt tensors ``collate`` would build for these batches."""
-    src_len = np.asarray(src_lengths, dtype=np.int64) + 1
-    tgt_len = np.asarray(tgt_lengths, dtype=np.int64) + 1
-    real = padded = 0
-    for idx in batches:
-        s, t = src_len[idx], tgt_len[idx]
-        real += int(s.sum() + t.sum())
-        padded += len(idx) * int(s.max() + t.max())
-    return 1.0 - real / padded if padded else 0.0
-
-
 def random_lengths(n=2000, seed=0, high=60):
     rng = np.random.default_rng(seed)
     return rng.integers(0, high, n), rng.integers(0, high, n)
@@ -89,10 +77,18 @@ def toy_dir(tmp_path_factory):
     write_lines(root / "train.de", [t for _, t in pairs])
     write_lines(root / "valid.en", ["A dog .", "", "Two big red balls and a small cat sit on the bike ."])
     write_lines(root / "valid.de", ["Ein Hund .", "", "Zwei groß rot Ball und ein klein Katze sitzt auf der Fahrrad ."])
-    cfg = cfgmod.from_dict({"data": {
-        "dir": str(root / "data"), "vocab_size": 100,
-        "splits": {"train": {"src": str(root / "train.en"), "tgt": str(root / "train.de")},
-                   "valid": {"src": str(root / "valid.en"), "tgt": str(root / "valid.de")}}}})
+    cfg = cfgmod.from_dict(
+        {
+            "data": {
+                "dir": str(root / "data"),
+                "vocab_size": 100,
+                "splits": {
+                    "train": {"src": str(root / "train.en"), "tgt": str(root / "train.de")},
+                    "valid": {"src": str(root / "valid.en"), "tgt": str(root / "valid.de")},
+                },
+            }
+        }
+    )
     prepare(cfg.data)
     return root / "data"
 
@@ -121,18 +117,15 @@ def test_collate_layout(toy_dir):
         src, tgt = data.src(i).astype(np.int64), data.tgt(i).astype(np.int64)
         n, m = len(src), len(tgt)
         assert batch.src[row, :n].tolist() == src.tolist() and batch.src[row, n] == EOS
-        assert (batch.src[row, n + 1:] == PAD).all()
-        assert batch.tgt_in[row, 0] == BOS and batch.tgt_in[row, 1:m + 1].tolist() == tgt.tolist()
+        assert (batch.src[row, n + 1 :] == PAD).all()
+        assert batch.tgt_in[row, 0] == BOS and batch.tgt_in[row, 1 : m + 1].tolist() == tgt.tolist()
         assert batch.tgt_out[row, :m].tolist() == tgt.tolist() and batch.tgt_out[row, m] == EOS
-        assert (batch.tgt_in[row, m + 1:] == PAD).all() and (batch.tgt_out[row, m + 1:] == PAD).all()
+        assert (batch.tgt_in[row, m + 1 :] == PAD).all() and (batch.tgt_out[row, m + 1 :] == PAD).all()
     # the empty valid line becomes src [EOS], tgt_in [BOS], tgt_out [EOS]
     assert batch.src[1, 0] == EOS and batch.tgt_in[1, 0] == BOS and batch.tgt_out[1, 0] == EOS
     assert batch.src_tokens == int((batch.src != PAD).sum()) == sum(lengths) + 3
     assert batch.tgt_tokens == int((batch.tgt_out != PAD).sum()) == sum(tgt_lengths) + 3
-    padded = batch.src.numel() + batch.tgt_out.numel()
-    assert batch.padding_fraction == pytest.approx(1 - (batch.src_tokens + batch.tgt_tokens) / padded)
-    assert batch.padding_fraction == pytest.approx(padding_fraction([indices], data.src_lengths, data.tgt_lengths))
-    assert np.array_equal(batch.indices, indices) and len(batch) == 3
+    assert batch.src.size(0) == batch.tgt_in.size(0) == batch.tgt_out.size(0) == 3
 
 
 def test_collate_every_batch_within_budget(toy_dir):
@@ -142,4 +135,5 @@ def test_collate_every_batch_within_budget(toy_dir):
     for indices in make_batches(data.src_lengths, data.tgt_lengths, budget, seed=0, epoch=0):
         batch = collate(data, indices)
         width = max(batch.src.shape[1], batch.tgt_in.shape[1])
-        assert len(batch) * width <= budget or len(batch) == 1
+        rows = batch.src.size(0)
+        assert rows * width <= budget or rows == 1

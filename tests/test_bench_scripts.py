@@ -26,8 +26,9 @@ NUMBER = r"(-?\d+(?:\.\d+)?)"
 
 
 def run_script(*args, cwd: Path) -> str:
-    proc = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc.stdout
 
@@ -45,16 +46,42 @@ def bench_run(tmp_path_factory):
     run_dir = root / "run"
     tree = {
         "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": write_toy_splits(root)},
-        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
-                  "ffn_dim": 64},
-        "training": {"run_dir": str(run_dir), "devices": "cpu", "batch_tokens": 600, "lr": 2e-3, "warmup_updates": 4,
-                     "log_every": 1, "validate_every": 1000, "keep_last": 2, "average_last": 2, "save_every": 5},
+        "model": {
+            "arch": "transformer",
+            "d_model": 32,
+            "heads": 2,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+            "ffn_dim": 64,
+        },
+        "training": {
+            "run_dir": str(run_dir),
+            "devices": "cpu",
+            "batch_tokens": 600,
+            "lr": 2e-3,
+            "warmup_updates": 4,
+            "log_every": 1,
+            "validate_every": 1000,
+            "keep_last": 2,
+            "average_last": 2,
+            "save_every": 5,
+        },
         "decoding": {"max_len_a": 1.0, "max_len_b": 4, "batch_size": 250},
     }
     config = root / "tiny-bench.yaml"
     config.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
-    out = run_script(ROOT / "scripts" / "bench_train.py", config, "--minutes", "0.05", "--skip-flops", "--threads", "1",
-                     "--run-dir", run_dir, cwd=root)
+    out = run_script(
+        ROOT / "scripts" / "bench_train.py",
+        config,
+        "--minutes",
+        "0.05",
+        "--skip-flops",
+        "--threads",
+        "1",
+        "--run-dir",
+        run_dir,
+        cwd=root,
+    )
     return config, run_dir, out
 
 
@@ -76,8 +103,19 @@ def test_bench_train_prints_every_figure_and_translates_the_whole_test_set(bench
 def test_bench_train_reuse_reports_on_the_run_without_training_or_inventing_a_memory_figure(bench_run):
     config, run_dir, first = bench_run
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    out = run_script(ROOT / "scripts" / "bench_train.py", config, "--minutes", "0.05", "--skip-flops", "--threads",
-                     "1", "--run-dir", run_dir, "--reuse", cwd=config.parent)
+    out = run_script(
+        ROOT / "scripts" / "bench_train.py",
+        config,
+        "--minutes",
+        "0.05",
+        "--skip-flops",
+        "--threads",
+        "1",
+        "--run-dir",
+        run_dir,
+        "--reuse",
+        cwd=config.parent,
+    )
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == checkpoints  # nothing trained
     assert figure(r"^updates\s+" + NUMBER, out) == figure(r"^updates\s+" + NUMBER, first)
     assert figure(r"^test BLEU beam 5\s+" + NUMBER, out) == figure(r"^test BLEU beam 5\s+" + NUMBER, first)
@@ -87,8 +125,18 @@ def test_bench_train_reuse_reports_on_the_run_without_training_or_inventing_a_me
 
 def test_bench_translate_prints_a_row_per_beam(bench_run):
     _, run_dir, _ = bench_run
-    out = run_script(ROOT / "scripts" / "bench_translate.py", run_dir, "--beams", "5", "1", "--threads", "1",
-                     "--warmup", "2", cwd=run_dir.parent)
+    out = run_script(
+        ROOT / "scripts" / "bench_translate.py",
+        run_dir,
+        "--beams",
+        "5",
+        "1",
+        "--threads",
+        "1",
+        "--warmup",
+        "2",
+        cwd=run_dir.parent,
+    )
     rows = [line.split() for line in out.splitlines() if line.startswith("torch ")]
     assert [row[2] for row in rows] == ["5", "1"], out
     for row in rows:

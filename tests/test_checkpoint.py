@@ -23,8 +23,12 @@ from mtkit.models import build_model
 
 
 def bundle(value: float, update: int = 1, n: int = 4000) -> ckpt.Bundle:
-    return ckpt.Bundle({"update": update}, {"w": torch.full((n,), value), "b": torch.arange(7.0) * value},
-                       {"src": b"not really a sentencepiece model"}, {"opt.0.exp_avg": torch.full((n,), value / 2)})
+    return ckpt.Bundle(
+        {"update": update},
+        {"w": torch.full((n,), value), "b": torch.arange(7.0) * value},
+        {"src": b"not really a sentencepiece model"},
+        {"opt.0.exp_avg": torch.full((n,), value / 2)},
+    )
 
 
 def one_line_error(excinfo) -> str:
@@ -270,13 +274,20 @@ def test_kill_9_mid_save_leaves_the_last_checkpoint_loadable(tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", KILLER, str(folder)], capture_output=True, text=True, env=env,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLER, str(folder)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.split("\n")
-    assert [line for line in lines if line] == [f"{m} {t} True" for m, t in (("mid_write", "ckpt_0000002"),
-                                                ("before_rename", "ckpt_0000002"), ("mid_write", "best"),
-                                                ("before_rename", "best"))]
+    assert [line for line in lines if line] == [
+        f"{m} {t} True"
+        for m, t in (
+            ("mid_write", "ckpt_0000002"),
+            ("before_rename", "ckpt_0000002"),
+            ("mid_write", "best"),
+            ("before_rename", "best"),
+        )
+    ]
     leftovers = sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
     assert leftovers, "the kills happened mid-save: their temp files are still there"
     # the killed saves left the previous files whole: same update, same values, checksums pass

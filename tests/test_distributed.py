@@ -28,14 +28,21 @@ import yaml
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.data import ParallelData, make_batches, shard_batches
-from mtkit.prepare import prepare
 from mtkit.errors import MtkitError
+from mtkit.prepare import prepare
 
 TIMEOUT = 120  # seconds; a hang fails the test instead of stalling CI
 SEED = 1  # training.seed; the trainer's first epoch is epoch 1
 
-TRANSFORMER = {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
-               "ffn_dim": 64, "dropout": 0.0}
+TRANSFORMER = {
+    "arch": "transformer",
+    "d_model": 32,
+    "heads": 2,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "ffn_dim": 64,
+    "dropout": 0.0,
+}
 LUONG = {"arch": "luong", "embed_dim": 32, "hidden_size": 32, "layers": 1, "dropout": 0.0}
 
 
@@ -46,8 +53,9 @@ def env() -> dict:
 
 def run(args: list, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     """Run a command to completion (stdout and stderr merged into .stdout)."""
-    return subprocess.run([str(a) for a in args], env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [str(a) for a in args], env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+    )
 
 
 def train_here(*args) -> None:
@@ -105,22 +113,40 @@ def toy(tmp_path_factory):
     splits = {}
     for split, n, seed in (("train", 300, 0), ("valid", 20, 1)):
         pairs = toy_pairs(n, seed)
-        splits[split] = {"src": str(write_lines(root / f"{split}.en", [s for s, _ in pairs])),
-                         "tgt": str(write_lines(root / f"{split}.de", [t for _, t in pairs]))}
+        splits[split] = {
+            "src": str(write_lines(root / f"{split}.en", [s for s, _ in pairs])),
+            "tgt": str(write_lines(root / f"{split}.de", [t for _, t in pairs])),
+        }
     data = {"dir": str(root / "data"), "vocab_size": 100, "splits": splits}
     prepare(cfgmod.from_dict({"data": data}).data)
     train = ParallelData(root / "data", "train")
-    counts = {b: len(make_batches(train.src_lengths, train.tgt_lengths, b, seed=SEED, epoch=1))
-              for b in range(200, 400, 10)}
+    counts = {
+        b: len(make_batches(train.src_lengths, train.tgt_lengths, b, seed=SEED, epoch=1)) for b in range(200, 400, 10)
+    }
     budget = next(b for b, n in counts.items() if n % 2 == 0 and n >= 16)  # 4 updates x 4 batches in epoch 1
 
     def config(model: dict, name: str) -> Path:
-        tree = {"data": data, "model": model, "training": {
-            "run_dir": str(root / f"{name}-run"), "seed": SEED, "devices": "cpu", "batch_tokens": budget,
-            "update_freq": 2,  # two ranks x 2 batches per update: accumulation under no_sync
-            "max_updates": 4, "lr": 1e-3, "schedule": "constant", "warmup_updates": 0,
-            "eps": 1e-3,  # Adam is blind to a constant gradient scale; a large eps makes a wrong scale visible
-            "log_every": 1, "validate_every": 2, "valid_bleu": False, "best_metric": "loss", "keep_last": 10}}
+        tree = {
+            "data": data,
+            "model": model,
+            "training": {
+                "run_dir": str(root / f"{name}-run"),
+                "seed": SEED,
+                "devices": "cpu",
+                "batch_tokens": budget,
+                "update_freq": 2,  # two ranks x 2 batches per update: accumulation under no_sync
+                "max_updates": 4,
+                "lr": 1e-3,
+                "schedule": "constant",
+                "warmup_updates": 0,
+                "eps": 1e-3,  # Adam is blind to a constant gradient scale; a large eps makes a wrong scale visible
+                "log_every": 1,
+                "validate_every": 2,
+                "valid_bleu": False,
+                "best_metric": "loss",
+                "keep_last": 10,
+            },
+        }
         path = root / f"{name}.yaml"
         path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
         return path
@@ -137,13 +163,22 @@ def transformer_runs(toy):
     root = cfg.parent
     single, double = root / "single", root / "double"
     train_here(cfg, "--set", "training.update_freq=4", "--set", f"training.run_dir={single}")
-    first = ok(run(mtkit("train", "--gpus", "2", cfg, "--set", "training.max_updates=2",
-                         "--set", f"training.run_dir={double}")))
+    first = ok(
+        run(
+            mtkit("train", "--gpus", "2", cfg, "--set", "training.max_updates=2", "--set", f"training.run_dir={double}")
+        )
+    )
     first_ckpts = sorted(p.name for p in (double / "checkpoints").glob("ckpt_*"))
     first_weights = weights(double, 2)
     resumed = ok(run(torchrun("-m", "mtkit", "train", "--resume", double, "--set", "training.max_updates=4")))
-    return {"single": single, "double": double, "first": first, "first_ckpts": first_ckpts,
-            "first_weights": first_weights, "resumed": resumed}
+    return {
+        "single": single,
+        "double": double,
+        "first": first,
+        "first_ckpts": first_ckpts,
+        "first_weights": first_weights,
+        "resumed": resumed,
+    }
 
 
 # ------------------------------------------------------------------------------------------ shards

@@ -15,8 +15,9 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def mtkit(*args, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], input=stdin, capture_output=True,
-                          env=ENV, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mtkit", *map(str, args)], input=stdin, capture_output=True, env=ENV, timeout=300
+    )
 
 
 def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -27,15 +28,33 @@ def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 def test_prepare_train_translate_score(tmp_path, toy_data, write_config):
     run_dir = tmp_path / "run"
-    config = write_config({
-        "data": toy_data(),
-        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
-                  "ffn_dim": 64, "max_positions": 64, "dropout": 0.0},
-        "training": {"run_dir": str(run_dir), "max_updates": 40, "batch_tokens": 500, "lr": 3e-3,
-                     "warmup_updates": 10, "validate_every": 20, "log_every": 10, "threads": 1,
-                     "valid_max_sentences": 8},
-        "decoding": {"beam_size": 3, "threads": 1, "device": "cpu"},
-    })
+    config = write_config(
+        {
+            "data": toy_data(),
+            "model": {
+                "arch": "transformer",
+                "d_model": 32,
+                "heads": 2,
+                "encoder_layers": 1,
+                "decoder_layers": 1,
+                "ffn_dim": 64,
+                "max_positions": 64,
+                "dropout": 0.0,
+            },
+            "training": {
+                "run_dir": str(run_dir),
+                "max_updates": 40,
+                "batch_tokens": 500,
+                "lr": 3e-3,
+                "warmup_updates": 10,
+                "validate_every": 20,
+                "log_every": 10,
+                "threads": 1,
+                "valid_max_sentences": 8,
+            },
+            "decoding": {"beam_size": 3, "threads": 1, "device": "cpu"},
+        }
+    )
     data_dir = tmp_path / "data"
     test_src, test_ref = tmp_path / "corpus" / "test.en", tmp_path / "corpus" / "test.de"
 

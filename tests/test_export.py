@@ -29,8 +29,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import (EN_WORDS, LOG_PROB_TOL, NEAR_TIE, diverged_at_near_ties, first_divergence, search_margin,
-                      write_toy_splits)
+from conftest import (
+    EN_WORDS,
+    LOG_PROB_TOL,
+    NEAR_TIE,
+    diverged_at_near_ties,
+    first_divergence,
+    search_margin,
+    write_toy_splits,
+)
 from mtkit.checkpoint import load_checkpoint
 from mtkit.ct2 import Ct2Translator
 from mtkit.engine import Options
@@ -82,17 +89,36 @@ def workdir(tmp_path_factory) -> Path:
     """Toy corpus, prepared data, a tiny Transformer trained for 150 updates (run/) and a 2-update RNN (rnn/)."""
     root = tmp_path_factory.mktemp("export")
     splits = write_toy_splits(root)
-    training = {"batch_tokens": 1000, "lr": 2e-2, "warmup_updates": 10, "validate_every": 150, "log_every": 50,
-                "threads": 1, "devices": "cpu", "valid_bleu": False}
+    training = {
+        "batch_tokens": 1000,
+        "lr": 2e-2,
+        "warmup_updates": 10,
+        "validate_every": 150,
+        "log_every": 50,
+        "threads": 1,
+        "devices": "cpu",
+        "valid_bleu": False,
+    }
     config = {
         "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
-        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
-                  "ffn_dim": 64, "max_positions": MAX_POSITIONS, "dropout": 0.0},
+        "model": {
+            "arch": "transformer",
+            "d_model": 32,
+            "heads": 2,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+            "ffn_dim": 64,
+            "max_positions": MAX_POSITIONS,
+            "dropout": 0.0,
+        },
         "training": {"run_dir": str(root / "run"), "max_updates": 150, **training},
         "decoding": {"beam_size": 4, "batch_size": 16, "chunk_size": 50, "threads": 1, "device": "cpu"},
     }
-    rnn = {**config, "model": {"arch": "bahdanau", "embed_dim": 16, "hidden_size": 16},
-           "training": {"run_dir": str(root / "rnn"), "max_updates": 2, **training, "validate_every": 2}}
+    rnn = {
+        **config,
+        "model": {"arch": "bahdanau", "embed_dim": 16, "hidden_size": 16},
+        "training": {"run_dir": str(root / "rnn"), "max_updates": 2, **training, "validate_every": 2},
+    }
     for name, tree in (("config", config), ("rnn", rnn)):
         (root / f"{name}.yaml").write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
     for args in (("prepare", root / "config.yaml"), ("train", root / "config.yaml"), ("train", root / "rnn.yaml")):
@@ -107,8 +133,11 @@ def run_dir(workdir) -> Path:
 
 @pytest.fixture(scope="module")
 def test_lines(workdir) -> list[str]:
-    return [line for split in ("test", "valid")
-            for line in (workdir / "corpus" / f"{split}.en").read_text(encoding="utf-8").splitlines()]
+    return [
+        line
+        for split in ("test", "valid")
+        for line in (workdir / "corpus" / f"{split}.en").read_text(encoding="utf-8").splitlines()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +158,15 @@ def engines(loaded, exported, **options) -> tuple[Translator, Ct2Translator]:
 
     meta, tokenizer = read_export(exported)
     torch_engine = Translator(loaded.model, loaded.tokenizer, Options(**options), torch.device("cpu"))
-    ct2_engine = Ct2Translator(exported, tokenizer, Options(**options), max_positions=meta["max_positions"],
-                               device="cpu", threads=1, exact_scores=True)
+    ct2_engine = Ct2Translator(
+        exported,
+        tokenizer,
+        Options(**options),
+        max_positions=meta["max_positions"],
+        device="cpu",
+        threads=1,
+        exact_scores=True,
+    )
     return torch_engine, ct2_engine
 
 
@@ -254,16 +290,28 @@ def teacher_forced_log_probs(model, src_ids: list[int], tokens: list[int]) -> li
 
 
 @needs_ct2
-@pytest.mark.parametrize("options", [dict(beam_size=4), dict(beam_size=5, nbest=3, length_penalty=0.6),
-                                     dict(beam_size=4, length_penalty=0.0, max_len_a=0.5, max_len_b=1)],
-                         ids=["beam4", "beam5-nbest3", "beam4-no-penalty-tight-limit"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(beam_size=4),
+        dict(beam_size=5, nbest=3, length_penalty=0.6),
+        dict(beam_size=4, length_penalty=0.0, max_len_a=0.5, max_len_b=1),
+    ],
+    ids=["beam4", "beam5-nbest3", "beam4-no-penalty-tight-limit"],
+)
 def test_beam_equals_torch_searching_the_same_distribution(loaded, exported, test_lines, options):
     torch_out, ct2_out, ids = both(loaded, exported, test_lines, **options)
     model, opt = Renormalised(loaded.model), Options(**options)
     reference = Translator(model, loaded.tokenizer, opt, torch.device("cpu")).translate_ids(ids)
     sources = [src + [EOS] for src in ids]
-    search = dict(beam_size=max(opt.beam_size, opt.nbest), nbest=opt.nbest, length_penalty=opt.length_penalty,
-                  max_len_a=opt.max_len_a, max_len_b=opt.max_len_b, stopping=opt.stopping)
+    search = dict(
+        beam_size=max(opt.beam_size, opt.nbest),
+        nbest=opt.nbest,
+        length_penalty=opt.length_penalty,
+        max_len_a=opt.max_len_a,
+        max_len_b=opt.max_len_b,
+        stopping=opt.stopping,
+    )
     # the best hypotheses: token for token, but where the search meets a near-tie
     diverged_at_near_ties(model, sources, [c[:1] for c in ct2_out], [r[:1] for r in reference], **search)
     differ = [i for i, (c, r) in enumerate(zip(ct2_out, reference)) if [h.tokens for h in c] != [h.tokens for h in r]]
@@ -294,8 +342,18 @@ def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, n
     from mtkit.models import build_model
 
     torch.manual_seed(0)
-    cfg = TransformerConfig(d_model=32, heads=2, encoder_layers=2, decoder_layers=2, ffn_dim=64, max_positions=64,
-                            dropout=0.0, norm=norm, positions=positions, max_relative_distance=4)
+    cfg = TransformerConfig(
+        d_model=32,
+        heads=2,
+        encoder_layers=2,
+        decoder_layers=2,
+        ffn_dim=64,
+        max_positions=64,
+        dropout=0.0,
+        norm=norm,
+        positions=positions,
+        max_relative_distance=4,
+    )
     tok = loaded.tokenizer
     model = build_model(cfg, tok.src_vocab_size, tok.tgt_vocab_size, True).eval()
     with torch.no_grad():  # fresh biases are 0 and norms 1: perturb them so that each is checked too
@@ -307,8 +365,9 @@ def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, n
     rng = random.Random(0)
     sources = [[rng.randrange(4, tok.src_vocab_size) for _ in range(rng.randint(1, 20))] for _ in range(8)]
     targets = [[rng.randrange(4, tok.tgt_vocab_size) for _ in range(rng.randint(1, 20))] for _ in range(8)]
-    scored = engine.score_batch([tok.src_pieces(s) for s in sources], [tok.tgt_pieces(t) for t in targets],
-                                max_input_length=0)
+    scored = engine.score_batch(
+        [tok.src_pieces(s) for s in sources], [tok.tgt_pieces(t) for t in targets], max_input_length=0
+    )
     for src, tgt, result in zip(sources, targets, scored):
         assert list(result.log_probs) == pytest.approx(teacher_forced_log_probs(model, src, tgt), abs=1e-4)
 
@@ -318,33 +377,52 @@ def test_translate_cli_converts_a_run_dir_on_the_fly(loaded, run_dir, exported, 
     lines = test_lines[:20]
     stdin = "\n".join(lines) + "\n\n   \n"
     outputs = {}
-    for name, args in {"torch": (run_dir,), "ct2-run": (run_dir, "--engine", "ctranslate2"),
-                       "ct2-export": (exported, "--engine", "ctranslate2")}.items():
+    for name, args in {
+        "torch": (run_dir,),
+        "ct2-run": (run_dir, "--engine", "ctranslate2"),
+        "ct2-export": (exported, "--engine", "ctranslate2"),
+    }.items():
         result = run_cli("translate", *args, "--beam-size", "1", "--nbest", "2", stdin=stdin)
         assert result.code == 0, result.err
         outputs[name] = result.out.split("\n")
         assert len(outputs[name]) == 2 * 22 + 1 and outputs[name][-5:] == [""] * 5  # 2 lines each, blank ones too
     # converted on the fly, the run dir is the export: the same engine on the same weights prints the same bytes
     assert outputs["ct2-run"] == outputs["ct2-export"]
-    printed = {name: [[line.split("\t") for line in out[2 * i : 2 * i + 2] if line] for i in range(len(lines))]
-               for name, out in outputs.items()}  # per sentence: [text, score] of each hypothesis
+    printed = {
+        name: [[line.split("\t") for line in out[2 * i : 2 * i + 2] if line] for i in range(len(lines))]
+        for name, out in outputs.items()
+    }  # per sentence: [text, score] of each hypothesis
     # ... and it prints the model's 2-best lists: those of the torch search over the distribution CTranslate2
     # searches (see test_beam_equals_torch_searching_the_same_distribution), with the run's options and --nbest 2
     dec = loaded.config.decoding
-    opt = Options(beam_size=1, nbest=2, length_penalty=dec.length_penalty, max_len_a=dec.max_len_a,
-                  max_len_b=dec.max_len_b, stopping=dec.stopping, batch_size=dec.batch_size)
+    opt = Options(
+        beam_size=1,
+        nbest=2,
+        length_penalty=dec.length_penalty,
+        max_len_a=dec.max_len_a,
+        max_len_b=dec.max_len_b,
+        stopping=dec.stopping,
+        batch_size=dec.batch_size,
+    )
     model, tok = Renormalised(loaded.model), loaded.tokenizer
     renormalised = Translator(model, tok, opt, torch.device("cpu"))
     ids = renormalised.encode(lines)
-    search = dict(beam_size=2, nbest=2, length_penalty=opt.length_penalty, max_len_a=opt.max_len_a,
-                  max_len_b=opt.max_len_b, stopping=opt.stopping)
+    search = dict(
+        beam_size=2,
+        nbest=2,
+        length_penalty=opt.length_penalty,
+        max_len_a=opt.max_len_a,
+        max_len_b=opt.max_len_b,
+        stopping=opt.stopping,
+    )
     near_ties = tails = 0
     for src, hyps, refs in zip(ids, printed["ct2-run"], renormalised.translate_ids(ids)):
         if [text for text, _ in hyps] == tok.decode_tgt([r.tokens for r in refs]):
             for (_, score), r in zip(hyps, refs):  # the model's own scores (not renormalised), to 4 decimals
                 own = math.fsum(teacher_forced_log_probs(loaded.model, src, r.tokens))
-                assert float(score) == pytest.approx(own / length_penalty_of(len(r.tokens) + 1, opt.length_penalty),
-                                                     abs=2e-4)
+                assert float(score) == pytest.approx(
+                    own / length_penalty_of(len(r.tokens) + 1, opt.length_penalty), abs=2e-4
+                )
         elif search_margin(model, src + [EOS], **search) <= NEAR_TIE:
             near_ties += 1
         else:  # not rounding: only the tail may differ
@@ -376,9 +454,11 @@ def test_a_failing_ctranslate2_call_is_one_line(exported, run_cli, monkeypatch):
 
 @needs_ct2
 def test_options_the_engine_cannot_honour_are_refused(run_dir, exported, run_cli):
-    for args, needles in (((exported, run_dir), ("ensembles", "--engine torch")),
-                          ((exported, "--alignments", "--format", "jsonl"), ("--alignments", "--engine torch")),
-                          ((exported, "--dtype", "int4"), ("--dtype 'int4'",))):
+    for args, needles in (
+        ((exported, run_dir), ("ensembles", "--engine torch")),
+        ((exported, "--alignments", "--format", "jsonl"), ("--alignments", "--engine torch")),
+        ((exported, "--dtype", "int4"), ("--dtype 'int4'",)),
+    ):
         assert_one_line_error(run_cli("translate", *args, stdin="a dog\n"), *needles)
 
 
@@ -398,8 +478,11 @@ _line = st.one_of(
 
 
 @needs_ct2
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 @given(lines=st.lists(_line, max_size=9), final_newline=st.booleans())
 def test_n_lines_in_n_lines_out_in_order(loaded, exported, lines, final_newline):
     data = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")

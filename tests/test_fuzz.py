@@ -19,13 +19,46 @@ from mtkit.sources import _file_pairs
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-KEYS = ["data", "model", "training", "decoding", "dir", "splits", "train", "src", "tgt", "arch", "d_model", "heads",
-        "lr", "run_dir", "beam_size", "vocab_size", "transformer", "luong", "bahdanau", "positions", "hf", "path"]
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                    st.text(max_size=20), st.sampled_from(["transformer", "luong", "rope", "pre", "1e-3", "x.y"]))
-trees = st.recursive(scalars, lambda children: st.one_of(
-    st.lists(children, max_size=4),
-    st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=8)), children, max_size=5)), max_leaves=25)
+KEYS = [
+    "data",
+    "model",
+    "training",
+    "decoding",
+    "dir",
+    "splits",
+    "train",
+    "src",
+    "tgt",
+    "arch",
+    "d_model",
+    "heads",
+    "lr",
+    "run_dir",
+    "beam_size",
+    "vocab_size",
+    "transformer",
+    "luong",
+    "bahdanau",
+    "positions",
+    "hf",
+    "path",
+]
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.sampled_from(["transformer", "luong", "rope", "pre", "1e-3", "x.y"]),
+)
+trees = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=8)), children, max_size=5),
+    ),
+    max_leaves=25,
+)
 
 
 def _one_line(err: MtkitError) -> None:

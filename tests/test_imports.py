@@ -60,7 +60,7 @@ def find_cycle(graph: dict[str, set[str]]):
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 cycle = visit(nxt)
                 if cycle:
@@ -96,8 +96,10 @@ def test_no_import_cycle_in_the_package():
 
 
 def test_importing_the_cli_leaves_torch_unimported():
-    code = ("import sys, mtkit.cli; "
-            "heavy = [m for m in ('torch', 'datasets', 'ctranslate2', 'matplotlib') if m in sys.modules]; "
-            "assert not heavy, f'mtkit.cli imported {heavy}'")
+    code = (
+        "import sys, mtkit.cli; "
+        "heavy = [m for m in ('torch', 'datasets', 'ctranslate2', 'matplotlib') if m in sys.modules]; "
+        "assert not heavy, f'mtkit.cli imported {heavy}'"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

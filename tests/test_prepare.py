@@ -15,8 +15,8 @@ from conftest import toy_pairs, write_lines
 from mtkit import config as cfgmod
 from mtkit import prepare as datamod
 from mtkit.data import ParallelData
-from mtkit.prepare import prepare
 from mtkit.errors import MtkitError
+from mtkit.prepare import prepare
 from mtkit.tokenizer import Tokenizer
 
 
@@ -85,8 +85,16 @@ def test_prepare_writes_layout_and_manifest(tmp_path, toy_config, run_cli):
 
 def test_separate_vocabularies_and_gzip_input(tmp_path, write_parallel, write_config, run_cli):
     src, tgt = write_parallel("train", n=300, gz=True)
-    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 60, "joint_vocab": False,
-                                 "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    cfg = write_config(
+        {
+            "data": {
+                "dir": str(tmp_path / "data"),
+                "vocab_size": 60,
+                "joint_vocab": False,
+                "splits": {"train": {"src": str(src), "tgt": str(tgt)}},
+            }
+        }
+    )
     result = run_cli("prepare", cfg)
     assert result.code == 0, result.err
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
@@ -107,7 +115,8 @@ def test_cleaning_and_train_only_filters(tmp_path, write_parallel, write_config,
     good = toy_pairs(200)
     train = good + [
         ("  A   dog\t runs .  ", "Ein Hund läuft ."),  # kept, whitespace normalised
-        ("", "Ein Hund ."), ("   ", "Hund"),  # empty
+        ("", "Ein Hund ."),
+        ("   ", "Hund"),  # empty
         ("A dog . " * 80, "Ein Hund ."),  # over max_chars
         good[0],  # exact duplicate
         (" ".join(["dog"] * 90), " ".join(["Hund"] * 90)),  # over max_tokens subwords
@@ -116,10 +125,19 @@ def test_cleaning_and_train_only_filters(tmp_path, write_parallel, write_config,
     valid = [("A dog .", "Ein Hund ."), ("", ""), ("A  cat .", "Eine   Katze .")]
     src, tgt = write_parallel("train", pairs=train)
     vsrc, vtgt = write_parallel("valid", pairs=valid)
-    cfg = write_config({"data": {
-        "dir": str(tmp_path / "data"), "vocab_size": 100, "max_chars": 500, "max_tokens": 80,
-        "max_length_ratio": 3.0, "dedup": True,
-        "splits": {"train": {"src": str(src), "tgt": str(tgt)}, "valid": {"src": str(vsrc), "tgt": str(vtgt)}}}})
+    cfg = write_config(
+        {
+            "data": {
+                "dir": str(tmp_path / "data"),
+                "vocab_size": 100,
+                "max_chars": 500,
+                "max_tokens": 80,
+                "max_length_ratio": 3.0,
+                "dedup": True,
+                "splits": {"train": {"src": str(src), "tgt": str(tgt)}, "valid": {"src": str(vsrc), "tgt": str(vtgt)}},
+            }
+        }
+    )
 
     result = run_cli("prepare", cfg)
     assert result.code == 0, result.err
@@ -149,7 +167,9 @@ def test_cleaning_and_train_only_filters(tmp_path, write_parallel, write_config,
 def test_parallel_files_of_different_lengths(tmp_path, write_parallel, write_config, run_cli):
     src, tgt = write_parallel("train", n=50)
     write_lines(tgt, tgt.read_text(encoding="utf-8").splitlines()[:47])
-    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    cfg = write_config(
+        {"data": {"dir": str(tmp_path / "data"), "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}}
+    )
     one_line_error(run_cli("prepare", cfg), str(src), "50 lines", str(tgt), "47")
     assert not (tmp_path / "data").exists()
 
@@ -165,8 +185,15 @@ def test_invalid_utf8_names_file_and_line(tmp_path, write_parallel, write_config
     lines = tgt.read_bytes().split(b"\n")
     lines[6] = b"Ein Hund \xff\xfe l\xe4uft ."  # latin-1 bytes on line 7
     tgt.write_bytes(b"\n".join(lines))
-    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 100,
-                                 "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    cfg = write_config(
+        {
+            "data": {
+                "dir": str(tmp_path / "data"),
+                "vocab_size": 100,
+                "splits": {"train": {"src": str(src), "tgt": str(tgt)}},
+            }
+        }
+    )
     one_line_error(run_cli("prepare", cfg), f"{tgt}:7:", "invalid UTF-8", "skip_bad_lines")
 
 
@@ -178,8 +205,16 @@ def test_skip_bad_lines_drops_and_counts(tmp_path, write_parallel, write_config,
     tgt_lines[10] = b"\xc3\x28 broken"
     src.write_bytes(b"\n".join(src_lines))
     tgt.write_bytes(b"\n".join(tgt_lines))
-    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 100, "skip_bad_lines": True,
-                                 "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    cfg = write_config(
+        {
+            "data": {
+                "dir": str(tmp_path / "data"),
+                "vocab_size": 100,
+                "skip_bad_lines": True,
+                "splits": {"train": {"src": str(src), "tgt": str(tgt)}},
+            }
+        }
+    )
     result = run_cli("prepare", cfg)
     assert result.code == 0, result.err
     entry = json.loads((tmp_path / "data" / "manifest.json").read_text())["splits"]["train"]
@@ -188,7 +223,9 @@ def test_skip_bad_lines_drops_and_counts(tmp_path, write_parallel, write_config,
 
 def test_empty_corpus_after_cleaning(tmp_path, write_parallel, write_config, run_cli):
     src, tgt = write_parallel("train", pairs=[("", "Hund"), ("  ", ""), ("Dog", "\t")])
-    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    cfg = write_config(
+        {"data": {"dir": str(tmp_path / "data"), "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}}
+    )
     one_line_error(run_cli("prepare", cfg), "no training pairs left", "3 read", "3 empty")
     assert not (tmp_path / "data").exists()
 
@@ -223,8 +260,10 @@ def test_sampled_copies_of_train_hold_the_same_sentences_in_new_segmentations(tm
     tok = Tokenizer.from_dir(data_dir)
     train = ParallelData(data_dir, "train")
     assert (train.samples, train.sample) == (3, None)
-    text = {side: getattr(tok, f"decode_{side}")([getattr(train, side)(i) for i in range(len(train))])
-            for side in ("src", "tgt")}
+    text = {
+        side: getattr(tok, f"decode_{side}")([getattr(train, side)(i) for i in range(len(train))])
+        for side in ("src", "tgt")
+    }
     plain = (train.src_lengths.copy(), train.tgt_lengths.copy())
     seen = []
     for epoch, copy in ((1, 0), (2, 1), (3, 2), (4, 0), (6, 2)):
@@ -273,8 +312,10 @@ def test_data_dirs_prepared_before_the_subword_keys_stay_up_to_date(toy_config):
     for key in datamod.LATER_KEYS:
         older.pop(key)
     stamp = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    blob = json.dumps({"version": datamod.FORMAT_VERSION, "config": {k: v for k, v in older.items() if k != "dir"},
-                       "files": stamp}, sort_keys=True)
+    blob = json.dumps(
+        {"version": datamod.FORMAT_VERSION, "config": {k: v for k, v in older.items() if k != "dir"}, "files": stamp},
+        sort_keys=True,
+    )
     import hashlib
 
     assert datamod._inputs_fingerprint(data_cfg, files) == hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -282,11 +323,14 @@ def test_data_dirs_prepared_before_the_subword_keys_stay_up_to_date(toy_config):
     assert datamod._inputs_fingerprint(sampled, files) != datamod._inputs_fingerprint(data_cfg, files)
 
 
-@pytest.mark.parametrize("keys, fragment", [
-    ({"src_subword_alpha": 0.1}, "need subword_samples"),
-    ({"subword_samples": 4}, "needs src_subword_alpha or tgt_subword_alpha"),
-    ({"tgt_subword_alpha": 1.5, "subword_samples": 4}, "data.tgt_subword_alpha"),
-])
+@pytest.mark.parametrize(
+    "keys, fragment",
+    [
+        ({"src_subword_alpha": 0.1}, "need subword_samples"),
+        ({"subword_samples": 4}, "needs src_subword_alpha or tgt_subword_alpha"),
+        ({"tgt_subword_alpha": 1.5, "subword_samples": 4}, "data.tgt_subword_alpha"),
+    ],
+)
 def test_subword_sampling_keys_are_checked(tmp_path, toy_config, run_cli, keys, fragment):
     one_line_error(run_cli("prepare", toy_config(**keys)), fragment)
     assert not (tmp_path / "data").exists()
@@ -383,10 +427,18 @@ def test_hf_save_to_disk(tmp_path, write_config, run_cli):
     datasets = pytest.importorskip("datasets")
     train, valid = toy_pairs(200, seed=3), toy_pairs(12, seed=4)
     rows = lambda pairs: {"translation": [{"en": s, "de": t} for s, t in pairs]}  # noqa: E731
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows(train)),
-                          "validation": datasets.Dataset.from_dict(rows(valid))}).save_to_disk(str(tmp_path / "hfdict"))
-    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 100,
-                                 "hf": {"format": "disk", "path": str(tmp_path / "hfdict")}}})
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict(rows(train)), "validation": datasets.Dataset.from_dict(rows(valid))}
+    ).save_to_disk(str(tmp_path / "hfdict"))
+    cfg = write_config(
+        {
+            "data": {
+                "dir": str(tmp_path / "data"),
+                "vocab_size": 100,
+                "hf": {"format": "disk", "path": str(tmp_path / "hfdict")},
+            }
+        }
+    )
     result = run_cli("prepare", cfg)
     assert result.code == 0, result.err
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
@@ -397,14 +449,24 @@ def test_hf_save_to_disk(tmp_path, write_config, run_cli):
 
     # a single Dataset with flat columns is the train split; src_field/tgt_field name the columns
     datasets.Dataset.from_dict({"english": [s for s, _ in train], "german": [t for _, t in train]}).save_to_disk(
-        str(tmp_path / "flat"))
-    cfg = write_config({"data": {"dir": str(tmp_path / "data2"), "vocab_size": 100,
-                                 "hf": {"path": str(tmp_path / "flat"), "src_field": "english", "tgt_field": "german"}}},
-                       name="flat.yaml")
+        str(tmp_path / "flat")
+    )
+    cfg = write_config(
+        {
+            "data": {
+                "dir": str(tmp_path / "data2"),
+                "vocab_size": 100,
+                "hf": {"path": str(tmp_path / "flat"), "src_field": "english", "tgt_field": "german"},
+            }
+        },
+        name="flat.yaml",
+    )
     assert run_cli("prepare", cfg).code == 0
     assert json.loads((tmp_path / "data2" / "manifest.json").read_text())["splits"]["train"]["pairs_kept"] == 200
 
-    cfg = write_config({"data": {"dir": str(tmp_path / "data3"), "hf": {"path": str(tmp_path / "flat")}}}, name="bad.yaml")
+    cfg = write_config(
+        {"data": {"dir": str(tmp_path / "data3"), "hf": {"path": str(tmp_path / "flat")}}}, name="bad.yaml"
+    )
     one_line_error(run_cli("prepare", cfg), "no column 'en'", "english, german", "data.hf.src_field")
 
 
@@ -415,8 +477,19 @@ def test_hf_json_files(tmp_path, write_config, run_cli):
     for name, n, seed in (("train", 200, 5), ("dev", 10, 6)):
         rows = [json.dumps({"en": s, "de": t}, ensure_ascii=False) for s, t in toy_pairs(n, seed)]
         (corpus / f"{name}.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    cfg = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 100, "hf": {
-        "format": "json", "path": str(corpus), "data_files": {"train": "train.jsonl", "validation": "dev.jsonl"}}}})
+    cfg = write_config(
+        {
+            "data": {
+                "dir": str(tmp_path / "data"),
+                "vocab_size": 100,
+                "hf": {
+                    "format": "json",
+                    "path": str(corpus),
+                    "data_files": {"train": "train.jsonl", "validation": "dev.jsonl"},
+                },
+            }
+        }
+    )
     result = run_cli("prepare", cfg)
     assert result.code == 0, result.err
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
@@ -426,13 +499,14 @@ def test_hf_json_files(tmp_path, write_config, run_cli):
 
 
 def test_prepare_never_imports_torch(tmp_path, toy_config):
-    code = ("import sys; from mtkit.cli import main; rc = main(['prepare', sys.argv[1]]); "
-            "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; from mtkit.cli import main; rc = main(['prepare', sys.argv[1]]); "
+        "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code, str(toy_config())], check=True, capture_output=True, timeout=60)
 
 
-def test_kill_9_during_prepare_never_leaves_a_manifest_pointing_at_partial_data(tmp_path, write_parallel,
-                                                                                write_config):
+def test_kill_9_during_prepare_never_leaves_a_manifest_pointing_at_partial_data(tmp_path, write_parallel, write_config):
     """kill -9 at seeded random moments of `mtkit prepare --force`: the data dir is always either the last whole
     build or absent, never a manifest over partial arrays; a later prepare succeeds."""
     import random
@@ -462,7 +536,7 @@ def test_kill_9_during_prepare_never_leaves_a_manifest_pointing_at_partial_data(
     whole = time.perf_counter() - started
     rng = random.Random(7)
     killed_alive = 0
-    for attempt in range(5):
+    for _ in range(5):
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.2, 0.95) * whole)
         killed_alive += proc.poll() is None
@@ -487,8 +561,9 @@ def test_prepare_removes_builds_of_dead_processes_only(tmp_path, write_parallel,
 
     src, tgt = write_parallel("train", n=300, seed=0)
     data_dir = tmp_path / "data"
-    config = write_config({"data": {"dir": str(data_dir), "vocab_size": 100,
-                                    "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}})
+    config = write_config(
+        {"data": {"dir": str(data_dir), "vocab_size": 100, "splits": {"train": {"src": str(src), "tgt": str(tgt)}}}}
+    )
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid is now free (reuse within this test is vanishingly unlikely)
     host = socket.gethostname()

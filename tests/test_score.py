@@ -39,8 +39,9 @@ def files(tmp_path):
 
 
 def sacrebleu_cli(*args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "sacrebleu", *map(str, args)], check=True, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", *map(str, args)], check=True, capture_output=True, text=True, timeout=60
+    )
     return result.stdout
 
 
@@ -93,10 +94,13 @@ def test_corpus_scores_api():
         corpus_scores(hyps, [REFS[:-1]])
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["-m", "blue"], "unknown metric 'blue'; choose from bleu, chrf, ter"),
-    (["--tokenize", "moses"], "unknown tokenizer 'moses'"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["-m", "blue"], "unknown metric 'blue'; choose from bleu, chrf, ter"),
+        (["--tokenize", "moses"], "unknown tokenizer 'moses'"),
+    ],
+)
 def test_bad_options_are_rejected_not_filtered(files, run_cli, args, fragment):
     ref, _, hyp = files
     result = run_cli("score", ref, "-i", hyp, *args)
@@ -127,6 +131,8 @@ def test_missing_and_invalid_reference_files(tmp_path, files, run_cli):
 
 def test_score_never_imports_torch(files):
     ref, _, hyp = files
-    code = ("import sys; from mtkit.cli import main; rc = main(['score', sys.argv[1], '-i', sys.argv[2]]); "
-            "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; from mtkit.cli import main; rc = main(['score', sys.argv[1], '-i', sys.argv[2]]); "
+        "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code, str(ref), str(hyp)], check=True, capture_output=True, timeout=60)

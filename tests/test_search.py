@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from mtkit.models.base import BOS, EOS, PAD, UNK, Seq2Seq, State
+from mtkit.models.base import BOS, EOS, PAD, Seq2Seq, State
 from mtkit.search import Hypothesis, beam_search, greedy, length_penalty_of, max_lengths, sample
 
 # ----------------------------------------------------------------------------- scripted decoder
@@ -409,8 +409,13 @@ def reference_beam_search(model, src_row, *, beam_size, alpha, max_len, nbest, s
                 if rank < beam_size:
                     token_log_probs = [float(x) for x in token_lps + [lp]]
                     finished.append(
-                        Hypothesis(tokens, float(total) / length_penalty_of(t + 1, alpha), float(total),
-                                   token_log_probs, torch.stack(attention + [weights]))
+                        Hypothesis(
+                            tokens,
+                            float(total) / length_penalty_of(t + 1, alpha),
+                            float(total),
+                            token_log_probs,
+                            torch.stack(attention + [weights]),
+                        )
                     )
             elif len(next_beams) < beam_size:
                 next_beams.append((tokens + [token], token_lps + [lp], total, attention + [weights], next_state))
@@ -429,11 +434,27 @@ def test_beam_search_matches_unbatched_reference(seed, stopping):
     lengths_seen = set()
     for beam_size in [1, 2, 4]:
         for alpha in [0.0, 0.6, 2.0]:
-            batched = beam_search(model, src, beam_size=beam_size, length_penalty=alpha, max_len_a=1.0, max_len_b=2,
-                                  nbest=beam_size, stopping=stopping, need_attention=True)
+            batched = beam_search(
+                model,
+                src,
+                beam_size=beam_size,
+                length_penalty=alpha,
+                max_len_a=1.0,
+                max_len_b=2,
+                nbest=beam_size,
+                stopping=stopping,
+                need_attention=True,
+            )
             for i in range(src.size(0)):
-                expected = reference_beam_search(model, src[i], beam_size=beam_size, alpha=alpha, max_len=limits[i],
-                                                 nbest=beam_size, stopping=stopping)
+                expected = reference_beam_search(
+                    model,
+                    src[i],
+                    beam_size=beam_size,
+                    alpha=alpha,
+                    max_len=limits[i],
+                    nbest=beam_size,
+                    stopping=stopping,
+                )
                 got = batched[i]
                 assert [h.tokens for h in got] == [h.tokens for h in expected], (beam_size, alpha, i)
                 assert [h.score for h in got] == pytest.approx([h.score for h in expected], abs=1e-4)
@@ -451,8 +472,12 @@ def test_beam_one_is_greedy_and_top_k_one_sampling_is_greedy(seed):
     kw = dict(max_len_a=1.0, max_len_b=3)
     greedy_hyps = [h for [h] in greedy(model, src, need_attention=True, **kw)]
     for stopping, alpha in [("exact", 0.0), ("beam_full", 0.0), ("beam_full", 1.0)]:
-        beam_hyps = [h for [h] in beam_search(model, src, beam_size=1, length_penalty=alpha, stopping=stopping,
-                                             need_attention=True, **kw)]
+        beam_hyps = [
+            h
+            for [h] in beam_search(
+                model, src, beam_size=1, length_penalty=alpha, stopping=stopping, need_attention=True, **kw
+            )
+        ]
         assert [h.tokens for h in beam_hyps] == [h.tokens for h in greedy_hyps]
         assert [h.log_prob for h in beam_hyps] == pytest.approx([h.log_prob for h in greedy_hyps], abs=1e-5)
         assert all(torch.allclose(b.attention, g.attention) for b, g in zip(beam_hyps, greedy_hyps))

@@ -39,17 +39,36 @@ def workdir(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("shortlist")
     splits = write_toy_splits(root)
-    training = {"batch_tokens": 1000, "lr": 2e-2, "warmup_updates": 10, "validate_every": 150, "log_every": 50,
-                "threads": 1, "devices": "cpu", "valid_bleu": False}
+    training = {
+        "batch_tokens": 1000,
+        "lr": 2e-2,
+        "warmup_updates": 10,
+        "validate_every": 150,
+        "log_every": 50,
+        "threads": 1,
+        "devices": "cpu",
+        "valid_bleu": False,
+    }
     config = {
         "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
-        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
-                  "ffn_dim": 64, "max_positions": 128, "dropout": 0.0},
+        "model": {
+            "arch": "transformer",
+            "d_model": 32,
+            "heads": 2,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+            "ffn_dim": 64,
+            "max_positions": 128,
+            "dropout": 0.0,
+        },
         "training": {"run_dir": str(root / "run"), "max_updates": 150, **training},
         "decoding": {"beam_size": 4, "batch_size": 16, "threads": 1, "device": "cpu"},
     }
-    rnn = {**config, "model": {"arch": "luong", "embed_dim": 16, "hidden_size": 16},
-           "training": {"run_dir": str(root / "rnn"), "max_updates": 2, **training, "validate_every": 2}}
+    rnn = {
+        **config,
+        "model": {"arch": "luong", "embed_dim": 16, "hidden_size": 16},
+        "training": {"run_dir": str(root / "rnn"), "max_updates": 2, **training, "validate_every": 2},
+    }
     for name, tree in (("config", config), ("rnn", rnn)):
         (root / f"{name}.yaml").write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
     for args in (("prepare", root / "config.yaml"), ("train", root / "config.yaml"), ("train", root / "rnn.yaml")):
@@ -67,15 +86,19 @@ def lexicon(workdir, loaded):
     from mtkit.data import ParallelData
 
     tok = loaded.tokenizer
-    return build_lexicon(ParallelData(workdir / "data", "train"), tok.src_vocab_size, tok.tgt_vocab_size,
-                         tok.fingerprint())
+    return build_lexicon(
+        ParallelData(workdir / "data", "train"), tok.src_vocab_size, tok.tgt_vocab_size, tok.fingerprint()
+    )
 
 
 @pytest.fixture(scope="module")
 def src(workdir, loaded) -> torch.Tensor:
     """(batch, src_len) test + valid sources with EOS, right-padded, as the translator builds them."""
-    lines = [line for split in ("test", "valid")
-             for line in (workdir / "corpus" / f"{split}.en").read_text(encoding="utf-8").splitlines()]
+    lines = [
+        line
+        for split in ("test", "valid")
+        for line in (workdir / "corpus" / f"{split}.en").read_text(encoding="utf-8").splitlines()
+    ]
     ids = loaded.tokenizer.encode_src(lines)
     width = max(map(len, ids)) + 1
     return torch.tensor([x + [EOS] + [PAD] * (width - len(x) - 1) for x in ids])
@@ -85,8 +108,11 @@ def src(workdir, loaded) -> torch.Tensor:
 def test_shortlists_cover_the_reference_translations(workdir, loaded, lexicon, src):
     """Word-for-word toy data: the subwords of each reference lie in its source's shortlist, from the translations
     alone (no frequent list, no copies); with 2 translations per source subword fewer are covered."""
-    refs = [line for split in ("test", "valid")
-            for line in (workdir / "corpus" / f"{split}.de").read_text(encoding="utf-8").splitlines()]
+    refs = [
+        line
+        for split in ("test", "valid")
+        for line in (workdir / "corpus" / f"{split}.de").read_text(encoding="utf-8").splitlines()
+    ]
     coverage = {}
     for per_source in (2, 10):
         ids = candidates(lexicon, src, per_source=per_source, frequent=0, copy_source=False)
@@ -125,7 +151,7 @@ def test_candidates_equal_a_plain_set_computation(lexicon, src):
             expected -= {PAD, BOS, EOS}
             kept = [t for t in row[1:] if t != PAD]
             assert row[0] == EOS and kept == sorted(expected)
-            assert row[1 + len(kept):] == [PAD] * (len(row) - 1 - len(kept))  # fillers only at the end
+            assert row[1 + len(kept) :] == [PAD] * (len(row) - 1 - len(kept))  # fillers only at the end
 
 
 # --------------------------------------------------------------------------------------------- search
@@ -167,8 +193,9 @@ def per_row_encoder_side(monkeypatch):
 
     def per_row(self):
         state, _ = original(self)
-        return dataclasses.replace(state, row_source=torch.arange(len(state.row_source)),
-                                   **state._per_source(state.row_source)), 1
+        return dataclasses.replace(
+            state, row_source=torch.arange(len(state.row_source)), **state._per_source(state.row_source)
+        ), 1
 
     monkeypatch.setattr(TransformerState, "encoder_side", per_row)
 
@@ -198,8 +225,9 @@ def test_shortlisted_search_equals_the_masked_reference(loaded, lexicon, src, ro
         per_row_encoder_side(monkeypatch)
     beam = beam_search(shortlisted, src, **kwargs)
     assert_same_hypotheses(beam, expected_beam, reference, src, **kwargs)
-    assert_same_hypotheses(greedy(shortlisted, src, **limits), expected_greedy, reference, src, beam_size=1,
-                           length_penalty=0.0, **limits)
+    assert_same_hypotheses(
+        greedy(shortlisted, src, **limits), expected_greedy, reference, src, beam_size=1, length_penalty=0.0, **limits
+    )
     allowed = candidates(lexicon, src, **options)
     for row, hyps in enumerate(beam):
         assert set(t for h in hyps for t in h.tokens) <= set(allowed[row].tolist()) - {PAD, BOS, EOS}
@@ -265,10 +293,13 @@ def one_line_error(result, *needles):
 
 
 def test_cli_refusals_are_one_line(workdir, run_cli, tmp_path, loaded):
-    one_line_error(run_cli("translate", workdir / "rnn", "--shortlist", "5", stdin="a dog\n"), "Transformer",
-                   "--shortlist 0")
-    one_line_error(run_cli("translate", workdir / "run", "--checkpoint", workdir / "run", "--shortlist", "5",
-                           stdin="a dog\n"), "ensemble")
+    one_line_error(
+        run_cli("translate", workdir / "rnn", "--shortlist", "5", stdin="a dog\n"), "Transformer", "--shortlist 0"
+    )
+    one_line_error(
+        run_cli("translate", workdir / "run", "--checkpoint", workdir / "run", "--shortlist", "5", stdin="a dog\n"),
+        "ensemble",
+    )
     one_line_error(run_cli("translate", workdir / "run", "--shortlist", "101", stdin="a dog\n"), "shortlist")
     run = tmp_path / "run"
     shutil.copytree(workdir / "run", run)

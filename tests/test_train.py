@@ -33,12 +33,30 @@ from mtkit.loss import fused_output_loss, label_smoothed_loss
 from mtkit.models import PAD
 from mtkit.optim import learning_rate
 
-TRANSFORMER = {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
-               "ffn_dim": 64, "dropout": 0.1}
+TRANSFORMER = {
+    "arch": "transformer",
+    "d_model": 32,
+    "heads": 2,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "ffn_dim": 64,
+    "dropout": 0.1,
+}
 LUONG = {"arch": "luong", "embed_dim": 16, "hidden_size": 32, "layers": 1, "dropout": 0.1}
 BAHDANAU = {"arch": "bahdanau", "embed_dim": 16, "hidden_size": 32, "dropout": 0.1}
-TRAINING = {"devices": "cpu", "threads": 1, "batch_tokens": 600, "lr": 2e-3, "warmup_updates": 4, "log_every": 1,
-            "validate_every": 4, "valid_bleu": True, "valid_max_sentences": 10, "keep_last": 3, "keep_best": 1}
+TRAINING = {
+    "devices": "cpu",
+    "threads": 1,
+    "batch_tokens": 600,
+    "lr": 2e-3,
+    "warmup_updates": 4,
+    "log_every": 1,
+    "validate_every": 4,
+    "valid_bleu": True,
+    "valid_max_sentences": 10,
+    "keep_last": 3,
+    "keep_best": 1,
+}
 DECODING = {"max_len_a": 1.0, "max_len_b": 4}  # an untrained model decodes to the length limit: keep it short
 SUBPROCESS_ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
@@ -73,16 +91,25 @@ def sampled_section(data_section, tmp_path_factory) -> dict:
     """The same corpus with BPE-dropout copies of train (3 samplings)."""
     from mtkit.prepare import prepare
 
-    section = {**data_section, "dir": str(tmp_path_factory.mktemp("toy-sampled") / "data"), "src_subword_alpha": 0.2,
-               "tgt_subword_alpha": 0.2, "subword_samples": 3}
+    section = {
+        **data_section,
+        "dir": str(tmp_path_factory.mktemp("toy-sampled") / "data"),
+        "src_subword_alpha": 0.2,
+        "tgt_subword_alpha": 0.2,
+        "subword_samples": 3,
+    }
     prepare(cfgmod.from_dict({"data": section}).data)
     return section
 
 
 def make_config(folder: Path, data_section: dict, name: str = "run", model: dict = TRANSFORMER, **training) -> Path:
     """Write folder/NAME.yaml for a run in folder/NAME; ``training`` overrides TRAINING."""
-    tree = {"data": data_section, "model": model,
-            "training": {**TRAINING, "run_dir": str(folder / name), **training}, "decoding": DECODING}
+    tree = {
+        "data": data_section,
+        "model": model,
+        "training": {**TRAINING, "run_dir": str(folder / name), **training},
+        "decoding": DECODING,
+    }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
     return path
@@ -151,10 +178,16 @@ def schedule(**kw) -> cfgmod.TrainingConfig:
     return cfgmod.TrainingConfig(run_dir="unused", **kw)
 
 
-@pytest.mark.parametrize("update, expected", [
-    (1, 1e-3 * 1 / 100), (50, 1e-3 * 50 / 100), (100, 1e-3), (400, 1e-3 * math.sqrt(100 / 400)),
-    (10_000, 1e-3 * math.sqrt(100 / 10_000)),
-])
+@pytest.mark.parametrize(
+    "update, expected",
+    [
+        (1, 1e-3 * 1 / 100),
+        (50, 1e-3 * 50 / 100),
+        (100, 1e-3),
+        (400, 1e-3 * math.sqrt(100 / 400)),
+        (10_000, 1e-3 * math.sqrt(100 / 10_000)),
+    ],
+)
 def test_inverse_sqrt_schedule(update, expected):
     t = schedule(schedule="inverse_sqrt", lr=1e-3, warmup_updates=100)
     assert learning_rate(update, t, d_model=512) == pytest.approx(expected, rel=1e-12)
@@ -163,16 +196,23 @@ def test_inverse_sqrt_schedule(update, expected):
 @pytest.mark.parametrize("update", [1, 100, 3999, 4000, 4001, 16_000, 100_000])
 def test_noam_schedule(update):
     t = schedule(schedule="noam", lr=2.0, warmup_updates=4000)
-    expected = 2.0 * 512 ** -0.5 * min(update ** -0.5, update * 4000 ** -1.5)
+    expected = 2.0 * 512**-0.5 * min(update**-0.5, update * 4000**-1.5)
     assert learning_rate(update, t, d_model=512) == pytest.approx(expected, rel=1e-12)
     if update == 4000:  # the peak: both branches meet
         assert expected == pytest.approx(2.0 / math.sqrt(512 * 4000), rel=1e-12)
 
 
-@pytest.mark.parametrize("update, expected", [
-    (5, 1e-3 * 5 / 10), (10, 1e-3), (60, 1e-5 + 0.5 * (1e-3 - 1e-5)),
-    (35, 1e-5 + 0.5 * (1e-3 - 1e-5) * (1 + math.cos(math.pi * 0.25))), (110, 1e-5), (500, 1e-5),
-])
+@pytest.mark.parametrize(
+    "update, expected",
+    [
+        (5, 1e-3 * 5 / 10),
+        (10, 1e-3),
+        (60, 1e-5 + 0.5 * (1e-3 - 1e-5)),
+        (35, 1e-5 + 0.5 * (1e-3 - 1e-5) * (1 + math.cos(math.pi * 0.25))),
+        (110, 1e-5),
+        (500, 1e-5),
+    ],
+)
 def test_cosine_schedule(update, expected):
     t = schedule(schedule="cosine", lr=1e-3, min_lr=1e-5, warmup_updates=10, max_updates=110)
     assert learning_rate(update, t, d_model=512) == pytest.approx(expected, rel=1e-12)
@@ -264,8 +304,9 @@ def test_fused_output_loss_without_gradients_and_a_second_backward():
     features, weight, target = torch.randn(200, 8), torch.randn(50, 8), torch.randint(4, 50, (200,))
     with torch.no_grad():
         loss, _ = fused_output_loss(features, weight, None, target, 0.2)
-    assert loss.item() == pytest.approx(label_smoothed_loss(F.linear(features, weight), target, 0.2)[0].item(),
-                                        rel=1e-5)
+    assert loss.item() == pytest.approx(
+        label_smoothed_loss(F.linear(features, weight), target, 0.2)[0].item(), rel=1e-5
+    )
     weight.requires_grad_()
     loss, _ = fused_output_loss(features, weight, None, target, 0.2)
     loss.backward(retain_graph=True)
@@ -331,8 +372,9 @@ def test_keep_last_and_keep_best(tmp_path):
         valid = {"bleu": score, "loss": 10.0 - (score or 0)} if score is not None else None
         bundle = ckpt.Bundle({"update": update, "valid": valid}, {"w": torch.ones(1)})
         ckpt.save(folder / f"ckpt_{update:07d}.safetensors", bundle)
-    fake = SimpleNamespace(ckpt_dir=folder, valid_data=object(),
-                           t=SimpleNamespace(keep_last=2, keep_best=2, best_metric="bleu"))
+    fake = SimpleNamespace(
+        ckpt_dir=folder, valid_data=object(), t=SimpleNamespace(keep_last=2, keep_best=2, best_metric="bleu")
+    )
     trainmod.Trainer.prune_checkpoints(fake)
     assert set(checkpoints(tmp_path)) == {6, 7, 2, 4}  # last two, and the two best BLEU
     fake.t = SimpleNamespace(keep_last=1, keep_best=1, best_metric="loss")
@@ -341,9 +383,11 @@ def test_keep_last_and_keep_best(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ exact resume
-@pytest.mark.parametrize("model, k, batch_tokens, sampled", [(TRANSFORMER, 5, 700, False), (LUONG, 3, 1200, False),
-                                                              (TRANSFORMER, 5, 900, True)],
-                         ids=["transformer", "luong", "transformer-bpe-dropout"])
+@pytest.mark.parametrize(
+    "model, k, batch_tokens, sampled",
+    [(TRANSFORMER, 5, 700, False), (LUONG, 3, 1200, False), (TRANSFORMER, 5, 900, True)],
+    ids=["transformer", "luong", "transformer-bpe-dropout"],
+)
 def test_resume_equals_uninterrupted_bitwise(tmp_path, request, run_cli, monkeypatch, model, k, batch_tokens, sampled):
     """k updates, then --resume to 2k == 2k straight: weights, Adam moments and RNG, tensor by tensor.
 
@@ -354,8 +398,9 @@ def test_resume_equals_uninterrupted_bitwise(tmp_path, request, run_cli, monkeyp
     from mtkit.data import ParallelData
 
     section = request.getfixturevalue("sampled_section" if sampled else "data_section")
-    common = dict(model=model, update_freq=2, batch_tokens=batch_tokens, validate_every=k, save_every=k,
-                  valid_max_sentences=4)
+    common = dict(
+        model=model, update_freq=2, batch_tokens=batch_tokens, validate_every=k, save_every=k, valid_max_sentences=4
+    )
     straight = make_config(tmp_path, section, name="straight", max_updates=2 * k, **common)
     split = make_config(tmp_path, section, name="split", max_updates=k, **common)
     assert run_cli("train", straight).code == 0
@@ -440,11 +485,13 @@ def test_second_trainer_is_refused_and_sigterm_saves_and_exits_0(tmp_path, data_
     config = make_config(tmp_path, data_section, max_updates=100_000, validate_every=1000, save_every=1000)
     run = tmp_path / "run"
     log = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen([sys.executable, "-m", "mtkit", "train", str(config)], stdout=log,
-                             stderr=subprocess.STDOUT, env=SUBPROCESS_ENV)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "mtkit", "train", str(config)], stdout=log, stderr=subprocess.STDOUT, env=SUBPROCESS_ENV
+    )
     try:
-        assert _wait_for(lambda: _train_lines(run) >= 1, first, "the first trainer to start training"), \
-            (tmp_path / "first.log").read_text()
+        assert _wait_for(lambda: _train_lines(run) >= 1, first, "the first trainer to start training"), (
+            tmp_path / "first.log"
+        ).read_text()
         # a second trainer on the same run dir is refused while the first holds the lock
         second = run_cli("train", "--resume", run)
         assert_one_line_error(second, "another mtkit train", f"pid {first.pid}", str(run))
@@ -480,17 +527,23 @@ def test_kill_9_at_random_moments_always_leaves_a_resumable_run(tmp_path, data_s
     for attempt in range(3):
         args = ["--resume", str(run)] if (run / "config.yaml").is_file() else [str(config)]
         log_path = tmp_path / f"attempt-{attempt}.log"
-        reached = lambda: max(map(int, re.findall(r"^update +(\d+)", log_path.read_text(), re.M)),  # noqa: E731
-                              default=0)
+
+        def reached(path=log_path) -> int:
+            return max(map(int, re.findall(r"^update +(\d+)", path.read_text(), re.M)), default=0)
+
         resumed_from = max(checkpoints(run), default=0)
         target = rng.randint(resumed_from + 1, max(resumed_from + 1, n - 8))
         with open(log_path, "w") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "mtkit", "train", *args], stdout=log,
-                                    stderr=subprocess.STDOUT, env=SUBPROCESS_ENV)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mtkit", "train", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=SUBPROCESS_ENV,
+            )
             try:
                 if attempt == 0:
                     time.sleep(rng.uniform(0.0, 3.0))
-                elif _wait_for(lambda: reached() >= target, proc, f"update {target}"):
+                elif _wait_for(lambda done=reached, target=target: done() >= target, proc, f"update {target}"):
                     time.sleep(rng.uniform(0.0, 0.05))
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)
@@ -514,8 +567,9 @@ def test_kill_9_at_random_moments_always_leaves_a_resumable_run(tmp_path, data_s
 
 # --------------------------------------------------------------------------------- bad numbers
 @pytest.mark.parametrize("bad", ["nan", "inf"])
-def test_nan_or_inf_loss_stops_naming_the_update_and_keeps_the_last_checkpoint(tmp_path, data_section, run_cli,
-                                                                               monkeypatch, bad):
+def test_nan_or_inf_loss_stops_naming_the_update_and_keeps_the_last_checkpoint(
+    tmp_path, data_section, run_cli, monkeypatch, bad
+):
     config = make_config(tmp_path, data_section, max_updates=20, save_every=2, validate_every=2)
     real, calls = trainmod.fused_output_loss, []
 
@@ -606,8 +660,9 @@ def test_unwritable_checkpoint_target_fails_clearly(run_copy, run_cli):
     """A target no one can write, root included: a folder sits where the temp file of update 10 would go."""
     blocker = run_copy / "checkpoints" / f".ckpt_0000010.safetensors.{os.getpid()}.tmp"
     blocker.mkdir()
-    result = run_cli("train", "--resume", run_copy, "--set", "training.max_updates=10",
-                     "--set", "training.validate_every=100")
+    result = run_cli(
+        "train", "--resume", run_copy, "--set", "training.max_updates=10", "--set", "training.validate_every=100"
+    )
     assert_one_line_error(result, "cannot write", str(run_copy / "checkpoints" / "ckpt_0000010.safetensors"))
     assert max(checkpoints(run_copy)) == 8 and ckpt.load(checkpoints(run_copy)[8], with_train=True)
     assert blocker.is_dir()  # stale-temp clean-up removes files only
@@ -689,8 +744,9 @@ def test_checkpoint_not_matching_its_config_names_the_tensor(run_copy, run_cli, 
         else:
             del weights[name]
     ckpt.save(path, ckpt.Bundle(bundle.metadata, weights, bundle.tokenizer, bundle.train))
-    assert_one_line_error(run_cli("train", "--resume", run_copy, "--set", "training.max_updates=9"), f"'{name}'",
-                          str(path))
+    assert_one_line_error(
+        run_cli("train", "--resume", run_copy, "--set", "training.max_updates=9"), f"'{name}'", str(path)
+    )
 
 
 # ------------------------------------------------------------------------------ changed configs

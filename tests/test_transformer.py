@@ -14,8 +14,19 @@ POSITIONS = ["sinusoidal", "learned", "relative", "rope"]
 
 
 def tiny(positions="sinusoidal", norm="pre", **kw):
-    cfg = TransformerConfig(d_model=32, heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=64, positions=positions,
-                            norm=norm, max_relative_distance=3, dropout=0.0, max_positions=64, **kw)
+    cfg = TransformerConfig(
+        d_model=32,
+        heads=4,
+        encoder_layers=2,
+        decoder_layers=2,
+        ffn_dim=64,
+        positions=positions,
+        norm=norm,
+        max_relative_distance=3,
+        dropout=0.0,
+        max_positions=64,
+        **kw,
+    )
     torch.manual_seed(0)
     return build_model(cfg, 24, 24, joint_vocab=True).eval()
 
@@ -143,8 +154,18 @@ def greedy_decode(model, src, max_len):
 def test_learns_to_reverse(positions):
     """A proof that it learns: reversal of 96 fixed sequences, then greedy decoding reproduces every one."""
     torch.manual_seed(0)
-    cfg = TransformerConfig(d_model=64, heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=128, positions=positions,
-                            norm="pre", dropout=0.0, max_relative_distance=8, max_positions=32)
+    cfg = TransformerConfig(
+        d_model=64,
+        heads=4,
+        encoder_layers=1,
+        decoder_layers=1,
+        ffn_dim=128,
+        positions=positions,
+        norm="pre",
+        dropout=0.0,
+        max_relative_distance=8,
+        max_positions=32,
+    )
     model = build_model(cfg, 14, 14, joint_vocab=True)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)
@@ -176,8 +197,9 @@ def test_beam_grouped_cross_attention_equals_per_row(monkeypatch):
 
     model = tiny("relative")
     src, _ = batch()
-    kwargs = dict(beam_size=4, length_penalty=1.0, max_len_a=1.5, max_len_b=5, nbest=2, need_attention=True,
-                  stopping="beam_full")
+    kwargs = dict(
+        beam_size=4, length_penalty=1.0, max_len_a=1.5, max_len_b=5, nbest=2, need_attention=True, stopping="beam_full"
+    )
     with torch.no_grad():
         grouped = search.beam_search(model, src, **kwargs)
         original = TransformerState.encoder_side
@@ -185,9 +207,13 @@ def test_beam_grouped_cross_attention_equals_per_row(monkeypatch):
         def per_row(self):
             state, _ = original(self)
             gather = lambda xs: [x.index_select(0, state.row_source) for x in xs]  # noqa: E731
-            return dataclasses.replace(state, mem_k=gather(state.mem_k), mem_v=gather(state.mem_v),
-                                       src_mask=state.src_mask.index_select(0, state.row_source),
-                                       row_source=torch.arange(len(state.row_source))), 1
+            return dataclasses.replace(
+                state,
+                mem_k=gather(state.mem_k),
+                mem_v=gather(state.mem_v),
+                src_mask=state.src_mask.index_select(0, state.row_source),
+                row_source=torch.arange(len(state.row_source)),
+            ), 1
 
         monkeypatch.setattr(TransformerState, "encoder_side", per_row)
         plain = search.beam_search(model, src, **kwargs)

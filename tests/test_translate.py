@@ -29,8 +29,16 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import (EN_WORDS, LOG_PROB_TOL, NEAR_TIE, diverged_at_near_ties, first_divergence, search_margin,
-                      write_lines, write_toy_splits)
+from conftest import (
+    EN_WORDS,
+    LOG_PROB_TOL,
+    NEAR_TIE,
+    diverged_at_near_ties,
+    first_divergence,
+    search_margin,
+    write_lines,
+    write_toy_splits,
+)
 from mtkit.checkpoint import load_checkpoint
 from mtkit.engine import Options, max_chars_for
 from mtkit.models.base import BOS, EOS, PAD
@@ -53,17 +61,38 @@ def workdir(tmp_path_factory) -> Path:
     splits = write_toy_splits(root)
     config = {
         "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
-        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1,
-                  "ffn_dim": 64, "max_positions": MAX_POSITIONS, "dropout": 0.0},
-        "training": {"run_dir": str(root / "run"), "max_updates": 150, "batch_tokens": 400, "lr": 3e-3,
-                     "warmup_updates": 20, "validate_every": 150, "log_every": 50, "threads": 1,
-                     "valid_max_sentences": 10},
+        "model": {
+            "arch": "transformer",
+            "d_model": 32,
+            "heads": 2,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+            "ffn_dim": 64,
+            "max_positions": MAX_POSITIONS,
+            "dropout": 0.0,
+        },
+        "training": {
+            "run_dir": str(root / "run"),
+            "max_updates": 150,
+            "batch_tokens": 400,
+            "lr": 3e-3,
+            "warmup_updates": 20,
+            "validate_every": 150,
+            "log_every": 50,
+            "threads": 1,
+            "valid_max_sentences": 10,
+        },
         "decoding": {"beam_size": 4, "batch_size": 16, "chunk_size": CHUNK_SIZE, "threads": 1, "device": "cpu"},
     }
     (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     for command in ("prepare", "train"):
-        done = subprocess.run([sys.executable, "-m", "mtkit", command, str(root / "config.yaml")],
-                              capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "mtkit", command, str(root / "config.yaml")],
+            capture_output=True,
+            text=True,
+            env=SUBPROCESS_ENV,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
     return root
 
@@ -98,15 +127,32 @@ def search_of(opt: Options) -> dict:
     """``search_margin``'s options for a translator's ``opt``: n-best lists need a beam that wide, and beam 1
     without them is greedy (search_margin's beam 1 under ``beam_full``)."""
     beam = max(opt.beam_size, opt.nbest)
-    return dict(beam_size=beam, nbest=opt.nbest, length_penalty=opt.length_penalty, max_len_a=opt.max_len_a,
-                max_len_b=opt.max_len_b, stopping=opt.stopping if beam > 1 else "beam_full")
+    return dict(
+        beam_size=beam,
+        nbest=opt.nbest,
+        length_penalty=opt.length_penalty,
+        max_len_a=opt.max_len_a,
+        max_len_b=opt.max_len_b,
+        stopping=opt.stopping if beam > 1 else "beam_full",
+    )
 
 
 def run_options(loaded, **overrides) -> Options:
     """The run's decoding config with command-line overrides, as `mtkit translate` resolves them."""
     dec = loaded.config.decoding
-    return Options(**{**dict(beam_size=dec.beam_size, nbest=dec.nbest, length_penalty=dec.length_penalty,
-                             max_len_a=dec.max_len_a, max_len_b=dec.max_len_b, stopping=dec.stopping), **overrides})
+    return Options(
+        **{
+            **dict(
+                beam_size=dec.beam_size,
+                nbest=dec.nbest,
+                length_penalty=dec.length_penalty,
+                max_len_a=dec.max_len_a,
+                max_len_b=dec.max_len_b,
+                stopping=dec.stopping,
+            ),
+            **overrides,
+        }
+    )
 
 
 def assert_same_translations(loaded, lines: list[str], got: str, expected: str, **overrides) -> None:
@@ -115,8 +161,11 @@ def assert_same_translations(loaded, lines: list[str], got: str, expected: str, 
     got_lines, expected_lines = got.split("\n"), expected.split("\n")
     assert len(got_lines) == len(expected_lines) == len(lines) + 1 and got_lines[-1] == expected_lines[-1] == ""
     search = search_of(run_options(loaded, **overrides))
-    differ = [(line, ids, a, b) for line, ids, a, b in zip(lines, make_translator(loaded).encode(lines), got_lines,
-                                                           expected_lines) if a != b]
+    differ = [
+        (line, ids, a, b)
+        for line, ids, a, b in zip(lines, make_translator(loaded).encode(lines), got_lines, expected_lines)
+        if a != b
+    ]
     assert len(differ) < len(lines) / 2, differ
     for line, ids, a, b in differ:
         margin = search_margin(loaded.model, ids + [EOS], **search)
@@ -136,8 +185,12 @@ def run_main(args, stdin: bytes, capsys, monkeypatch):
 
 def spawn(args, **kwargs) -> subprocess.Popen:
     """``python -m mtkit ...`` as a child with Ctrl-C at its default (a harness may have ignored SIGINT)."""
-    return subprocess.Popen([sys.executable, "-m", "mtkit", *map(str, args)], env=SUBPROCESS_ENV,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "mtkit", *map(str, args)],
+        env=SUBPROCESS_ENV,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kwargs,
+    )
 
 
 # ------------------------------------------------------------------------ N lines in = N lines out
@@ -148,8 +201,11 @@ def _encoded(text: str) -> bytes:
 _words = st.lists(st.sampled_from(EN_WORDS), min_size=1, max_size=12).map(" ".join).map(_encoded)
 _any_text = st.text(st.characters(exclude_characters="\n", exclude_categories=("Cs",)), max_size=40).map(_encoded)
 _blank = st.text(st.sampled_from(" \t\r\x0b\x0c\x1c\x85\xa0\u2028\u2029\u3000"), max_size=6).map(_encoded)
-_control = st.text(st.characters(max_codepoint=0x9f, exclude_characters="\n",
-                                 exclude_categories=("L", "M", "N", "P", "S", "Zs")), min_size=1, max_size=8).map(_encoded)
+_control = st.text(
+    st.characters(max_codepoint=0x9F, exclude_characters="\n", exclude_categories=("L", "M", "N", "P", "S", "Zs")),
+    min_size=1,
+    max_size=8,
+).map(_encoded)
 _huge = st.builds(lambda word, n: _encoded(f"{word} " * n), st.sampled_from(EN_WORDS), st.integers(300, 3000))
 _bytes = st.binary(max_size=30).map(lambda b: b.replace(b"\n", b""))  # mostly invalid UTF-8
 _line = st.one_of(_words, _any_text, _blank, _control, _huge, _bytes, st.just(b""))
@@ -193,10 +249,20 @@ def test_blank_long_and_invalid_lines_through_the_cli(loaded, run_dir, capsys, m
     rng = random.Random(0)
     long_words = " ".join(rng.choice(EN_WORDS) for _ in range(30_000))[:100_000]
     assert len(long_words) == 100_000
-    lines = [b"A man sees a dog .", b"", b"   \t ", long_words.encode(), b"\xff\xfe bad \xc3( utf-8",
-             b"\x00\x01\x1b[31m", ("x" * 100_000).encode(), " ".join(EN_WORDS * 3).encode(), b"the cat ."]
-    too_long = sum(len(ids) > MAX_POSITIONS - 1
-                   for ids in loaded.tokenizer.encode_src([x.decode(errors="replace") for x in lines]))
+    lines = [
+        b"A man sees a dog .",
+        b"",
+        b"   \t ",
+        long_words.encode(),
+        b"\xff\xfe bad \xc3( utf-8",
+        b"\x00\x01\x1b[31m",
+        ("x" * 100_000).encode(),
+        " ".join(EN_WORDS * 3).encode(),
+        b"the cat .",
+    ]
+    too_long = sum(
+        len(ids) > MAX_POSITIONS - 1 for ids in loaded.tokenizer.encode_src([x.decode(errors="replace") for x in lines])
+    )
     assert too_long == 2  # the 100,000 characters of words and the 120 words
     # ... and the 100,000 x's (one unknown subword to SentencePiece), cut at max_chars before tokenizing
     code, out, err = run_main(["translate", run_dir, "--beam-size", 3], b"\n".join(lines), capsys, monkeypatch)
@@ -213,8 +279,9 @@ def test_blank_long_and_invalid_lines_through_the_cli(loaded, run_dir, capsys, m
 
 def test_jsonl_nbest_and_alignments(loaded, run_dir, test_lines, capsys, monkeypatch):
     stdin = "\n".join(test_lines[:4] + ["", test_lines[4]]) + "\n"
-    code, out, err = run_main(["translate", run_dir, "--format", "jsonl", "--nbest", 3, "--alignments"],
-                              stdin.encode(), capsys, monkeypatch)
+    code, out, err = run_main(
+        ["translate", run_dir, "--format", "jsonl", "--nbest", 3, "--alignments"], stdin.encode(), capsys, monkeypatch
+    )
     assert code == 0 and err == "", err
     records = [json.loads(line) for line in out.splitlines()]
     assert [r["source"] for r in records] == test_lines[:4] + ["", test_lines[4]]
@@ -245,8 +312,9 @@ def test_text_nbest_gives_exactly_nbest_lines_per_input(run_dir, test_lines, cap
         hypothesis, score = line.split("\t")
         assert float(score) <= 0
     # with no room for a token every sentence has one hypothesis (the empty one): the rest are empty lines
-    code, out, err = run_main(["translate", run_dir, "--nbest", 2, "--max-len-a", 0, "--max-len-b", 0],
-                              stdin.encode(), capsys, monkeypatch)
+    code, out, err = run_main(
+        ["translate", run_dir, "--nbest", 2, "--max-len-a", 0, "--max-len-b", 0], stdin.encode(), capsys, monkeypatch
+    )
     assert code == 0, err
     lines = out.split("\n")[:-1]
     assert len(lines) == 6 and lines[0].startswith("\t-") and lines[1:4] == ["", "", ""] and lines[5] == ""
@@ -255,8 +323,9 @@ def test_text_nbest_gives_exactly_nbest_lines_per_input(run_dir, test_lines, cap
 def test_plot_attention_writes_one_png_per_sentence(run_dir, test_lines, tmp_path, capsys, monkeypatch):
     plots = tmp_path / "plots"
     stdin = "\n".join([test_lines[0], "", test_lines[1]]) + "\n"
-    code, out, err = run_main(["translate", run_dir, "--plot-attention", plots, "-b", 2], stdin.encode(),
-                              capsys, monkeypatch)
+    code, out, err = run_main(
+        ["translate", run_dir, "--plot-attention", plots, "-b", 2], stdin.encode(), capsys, monkeypatch
+    )
     assert code == 0, err
     assert len(out.split("\n")) == 4
     pngs = sorted(p.name for p in plots.iterdir())
@@ -272,7 +341,9 @@ def test_output_file_and_unwritable_output(run_dir, test_lines, tmp_path, capsys
     assert len(out_file.read_text(encoding="utf-8").split("\n")) == 6
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hyp.txt"]  # no temp file left
 
-    code, out, err = run_main(["translate", run_dir, "-o", tmp_path / "missing" / "hyp.txt"], stdin, capsys, monkeypatch)
+    code, out, err = run_main(
+        ["translate", run_dir, "-o", tmp_path / "missing" / "hyp.txt"], stdin, capsys, monkeypatch
+    )
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "missing" in err
 
@@ -295,8 +366,11 @@ def test_stopping_flag_reaches_the_search_and_bad_values_are_one_line(run_dir, t
 
 # ------------------------------------------------------------------------------ search equivalences
 @settings(max_examples=200, deadline=None)
-@given(lengths=st.lists(st.integers(0, 40), max_size=60), batch_size=st.integers(1, 20),
-       batch_tokens=st.one_of(st.none(), st.integers(1, 200)))
+@given(
+    lengths=st.lists(st.integers(0, 40), max_size=60),
+    batch_size=st.integers(1, 20),
+    batch_tokens=st.one_of(st.none(), st.integers(1, 200)),
+)
 def test_batches_hold_every_sentence_once_within_both_bounds(lengths, batch_size, batch_tokens):
     from mtkit.engine import batches
 
@@ -319,8 +393,9 @@ def test_batch_tokens_changes_batches_not_translations(loaded, run_dir, test_lin
 
     sizes = []
     real = search.beam_search
-    monkeypatch.setattr(search, "beam_search", lambda model, src, *a, **kw: sizes.append(src.shape) or
-                        real(model, src, *a, **kw))
+    monkeypatch.setattr(
+        search, "beam_search", lambda model, src, *a, **kw: sizes.append(src.shape) or real(model, src, *a, **kw)
+    )
     stdin = ("\n".join(test_lines[:30]) + "\n").encode()
     code, plain, err = run_main(["translate", run_dir], stdin, capsys, monkeypatch)
     assert code == 0, err
@@ -393,8 +468,15 @@ def test_beam_one_equals_greedy(loaded, test_lines):
     src = src_batch(loaded, test_lines)
     by_greedy = greedy(loaded.model, src, max_len_a=1.5, max_len_b=10)
     for length_penalty, stopping in ((0.0, "exact"), (1.0, "beam_full")):
-        by_beam = beam_search(loaded.model, src, beam_size=1, length_penalty=length_penalty, max_len_a=1.5,
-                              max_len_b=10, stopping=stopping)
+        by_beam = beam_search(
+            loaded.model,
+            src,
+            beam_size=1,
+            length_penalty=length_penalty,
+            max_len_a=1.5,
+            max_len_b=10,
+            stopping=stopping,
+        )
         for row, ((g,), (b,)) in enumerate(zip(by_greedy, by_beam)):
             divergence = first_divergence(loaded.model, src[row], b.tokens, g.tokens)
             if divergence is None:
@@ -420,8 +502,9 @@ def test_beam_search_is_at_least_as_probable_as_greedy(loaded, test_lines):
     model = loaded.model
     src = src_batch(loaded, test_lines)
     by_greedy = greedy(model, src, max_len_a=1.5, max_len_b=10)
-    by_beam = beam_search(model, src, beam_size=4, length_penalty=0.0, max_len_a=1.5, max_len_b=10, nbest=4,
-                          stopping="exact")
+    by_beam = beam_search(
+        model, src, beam_size=4, length_penalty=0.0, max_len_a=1.5, max_len_b=10, nbest=4, stopping="exact"
+    )
     beam_total = greedy_total = 0.0
     worse = 0
     for row, ((g,), hyps) in enumerate(zip(by_greedy, by_beam)):
@@ -442,13 +525,13 @@ def test_beam_search_is_at_least_as_probable_as_greedy(loaded, test_lines):
 def test_ensemble_of_a_model_with_itself_equals_the_model(loaded, run_dir, test_lines):
     twin = load_checkpoint(run_dir)  # a second copy of the weights, as --checkpoint loads it
     single = make_translator(loaded, beam_size=4, nbest=2, need_attention=True)
-    ensemble = make_translator(loaded, model=Ensemble([loaded.model, twin.model]), beam_size=4, nbest=2,
-                               need_attention=True)
+    ensemble = make_translator(
+        loaded, model=Ensemble([loaded.model, twin.model]), beam_size=4, nbest=2, need_attention=True
+    )
     ids = single.encode(test_lines)
     alone, pairs = single.translate_ids(ids), ensemble.translate_ids(ids)
     # the mean of two equal distributions is that distribution, to rounding: the same n-best but at a near-tie
-    diverged = diverged_at_near_ties(loaded.model, [x + [EOS] for x in ids], pairs, alone,
-                                     **search_of(single.opt))
+    diverged = diverged_at_near_ties(loaded.model, [x + [EOS] for x in ids], pairs, alone, **search_of(single.opt))
     for i, (hyps, refs) in enumerate(zip(alone, pairs)):
         if i not in diverged:
             for a, b in zip(hyps, refs):
@@ -471,8 +554,12 @@ def test_reader_closing_early_exits_quietly(run_dir, test_lines, tmp_path):
     # 300 lines of jsonl with alignments is megabytes: far more than a pipe holds, so writes must fail
     source = write_lines(tmp_path / "src.en", test_lines * 10)
     with open(source, "rb") as stdin:
-        translate = spawn(["translate", run_dir, "--format", "jsonl", "--alignments", "-b", 1],
-                          stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        translate = spawn(
+            ["translate", run_dir, "--format", "jsonl", "--alignments", "-b", 1],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         head = subprocess.Popen(["head", "-1"], stdin=translate.stdout, stdout=subprocess.PIPE)
         translate.stdout.close()  # head holds the only reading end
         first, _ = head.communicate(timeout=120)
@@ -508,8 +595,9 @@ def test_several_processes_share_one_run_dir(run_dir, test_lines, tmp_path):
     procs = []
     for args in variants:
         with open(source, "rb") as stdin:
-            procs.append(spawn(["translate", run_dir, *args], stdin=stdin, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE))
+            procs.append(
+                spawn(["translate", run_dir, *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            )
     results = [p.communicate(timeout=180) for p in procs]
     for p, (out, err) in zip(procs, results):
         assert p.returncode == 0 and err == b"", err.decode()
@@ -521,8 +609,9 @@ def test_one_line_at_a_time_through_a_pipe_is_answered_before_eof(loaded, run_di
     """A program that writes a line and waits for its translation gets it (chunk_size is 50 here)."""
     import select
 
-    translate = spawn(["translate", run_dir, "-b", 1], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                      stderr=subprocess.PIPE)
+    translate = spawn(
+        ["translate", run_dir, "-b", 1], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         answers = []
         for line in test_lines[:3]:
@@ -540,12 +629,15 @@ def test_one_line_at_a_time_through_a_pipe_is_answered_before_eof(loaded, run_di
     assert code == 0 and err == b"", err.decode()
     assert rest == b"" and all(a.endswith(b"\n") and a.strip() for a in answers)
     # the same answers as translating the three lines in one go (one batch: near-ties aside)
-    with_file = subprocess.run([sys.executable, "-m", "mtkit", "translate", str(run_dir), "-b", "1"],
-                               input=("\n".join(test_lines[:3]) + "\n").encode(), capture_output=True,
-                               env=SUBPROCESS_ENV, timeout=120)
+    with_file = subprocess.run(
+        [sys.executable, "-m", "mtkit", "translate", str(run_dir), "-b", "1"],
+        input=("\n".join(test_lines[:3]) + "\n").encode(),
+        capture_output=True,
+        env=SUBPROCESS_ENV,
+        timeout=120,
+    )
     assert with_file.returncode == 0, with_file.stderr.decode()
-    assert_same_translations(loaded, test_lines[:3], b"".join(answers).decode(), with_file.stdout.decode(),
-                             beam_size=1)
+    assert_same_translations(loaded, test_lines[:3], b"".join(answers).decode(), with_file.stdout.decode(), beam_size=1)
 
 
 def _through_a_pipe(data: bytes, size: int, max_bytes: int, pause_at: int = -1) -> list[list[str]]:
@@ -576,9 +668,13 @@ def _through_a_pipe(data: bytes, size: int, max_bytes: int, pause_at: int = -1) 
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lines=st.lists(st.one_of(_words, _any_text, _bytes, st.just(b""), st.binary(min_size=20, max_size=60)),
-                      max_size=12),
-       final_newline=st.booleans(), crlf=st.booleans())
+@given(
+    lines=st.lists(
+        st.one_of(_words, _any_text, _bytes, st.just(b""), st.binary(min_size=20, max_size=60)), max_size=12
+    ),
+    final_newline=st.booleans(),
+    crlf=st.booleans(),
+)
 def test_pipe_chunks_reads_the_lines_read_lines_reads(lines, final_newline, crlf):
     lines = [line.replace(b"\n", b"") for line in lines]
     data = (b"\r\n" if crlf else b"\n").join(lines) + (b"\n" if final_newline and lines else b"")
@@ -616,8 +712,7 @@ def test_a_huge_line_is_cut_while_reading_and_before_sentencepiece(loaded):
     assert len(ids[1]) == MAX_POSITIONS - 1 and translator.truncated == 1
 
 
-def test_int8_engine_quantizes_every_linear_layer_and_keeps_the_translations(run_dir, test_lines, capsys,
-                                                                               monkeypatch):
+def test_int8_engine_quantizes_every_linear_layer_and_keeps_the_translations(run_dir, test_lines, capsys, monkeypatch):
     """--dtype int8 (CPU): int8 weights in every linear layer, the tied output projection included, and
     (nearly) the float32 model's translations; the float32 checkpoint on disk is untouched."""
     int8 = load_checkpoint(run_dir, dtype=torch.qint8).model
@@ -645,8 +740,12 @@ def test_memory_stays_flat_as_the_input_grows(run_dir, test_lines, tmp_path):
         source = tmp_path / "in.en"
         source.write_bytes(data)
         with open(source, "rb") as stdin:
-            proc = spawn(["translate", run_dir, "-b", 1, "--max-len-b", 3, "--max-len-a", 0],
-                         stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            proc = spawn(
+                ["translate", run_dir, "-b", 1, "--max-len-b", 3, "--max-len-a", 0],
+                stdin=stdin,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
             proc.stderr.read()
             _, status, usage = os.wait4(proc.pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0

@@ -6,7 +6,6 @@ weights over the source positions:
 - ``additive``   v^T tanh(W_q q + W_k k)          (Bahdanau et al. 2015; Luong's "concat")
 - ``dot``        q^T k                            (needs query_dim == key_dim)
 - ``general``    q^T W k                          (Luong et al. 2015)
-- ``scaled_dot`` q^T k / sqrt(key_dim)
 - ``location``   softmax(W_a q), from the query alone (Luong et al. 2015); W_a maps to ``max_positions``
                  scores of which the first src_len are used.
 
@@ -22,13 +21,12 @@ queries at once (Luong without input feeding) scores them in one batched call.
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
-SCORE_KINDS = ("additive", "dot", "general", "scaled_dot", "location")
+SCORE_KINDS = ("additive", "dot", "general", "location")
 
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
@@ -54,7 +52,7 @@ class AttentionScore(nn.Module):
         super().__init__()
         if kind not in SCORE_KINDS:
             raise ValueError(f"unknown attention score {kind!r}; expected one of {', '.join(SCORE_KINDS)}")
-        if kind in ("dot", "scaled_dot") and query_dim != key_dim:
+        if kind == "dot" and query_dim != key_dim:
             raise ValueError(f"{kind} attention needs query_dim == key_dim (got {query_dim} and {key_dim})")
         self.kind = kind
         self.query_dim = query_dim
@@ -94,8 +92,6 @@ class AttentionScore(nn.Module):
             return torch.bmm(query, projected.transpose(1, 2))  # (batch, tgt_len, src_len)
         if self.kind == "dot":
             return torch.bmm(query, keys.transpose(1, 2))  # (batch, tgt_len, src_len)
-        if self.kind == "scaled_dot":
-            return torch.bmm(query, keys.transpose(1, 2)) / math.sqrt(self.key_dim)
         # location
         if src_len > self.max_positions:
             raise ValueError(
@@ -104,9 +100,7 @@ class AttentionScore(nn.Module):
             )
         return self.position_proj(query)[..., :src_len]  # (batch, tgt_len, src_len)
 
-    def forward(
-        self, query: Tensor, keys: Tensor, mask: Tensor, projected: Optional[Tensor] = None
-    ) -> Tensor:
+    def forward(self, query: Tensor, keys: Tensor, mask: Tensor, projected: Optional[Tensor] = None) -> Tensor:
         """query (batch, q_dim) or (batch, tgt_len, q_dim); keys (batch, src_len, k_dim);
         mask (batch, src_len) or (batch, tgt_len, src_len), True on tokens that may be attended;
         projected: ``precompute(keys)`` if already known.

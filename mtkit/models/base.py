@@ -106,7 +106,9 @@ class Seq2Seq(nn.Module):
         or None."""
         raise NotImplementedError
 
-    def step(self, prev_tokens: Tensor, state: State, need_attention: bool = False) -> tuple[Tensor, State, Optional[Tensor]]:
+    def step(
+        self, prev_tokens: Tensor, state: State, need_attention: bool = False
+    ) -> tuple[Tensor, State, Optional[Tensor]]:
         """prev_tokens (batch,) -> log_probs (batch, tgt_vocab) float32, new state, attention or None."""
         hidden, state, attention = self.step_features(prev_tokens, state, need_attention)
         return self.project(hidden).float().log_softmax(dim=-1), state, attention
@@ -119,6 +121,11 @@ class Seq2Seq(nn.Module):
 
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:  # pragma: no cover - interface
         """hidden (..., d) -> logits (..., tgt_vocab), or (..., columns) over the target ids ``ids`` (columns,)."""
+        raise NotImplementedError
+
+    def output_rows(self, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:  # pragma: no cover - interface
+        """(weight (columns, d), bias (columns,) or None): the output layer's rows for the target ids ``ids``
+        (columns,) as float tensors (an int8 layer's dequantized); ``project(hidden, ids)`` multiplies by them."""
         raise NotImplementedError
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:

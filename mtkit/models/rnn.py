@@ -145,7 +145,10 @@ class Bahdanau(Seq2Seq):
         return self._maxout(hiddens, contexts, embedded)  # (batch, tgt_len, embed_dim) or (tokens, embed_dim)
 
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
-        return self.out_proj(hidden) if ids is None else F.linear(hidden, *weight_rows(self.out_proj, ids))
+        return self.out_proj(hidden) if ids is None else F.linear(hidden, *self.output_rows(ids))
+
+    def output_rows(self, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        return weight_rows(self.out_proj, ids)
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
         return self.out_proj.weight, self.out_proj.bias
@@ -284,7 +287,10 @@ class Luong(Seq2Seq):
         return self.pre_output(attentional)  # (batch, tgt_len, out_dim) or (tokens, out_dim)
 
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
-        return self.out_proj(hidden) if ids is None else F.linear(hidden, *weight_rows(self.out_proj, ids))
+        return self.out_proj(hidden) if ids is None else F.linear(hidden, *self.output_rows(ids))
+
+    def output_rows(self, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        return weight_rows(self.out_proj, ids)
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
         return self.out_proj.weight, self.out_proj.bias

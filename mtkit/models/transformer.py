@@ -48,8 +48,16 @@ class Rotary(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model: int, heads: int, dropout: float, *, self_attention: bool,
-                 max_relative: int = 0, rotary: Optional[Rotary] = None):
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        dropout: float,
+        *,
+        self_attention: bool,
+        max_relative: int = 0,
+        rotary: Optional[Rotary] = None,
+    ):
         super().__init__()
         self.heads, self.head_dim, self.dropout = heads, d_model // heads, dropout
         self.self_attention = self_attention
@@ -81,8 +89,16 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv(memory).chunk(2, dim=-1)
         return self._split(k), self._split(v)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor], causal: bool,
-               q_start: int = 0, need_weights: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_mask: Optional[Tensor],
+        causal: bool,
+        q_start: int = 0,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Optional[Tensor]]:
         """q (batch, heads, tq, hd), k/v (batch, heads, tk, hd), key_mask (batch, tk) True on real keys.
 
         Returns (batch, tq, d_model) and, if asked, weights averaged over heads (batch, tq, tk).
@@ -155,8 +171,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg, rotary):
         super().__init__()
         pre, rel = cfg.norm == "pre", cfg.max_relative_distance if cfg.positions == "relative" else 0
-        self.attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=True,
-                                       max_relative=rel, rotary=rotary)
+        self.attn = MultiHeadAttention(
+            cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=True, max_relative=rel, rotary=rotary
+        )
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
         self.r1, self.r2 = Residual(cfg.d_model, cfg.dropout, pre), Residual(cfg.d_model, cfg.dropout, pre)
 
@@ -170,14 +187,25 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg, rotary):
         super().__init__()
         pre, rel = cfg.norm == "pre", cfg.max_relative_distance if cfg.positions == "relative" else 0
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=True,
-                                            max_relative=rel, rotary=rotary)
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=True, max_relative=rel, rotary=rotary
+        )
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=False)
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
         self.r1, self.r2, self.r3 = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
 
-    def forward(self, x: Tensor, cache_k: Optional[Tensor], cache_v: Optional[Tensor], mem_k: Tensor, mem_v: Tensor,
-                src_mask: Tensor, start: int, need_weights: bool = False, group: int = 1):
+    def forward(
+        self,
+        x: Tensor,
+        cache_k: Optional[Tensor],
+        cache_v: Optional[Tensor],
+        mem_k: Tensor,
+        mem_v: Tensor,
+        src_mask: Tensor,
+        start: int,
+        need_weights: bool = False,
+        group: int = 1,
+    ):
         """x (batch, t, d_model) at positions start..; cache_k/v hold positions < start (None in training).
 
         ``group`` > 1 (decoding, t = 1): rows come in runs of ``group`` hypotheses of one source sentence and
@@ -194,8 +222,9 @@ class DecoderLayer(nn.Module):
         rows, t, d = cq.shape
         if group > 1:
             cq = cq.view(rows // group, group, d)  # (sentences, group, d_model): beams become query positions
-        h, weights = self.cross_attn.attend(self.cross_attn._split(cq), mem_k, mem_v, src_mask, causal=False,
-                                            need_weights=need_weights)
+        h, weights = self.cross_attn.attend(
+            self.cross_attn._split(cq), mem_k, mem_v, src_mask, causal=False, need_weights=need_weights
+        )
         if group > 1:
             h = h.reshape(rows, t, d)
             weights = weights.reshape(rows, t, -1) if weights is not None else None
@@ -220,6 +249,7 @@ class TransformerState(State):
     src_mask: Tensor  # (sources, src_len)
     row_source: Tensor  # (rows,) int64
     step: int  # number of target positions already decoded
+
     def reorder(self, index: Tensor) -> "TransformerState":
         return dataclasses.replace(
             self,
@@ -230,9 +260,11 @@ class TransformerState(State):
 
     def _per_source(self, index: Tensor) -> dict:
         """The per-source fields for sources ``index``."""
-        return dict(mem_k=[k.index_select(0, index) for k in self.mem_k],
-                    mem_v=[v.index_select(0, index) for v in self.mem_v],
-                    src_mask=self.src_mask.index_select(0, index))
+        return dict(
+            mem_k=[k.index_select(0, index) for k in self.mem_k],
+            mem_v=[v.index_select(0, index) for v in self.mem_v],
+            src_mask=self.src_mask.index_select(0, index),
+        )
 
     def encoder_side(self) -> tuple["TransformerState", int]:
         """This state with its per-source fields ready for one step, and ``group``.
@@ -252,8 +284,9 @@ class TransformerState(State):
         ):
             return state, group
         # arbitrary order: one row per hypothesis
-        return dataclasses.replace(state, row_source=torch.arange(rows, device=state.row_source.device),
-                                   **state._per_source(state.row_source)), 1
+        return dataclasses.replace(
+            state, row_source=torch.arange(rows, device=state.row_source.device), **state._per_source(state.row_source)
+        ), 1
 
 
 class Transformer(Seq2Seq):
@@ -287,7 +320,7 @@ class Transformer(Seq2Seq):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
         for emb in {self.src_embed, self.tgt_embed}:
-            nn.init.normal_(emb.weight, 0.0, self.cfg.d_model ** -0.5)
+            nn.init.normal_(emb.weight, 0.0, self.cfg.d_model**-0.5)
             with torch.no_grad():
                 emb.weight[PAD].zero_()
 
@@ -321,9 +354,13 @@ class Transformer(Seq2Seq):
         empty = memory.new_zeros(b, h, 0, hd)
         n = len(self.decoder)
         return TransformerState(
-            self_k=[empty] * n, self_v=[empty] * n,
-            mem_k=[k for k, _ in mem], mem_v=[v for _, v in mem], src_mask=src_mask,
-            row_source=torch.arange(b, device=memory.device), step=0,
+            self_k=[empty] * n,
+            self_v=[empty] * n,
+            mem_k=[k for k, _ in mem],
+            mem_v=[v for _, v in mem],
+            src_mask=src_mask,
+            row_source=torch.arange(b, device=memory.device),
+            step=0,
         )
 
     def _output_weight(self) -> Tensor:
@@ -340,8 +377,17 @@ class Transformer(Seq2Seq):
         new_k, new_v, weights = [], [], None
         last = len(self.decoder) - 1
         for i, layer in enumerate(self.decoder):
-            x, k, v, w = layer(x, state.self_k[i], state.self_v[i], state.mem_k[i], state.mem_v[i], state.src_mask,
-                               start, need_weights=need_attention and i == last, group=group)
+            x, k, v, w = layer(
+                x,
+                state.self_k[i],
+                state.self_v[i],
+                state.mem_k[i],
+                state.mem_v[i],
+                state.src_mask,
+                start,
+                need_weights=need_attention and i == last,
+                group=group,
+            )
             new_k.append(k)
             new_v.append(v)
             weights = w if w is not None else weights
@@ -349,8 +395,14 @@ class Transformer(Seq2Seq):
         new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1)
         return hidden, new_state, (weights[:, 0] if weights is not None else None)
 
-    def _decode(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False,
-                keep: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
+    def _decode(
+        self,
+        memory: Tensor,
+        src_mask: Tensor,
+        tgt_in: Tensor,
+        need_attention: bool = False,
+        keep: Optional[Tensor] = None,
+    ) -> tuple[Tensor, Optional[Tensor]]:
         """Teacher-forced decoder over the whole target prefix: (inputs of the output layer, last-layer
         cross-attention). With ``keep`` (batch, tgt_len) bool, the features only there: (tokens, d_model)."""
         x = self._embed(tgt_in, self.tgt_embed, 0, getattr(self, "tgt_pos", None))
@@ -361,8 +413,9 @@ class Transformer(Seq2Seq):
             weights = w if w is not None else weights
         return self.decoder_norm(x if keep is None else x[keep]), weights
 
-    def decode_full(self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor,
-                    need_attention: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    def decode_full(
+        self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False
+    ) -> tuple[Tensor, Optional[Tensor]]:
         """Teacher-forced decoding without a cache: (logits (batch, tgt_len, vocab), last-layer cross-attention)."""
         hidden, weights = self._decode(memory, src_mask, tgt_in, need_attention)
         return self.project(hidden), weights
@@ -374,8 +427,11 @@ class Transformer(Seq2Seq):
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
         if ids is None:
             return self._logits(hidden)  # (..., tgt_vocab)
-        weight = self._output_weight().index_select(0, ids)  # (columns, d_model)
+        weight, _ = self.output_rows(ids)  # (columns, d_model)
         return F.linear(hidden.to(weight.dtype), weight)  # (..., columns)
+
+    def output_rows(self, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        return self._output_weight().index_select(0, ids), None
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
         return (self.tgt_embed.weight if self.output is None else self.output.weight), None
