@@ -153,3 +153,10 @@ class RunLock:
         with contextlib.suppress(OSError):
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
+
+
+def current_umask() -> int:
+    """The process's file-creation mask (reading it means setting it, so it is set back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
+from mtkit.console import print_prepare_summary
 from mtkit.errors import MtkitError
-from mtkit.files import fsync_tree, process_alive, replace_dir
+from mtkit.files import current_umask, fsync_tree, process_alive, replace_dir
 from mtkit.manifest import FORMAT_VERSION, MANIFEST, read_manifest
 from mtkit.sources import Pair, describe, hf_paths, open_sources
 from mtkit.tokenizer import Tokenizer, seed_sampling, train_sentencepiece
@@ -62,7 +61,7 @@ def prepare(data_cfg, *, force: bool = False) -> dict:
     _remove_stale_builds(out_dir)
     build_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        os.chmod(build_dir, 0o777 & ~_umask())  # mkdtemp makes it private; the data dir should not be
+        os.chmod(build_dir, 0o777 & ~current_umask())  # mkdtemp makes it private; the data dir should not be
         (build_dir / BUILD_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
         manifest = _build(data_cfg, build_dir, fingerprint)
         (build_dir / BUILD_OWNER).unlink()
@@ -71,7 +70,7 @@ def prepare(data_cfg, *, force: bool = False) -> dict:
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
         raise
-    _print_summary(manifest, out_dir, time.perf_counter() - started)
+    print_prepare_summary(manifest, out_dir, time.perf_counter() - started)
     return manifest
 
 
@@ -441,12 +440,6 @@ def _check_replaceable(out_dir: Path):
         )
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 # ------------------------------------------------------------------------------------------- summary
 def _filter_summary(stats: SplitStats) -> str:
     parts = [f"{stats.pairs_read} read"]
@@ -454,42 +447,3 @@ def _filter_summary(stats: SplitStats) -> str:
     if stats.bad_lines_skipped:
         parts.append(f"{stats.bad_lines_skipped} invalid UTF-8")
     return ", ".join(parts)
-
-
-def _print_summary(manifest: dict, out_dir: Path, seconds: float):
-    vocab = manifest["vocab_size"]
-    kind = "joint" if manifest["joint_vocab"] else "separate"
-    table = Table(
-        title=f"{out_dir} ({manifest['src_lang']}-{manifest['tgt_lang']})",
-        caption=f"{kind} vocab {vocab['src']}/{vocab['tgt']}, built in {seconds:.1f}s",
-    )
-    for column in ("split", "read", "kept", "filtered", "bad UTF-8", "src tokens", "tgt tokens"):
-        table.add_column(column, justify="left" if column == "split" else "right", no_wrap=True)
-    reasons = []
-    for split, entry in manifest["splits"].items():
-        filtered = {r: n for r, n in entry["filtered"].items() if n}
-        reasons += [f"{split} {r}: {n:,}" for r, n in filtered.items()]
-        table.add_row(
-            split,
-            f"{entry['pairs_read']:,}",
-            f"{entry['pairs_kept']:,}",
-            f"{sum(filtered.values()):,}",
-            f"{entry['bad_lines_skipped']:,}",
-            f"{entry['src_tokens']:,}",
-            f"{entry['tgt_tokens']:,}",
-        )
-    console = Console(highlight=False)
-    console.print(table)
-    if reasons:
-        console.print("filtered: " + ", ".join(reasons))
-    train = manifest["splits"]["train"]
-    copies = train["files"].get("samples", [])
-    if copies:
-        mean = {side: sum(c[f"{side}_tokens"] for c in copies) / len(copies) for side in ("src", "tgt")}
-        console.print(
-            f"sampled segmentations: {len(copies)} copies of train, "
-            + ", ".join(
-                f"{side} tokens {mean[side]:,.0f} on average ({mean[side] / max(train[f'{side}_tokens'], 1) - 1:+.0%})"
-                for side in ("src", "tgt")
-            )
-        )

@@ -1,4 +1,5 @@
-"""Decoding over the Seq2Seq interface: greedy, batched beam search, sampling, n-best, length penalty.
+"""Decoding over the Seq2Seq interface: greedy, batched beam search, n-best, length penalty (sampling:
+mtkit/sampling.py, on the same single-path decoder as greedy).
 
 Everything here is written once against ``encode / init_state / step / State.reorder`` (models/base.py):
 no model is special-cased. Each time step is a handful of batched tensor ops over all live sentences and
@@ -77,13 +78,13 @@ def max_lengths(src_mask: Tensor, a: float, b: float, cap: Optional[int]) -> Ten
     return limit
 
 
-def _default_cap(model: Seq2Seq) -> Optional[int]:
+def default_cap(model: Seq2Seq) -> Optional[int]:
     # Decoder inputs are BOS plus every emitted token but the final EOS: max_len + 1 positions.
     max_positions = getattr(model, "max_positions", None)
     return None if max_positions is None else int(max_positions) - 1
 
 
-def _check_common(src: Tensor, max_len_a: float, max_len_b: float) -> None:
+def check_common(src: Tensor, max_len_a: float, max_len_b: float) -> None:
     if src.dim() != 2:
         raise ValueError(f"src must be (batch, src_len), got shape {tuple(src.shape)}")
     if max_len_a < 0 or max_len_b < 0:
@@ -93,7 +94,7 @@ def _check_common(src: Tensor, max_len_a: float, max_len_b: float) -> None:
 # --------------------------------------------------------------------------- greedy and sampling
 
 
-def _single_path(
+def single_path(
     model: Seq2Seq,
     src: Tensor,
     choose: Callable[[Tensor], Tensor],
@@ -198,80 +199,15 @@ def greedy(
     ``max_len_cap`` defaults to ``model.max_positions - 1``; ``length_penalty`` only affects the
     reported ``score``.
     """
-    _check_common(src, max_len_a, max_len_b)
-    return _single_path(
+    check_common(src, max_len_a, max_len_b)
+    return single_path(
         model,
         src,
         lambda scores: scores.argmax(dim=1),
         copies=1,
         max_len_a=max_len_a,
         max_len_b=max_len_b,
-        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
-        length_penalty=length_penalty,
-        need_attention=need_attention,
-    )
-
-
-def _filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float) -> Tensor:
-    """logits (rows, vocab) with everything outside the top-k / nucleus set to -inf."""
-    if top_k > 0:
-        kth_best = logits.topk(min(top_k, logits.size(1)), dim=1).values[:, -1:]  # (rows, 1)
-        logits = logits.masked_fill(logits < kth_best, NEG_INF)
-    if top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=1, descending=True)  # (rows, vocab)
-        sorted_probs = sorted_logits.softmax(dim=1)
-        mass_before = sorted_probs.cumsum(dim=1) - sorted_probs  # mass of strictly better tokens
-        drop_sorted = mass_before >= top_p  # keep the smallest prefix reaching top_p (never the first)
-        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # (rows, vocab), unsorted
-        logits = logits.masked_fill(drop, NEG_INF)
-    return logits
-
-
-@torch.inference_mode()
-def sample(
-    model: Seq2Seq,
-    src: Tensor,
-    *,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: Optional[torch.Generator] = None,
-    max_len_a: float,
-    max_len_b: float,
-    max_len_cap: Optional[int] = None,
-    length_penalty: float = 0.0,
-    nbest: int = 1,
-    need_attention: bool = False,
-) -> list[list[Hypothesis]]:
-    """Ancestral sampling: ``nbest`` independent samples per sentence, sorted by score (best first).
-
-    Tokens are drawn from softmax(log_probs / temperature), restricted to the ``top_k`` most likely
-    tokens (0: all) and to the smallest set whose probability reaches ``top_p``. Reported log-probs and
-    scores are the model's own (no temperature, no truncation). Pass a seeded ``generator`` (on the
-    model's device) for reproducible samples.
-    """
-    _check_common(src, max_len_a, max_len_b)
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 (use greedy for temperature 0), got {temperature}")
-    if top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if nbest < 1:
-        raise ValueError(f"nbest must be >= 1, got {nbest}")
-
-    def draw(scores: Tensor) -> Tensor:  # (rows, vocab) -> (rows,)
-        logits = _filter_top_k_top_p(scores / temperature, top_k, top_p)
-        return torch.multinomial(logits.softmax(dim=1), 1, generator=generator).squeeze(1)
-
-    return _single_path(
-        model,
-        src,
-        draw,
-        copies=nbest,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        max_len_cap=_default_cap(model) if max_len_cap is None else max_len_cap,
+        max_len_cap=default_cap(model) if max_len_cap is None else max_len_cap,
         length_penalty=length_penalty,
         need_attention=need_attention,
     )
@@ -311,7 +247,7 @@ def beam_search(
     callers pass ``decoding.stopping`` from the config, which holds the default);
     ``max_len_cap`` defaults to ``model.max_positions - 1``.
     """
-    _check_common(src, max_len_a, max_len_b)
+    check_common(src, max_len_a, max_len_b)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if not 1 <= nbest <= beam_size:
@@ -319,7 +255,7 @@ def beam_search(
     if stopping not in ("exact", "beam_full", "first"):
         raise ValueError(f"stopping must be 'exact', 'beam_full' or 'first', got {stopping!r}")
     if max_len_cap is None:
-        max_len_cap = _default_cap(model)
+        max_len_cap = default_cap(model)
 
     device = src.device
     batch_size, k = src.size(0), beam_size
@@ -468,4 +404,13 @@ def _collect_nbest(finished: list[_Finished], batch_size: int, nbest: int, src_m
     return results
 
 
-__all__ = ["Hypothesis", "beam_search", "greedy", "length_penalty_of", "max_lengths", "sample"]
+__all__ = [
+    "Hypothesis",
+    "beam_search",
+    "check_common",
+    "default_cap",
+    "greedy",
+    "length_penalty_of",
+    "max_lengths",
+    "single_path",
+]

@@ -36,7 +36,7 @@ from mtkit.models import PAD, build_model
 from mtkit.optim import learning_rate, make_optimizer, model_width
 from mtkit.plots import plot_curves
 from mtkit.tokenizer import Tokenizer
-from mtkit.validate import validate
+from mtkit.validate import record_validation, validate
 
 
 class TeacherForcing(nn.Module):
@@ -273,15 +273,6 @@ class Trainer:
     def validate(self) -> dict:
         return validate(self.model, self.valid_data, self.tokenizer, self.cfg, self.device, self.autocast)
 
-    def improved(self, valid: dict) -> bool:
-        value = valid.get(self.t.best_metric)
-        if value is None:
-            return False
-        better = self.best is None or (value < self.best if self.t.best_metric == "loss" else value > self.best)
-        if better:
-            self.best = value
-        return better
-
     # -- the loop ------------------------------------------------------------------------------------
     def run(self) -> None:
         try:
@@ -361,7 +352,7 @@ class Trainer:
             stop, signalled = self.stop_reason(step.votes)
             valid = None
             if self.update % t.validate_every == 0 or (stop and not signalled and self.update != last_validated):
-                valid = self.run_validation(metrics_path, progress)
+                valid = record_validation(self, metrics_path, progress)
                 last_validated = self.update
                 if t.patience and self.bad_validations >= t.patience:
                     stop = stop or f"no improvement in {t.patience} validations (patience)"
@@ -441,42 +432,3 @@ class Trainer:
         print(f"stopped at update {self.update} ({reason}); run dir: {self.run_dir}")
         if self.stop_signal:
             print(f"resume with: mtkit train --resume {self.run_dir}")
-
-    def run_validation(self, metrics_path: Path, progress) -> Optional[dict]:
-        if self.valid_data is None:
-            return None
-        valid = None
-        if self.dist.is_main:
-            start = time.perf_counter()
-            try:
-                valid = self.validate()
-            except (torch.OutOfMemoryError, RuntimeError) as err:
-                if not is_out_of_memory(err):
-                    raise
-                raise MtkitError(
-                    f"out of memory while validating at update {self.update}; lower training.batch_tokens "
-                    f"(now {self.t.batch_tokens}, the loss batches) or decoding.batch_size (now "
-                    f"{self.cfg.decoding.batch_size}, the BLEU decoding batches)"
-                ) from None
-            valid["seconds"] = time.perf_counter() - start
-            better = self.improved(valid)
-            self.bad_validations = 0 if better else self.bad_validations + 1
-            if better:
-                bundle = ckpt.Bundle(self.metadata(valid), self.model.state_dict(), self.tokenizer.model_bytes())
-                ckpt.save(self.ckpt_dir / "best.safetensors", bundle)
-            record = {
-                "kind": "valid",
-                "update": self.update,
-                "epoch": self.epoch,
-                "elapsed": self.elapsed,
-                "best": better,
-                **valid,
-            }
-            append_jsonl(metrics_path, record)
-            progress.log(record)
-        # every rank needs the same patience counter to stop together
-        bad = torch.tensor([float(self.bad_validations)], device=self.device)
-        if self.dist.enabled:
-            torch.distributed.broadcast(bad, src=0)
-        self.bad_validations = int(bad.item())
-        return valid

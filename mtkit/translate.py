@@ -25,7 +25,7 @@ import torch
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit import ct2, search
+from mtkit import ct2, sampling, search
 from mtkit.distributed import pick_device
 from mtkit.engine import Engine, Options, batches
 from mtkit.errors import MtkitError
@@ -165,7 +165,7 @@ class Translator(Engine):
             src = src.to(self.device)
             common = dict(max_len_a=o.max_len_a, max_len_b=o.max_len_b)
             if o.sampling:
-                out = search.sample(
+                out = sampling.sample(
                     self.model,
                     src,
                     temperature=o.temperature,

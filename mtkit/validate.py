@@ -4,11 +4,17 @@ translations, decoded with the same search code as ``mtkit translate``."""
 from __future__ import annotations
 
 import math
-from typing import Callable
+import time
+from pathlib import Path
+from typing import Callable, Optional
 
 import torch
 
+from mtkit import checkpoint as ckpt
+from mtkit.console import append_jsonl
 from mtkit.data import ParallelData, collate, make_batches
+from mtkit.distributed import is_out_of_memory
+from mtkit.errors import MtkitError
 from mtkit.loss import label_smoothed_loss
 from mtkit.score import corpus_scores
 from mtkit.search import beam_search, greedy
@@ -58,3 +64,55 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
         result["example"] = {"hyp": hyps[order[len(order) // 2]], "ref": refs[order[len(order) // 2]]}
     model.train(was_training)
     return result
+
+
+def record_validation(trainer, metrics_path: Path, progress) -> Optional[dict]:
+    """Validate on the main rank, keep best.safetensors and the patience counter, log the record; every rank
+    returns with the same counter. None without a valid split."""
+    if trainer.valid_data is None:
+        return None
+    valid = None
+    if trainer.dist.is_main:
+        start = time.perf_counter()
+        try:
+            valid = trainer.validate()
+        except (torch.OutOfMemoryError, RuntimeError) as err:
+            if not is_out_of_memory(err):
+                raise
+            raise MtkitError(
+                f"out of memory while validating at update {trainer.update}; lower training.batch_tokens "
+                f"(now {trainer.t.batch_tokens}, the loss batches) or decoding.batch_size (now "
+                f"{trainer.cfg.decoding.batch_size}, the BLEU decoding batches)"
+            ) from None
+        valid["seconds"] = time.perf_counter() - start
+        better = _improved(trainer, valid)
+        trainer.bad_validations = 0 if better else trainer.bad_validations + 1
+        if better:
+            bundle = ckpt.Bundle(trainer.metadata(valid), trainer.model.state_dict(), trainer.tokenizer.model_bytes())
+            ckpt.save(trainer.ckpt_dir / "best.safetensors", bundle)
+        record = {
+            "kind": "valid",
+            "update": trainer.update,
+            "epoch": trainer.epoch,
+            "elapsed": trainer.elapsed,
+            "best": better,
+            **valid,
+        }
+        append_jsonl(metrics_path, record)
+        progress.log(record)
+    # every rank needs the same patience counter to stop together
+    bad = torch.tensor([float(trainer.bad_validations)], device=trainer.device)
+    if trainer.dist.enabled:
+        torch.distributed.broadcast(bad, src=0)
+    trainer.bad_validations = int(bad.item())
+    return valid
+
+
+def _improved(trainer, valid: dict) -> bool:
+    value = valid.get(trainer.t.best_metric)
+    if value is None:
+        return False
+    better = trainer.best is None or (value < trainer.best if trainer.t.best_metric == "loss" else value > trainer.best)
+    if better:
+        trainer.best = value
+    return better

@@ -20,7 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq, State
-from mtkit.search import Hypothesis, beam_search, greedy, length_penalty_of, max_lengths, sample
+from mtkit.sampling import sample
+from mtkit.search import Hypothesis, beam_search, greedy, length_penalty_of, max_lengths
 
 # ----------------------------------------------------------------------------- scripted decoder
 

@@ -1,5 +1,4 @@
-"""CTranslate2 (the optional extra ``mtkit[ct2]``): `mtkit export` writes a trained Transformer as a CTranslate2
-model directory, and ``Ct2Translator`` is the translation engine that runs one.
+"""`mtkit export`: a trained Transformer as a CTranslate2 model directory (the engine that runs one: engine.py).
 
 The spec is built with CTranslate2's Python model-spec API (``ctranslate2.specs``), tensor by tensor:
 
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -30,12 +28,10 @@ from typing import Optional
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit.engine import Engine, Options, batches
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
 from mtkit.models.transformer import sinusoidal_table
-from mtkit.search import Hypothesis, length_penalty_of
-from mtkit.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
+from mtkit.tokenizer import BOS, EOS, UNK, Tokenizer
 
 EXPORT_META = "mtkit_export.json"
 EXPORT_FORMAT = "mtkit-ctranslate2-1"
@@ -277,194 +273,3 @@ def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], 
 
 
 # ---------------------------------------------------------------------------------------- the engine
-class Ct2Translator(Engine):
-    """The translation engine over a CTranslate2 model written by ``mtkit export`` (``translate_stream`` serves it
-    and the torch engine alike).
-
-    Decoding keeps the torch engine's contract: PAD and BOS are never emitted, EOS may come first (empty output),
-    at most ``ceil(a * src_len + b)`` tokens (``src_len`` with EOS, capped at max_positions - 1; CTranslate2 takes
-    one limit per call: a batch runs under its longest limit, and a sentence whose output went past its own
-    limit is cut there (greedy, sampling: the same as stopping there) or searched again under it (beam)), and
-    scores are log-probabilities over the GNMT
-    penalty ``((5 + n + 1) / 6) ** length_penalty``. Beam search stops a sentence once ``beam_size`` hypotheses
-    have finished (the ``beam_full`` rule; ``stopping: exact`` is not available here) and ranks them with our
-    penalty. Hypotheses carry no attention.
-
-    CTranslate2 renormalises its log-probs over the tokens it may emit (all but PAD and BOS), so its scores
-    sit slightly above the model's own (by the PAD and BOS mass, tiny in a trained model) and its beams are
-    ranked by them: where that mass is not tiny, a near-tie may go another way than in the torch engine.
-    With ``exact_scores`` the kept hypotheses are rescored by a teacher-forced pass (``score_batch``): their
-    ``score``/``log_prob`` are then the model's and ``token_log_probs`` is filled (otherwise it is empty).
-    ``translate_main`` asks for it where scores are shown (n-best lists, jsonl).
-    """
-
-    # CTranslate2's beam search stops at beam_size finished hypotheses (our beam_full rule) only under a length
-    # penalty (with none it exits once the top beam ends), keeps the beam_size best by score / length ** penalty
-    # and ranks by that. A penalty this small keeps that stopping rule while ranking by log-probability, which
-    # keeps the hypotheses our GNMT penalty would pick (ranked afterwards, on the raw log-probs) far more often
-    # than CTranslate2's length ** alpha, which favours hypotheses cut at the length limit.
-    _NEUTRAL_PENALTY = 1e-6
-
-    def __init__(
-        self,
-        model_dir: Path,
-        tokenizer,
-        options: Options,
-        *,
-        max_positions: int,
-        device: str = "cpu",
-        compute_type: str = "default",
-        threads: int = 0,
-        exact_scores: bool = False,
-    ):
-        super().__init__(tokenizer, options, max_positions)
-        ct2 = import_ctranslate2()
-        try:
-            self.engine = ct2.Translator(
-                str(model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads
-            )
-        except (ValueError, RuntimeError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
-            raise MtkitError(f"CTranslate2 cannot run this model on {device} as {compute_type} ({first})") from None
-        self.exact_scores = exact_scores
-        self.where = f"{device} as {compute_type}"
-        self.max_len_cap = self.max_src
-        self.src_vocab = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
-        self.tgt_vocab = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
-        self.tgt_ids = {piece: i for i, piece in enumerate(self.tgt_vocab)}
-        self.banned = [[self.tgt_vocab[PAD]], [self.tgt_vocab[BOS]]]
-        if options.sampling:
-            ct2.set_random_seed(options.seed)
-
-    def max_length(self, src_len: int) -> int:
-        """``search.max_lengths`` for one sentence of ``src_len`` tokens (EOS included)."""
-        o = self.opt
-        return min(max(math.ceil(o.max_len_a * src_len + o.max_len_b - 1e-6), 0), self.max_len_cap)
-
-    def translate_ids(self, ids: list[list[int]]) -> list[list]:
-        results: list[list] = [[] for _ in ids]  # empty in, empty out
-        for idx in batches(ids, self.opt):  # batches of similar length, so of similar limits
-            sources = [[self.src_vocab[t] for t in ids[i]] for i in idx]  # CTranslate2 appends </s>
-            limits = [self.max_length(len(ids[i]) + 1) for i in idx]
-            for i, hyps in zip(idx, self._search(sources, limits)):
-                results[i] = hyps
-        return results
-
-    def _search(self, sources: list[list[str]], limits: list[int]) -> list[list]:
-        """The n-best hypotheses of each source, each under its own output limit."""
-        found = self._candidates(sources, max(limits))
-        again: dict[int, list[int]] = {}  # limit -> sources whose beam search must run again under it
-        for s, limit in enumerate(limits):
-            if any(len(pieces) > limit for pieces, _ in found[s]):
-                if self.opt.sampling or max(self.opt.beam_size, self.opt.nbest) == 1:
-                    # a greedy or sampled output cut at the limit is what stopping there would have given
-                    found[s] = [
-                        (pieces, lp) if len(pieces) < limit else (pieces[:limit], None) for pieces, lp in found[s]
-                    ]
-                else:
-                    again.setdefault(limit, []).append(s)
-        for limit, group in again.items():
-            for s, cands in zip(group, self._candidates([sources[s] for s in group], limit)):
-                found[s] = cands
-        return self._ranked(sources, found)
-
-    def _candidates(self, sources: list[list[str]], limit: int) -> list[list[tuple[list[str], Optional[float]]]]:
-        """Per source: CTranslate2's hypotheses under one output limit, as (pieces, log-prob), where the
-        log-prob is None when CTranslate2 gives no usable one (``_ranked`` rescores those)."""
-        o = self.opt
-        found: list[list[tuple[list[str], Optional[float]]]] = []
-        if limit == 0:  # only EOS may follow BOS
-            found = [[([], None)] for _ in sources]
-        else:
-            if o.sampling:
-                ct2_penalty = 0.0
-                kwargs = dict(
-                    beam_size=1,
-                    num_hypotheses=o.nbest,
-                    sampling_topk=o.top_k,
-                    sampling_topp=o.top_p,
-                    sampling_temperature=o.temperature,
-                )
-            else:
-                beam = max(o.beam_size, o.nbest)
-                ct2_penalty = 0.0 if beam == 1 else self._NEUTRAL_PENALTY
-                kwargs = dict(beam_size=beam, num_hypotheses=beam)
-            out = self._run(
-                self.engine.translate_batch,
-                sources,
-                max_batch_size=o.batch_size,
-                length_penalty=ct2_penalty,
-                max_decoding_length=limit,
-                min_decoding_length=0,
-                max_input_length=0,
-                return_scores=True,
-                suppress_sequences=self.banned,
-                **kwargs,
-            )
-            for result in out:
-                # Undo CTranslate2's score / length ** penalty. Two kinds get no usable score (None): an empty
-                # hypothesis under a penalty (-inf), and one cut at the limit, which CTranslate2 ends without
-                # EOS where we force it (so its score lacks log p(EOS)).
-                found.append(
-                    [
-                        (
-                            pieces,
-                            score * len(pieces) ** ct2_penalty
-                            if (pieces or not ct2_penalty) and len(pieces) < limit
-                            else None,
-                        )
-                        for pieces, score in zip(result.hypotheses, result.scores)
-                    ]
-                )
-        return found
-
-    def _ranked(self, sources: list[list[str]], found: list[list[tuple[list[str], Optional[float]]]]) -> list[list]:
-        """Hypotheses from ``_candidates``' output: missing log-probs filled in, GNMT-penalised, best first."""
-        o = self.opt
-        missing = [(s, c) for s, cands in enumerate(found) for c, (_, lp) in enumerate(cands) if lp is None]
-        if missing:
-            scored = self._score([sources[s] for s, _ in missing], [found[s][c][0] for s, c in missing])
-            for (s, c), (log_prob, _) in zip(missing, scored):
-                found[s][c] = (found[s][c][0], log_prob)
-        results = []
-        for cands in found:
-            hyps = [
-                Hypothesis(
-                    [self.tgt_ids.get(p, UNK) for p in pieces],
-                    log_prob / length_penalty_of(len(pieces) + 1, o.length_penalty),
-                    log_prob,
-                    [],
-                )
-                for pieces, log_prob in cands
-            ]
-            hyps.sort(key=lambda h: h.score, reverse=True)
-            results.append(hyps[: o.nbest])
-        if self.exact_scores:
-            kept = [(s, h) for s, hyps in enumerate(results) for h in hyps]
-            targets = [[self.tgt_vocab[t] for t in h.tokens] for _, h in kept]
-            scored = self._score([sources[s] for s, _ in kept], targets)
-            for (_, h), (log_prob, token_log_probs) in zip(kept, scored):
-                h.log_prob, h.token_log_probs = log_prob, token_log_probs
-                h.score = log_prob / length_penalty_of(len(h.tokens) + 1, o.length_penalty)
-            for hyps in results:
-                hyps.sort(key=lambda h: h.score, reverse=True)
-        return results
-
-    def _run(self, method, *args, **kwargs):
-        """A CTranslate2 call; its runtime failures (a missing CUDA library, out of memory) become one line."""
-        try:
-            return method(*args, **kwargs)
-        except RuntimeError as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
-            raise MtkitError(
-                f"CTranslate2 failed running the model on {self.where} ({first}); on a GPU check "
-                "that the CUDA libraries CTranslate2 was built for are installed, or use --device cpu "
-                "or --engine torch"
-            ) from None
-
-    def _score(self, sources: list[list[str]], targets: list[list[str]]) -> list[tuple[float, list[float]]]:
-        """(log-prob, token log-probs with EOS's last) of each target given its source: the model's own numbers."""
-        scored = self._run(
-            self.engine.score_batch, sources, targets, max_batch_size=self.opt.batch_size, max_input_length=0
-        )
-        return [(math.fsum(r.log_probs), list(r.log_probs)) for r in scored]
