@@ -1,3 +1,35 @@
-"""mtkit: a command-line machine translation toolkit."""
+"""mtkit: a machine translation toolkit, from the command line (``mtkit --help``) or from Python:
+
+    import mtkit
+    model = mtkit.load("runs/demo", beam_size=5)
+    model.translate(["A man is riding a bike.", ""])   # ["Ein Mann fährt Fahrrad.", ""]
+
+``import mtkit`` imports no torch: ``load`` does, when called (see ``mtkit.api``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Union
+
+from mtkit.errors import MtkitError
+from mtkit.results import Hypothesis, Translation
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mtkit.api import TranslationModel
 
 __version__ = "0.1.0"
+__all__ = ["Hypothesis", "MtkitError", "Translation", "load", "__version__"]
+
+
+def load(path: Union[str, "Path"], **options) -> "TranslationModel":
+    """A model to translate with, from a run dir, a checkpoint or a dir written by ``mtkit export``.
+
+    ``options``: those of ``mtkit translate`` (beam_size, length_penalty, max_len_a, max_len_b, batch_size,
+    batch_tokens, nbest, device, dtype, threads, stopping, shortlist, sampling, temperature, top_k, top_p, seed,
+    engine="ctranslate2", checkpoints=[...] to ensemble); see ``mtkit.api.load``. Bad ones raise ``MtkitError``.
+    """
+    from mtkit.api import load as load_model
+
+    return load_model(path, **options)

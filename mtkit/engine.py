@@ -1,6 +1,6 @@
 """What every translation engine shares: the decoding options, source encoding (normalisation and truncation to
 the model's length), length-sorted batching, and ``Engine``, the base class ``mtkit translate`` drives. The torch
-engine is ``translate.Translator``, the CTranslate2 one ``ct2.Ct2Translator``.
+engine is ``torch_engine.Translator``, the CTranslate2 one ``ct2.Ct2Translator``; ``api.TranslationModel`` wraps either.
 """
 
 from __future__ import annotations
@@ -79,7 +79,10 @@ def max_chars_for(max_src: int) -> int:
 
 class Engine(abc.ABC):
     """Source lines -> n-best hypotheses (``search.Hypothesis``) per line: ``encode`` the lines (shared), then
-    ``translate_ids`` (each engine's own). ``truncated`` counts the lines cut to the model's length."""
+    ``translate_ids`` (each engine's own). ``truncated`` counts the lines cut to the model's length;
+    ``attention``: whether hypotheses can carry cross-attention (``Options.need_attention``)."""
+
+    attention = True
 
     def __init__(self, tokenizer, options: Options, max_positions: int):
         self.tokenizer, self.opt = tokenizer, options

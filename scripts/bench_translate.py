@@ -7,8 +7,8 @@
     python scripts/bench_translate.py runs/multi30k-transformer --shortlist 0 20 --compute-type float32 int8
     python scripts/bench_translate.py runs/multi30k-transformer --split val --shortlist 10 20 50   # tune on val
 
-Both engines run in this process through the code `mtkit translate` uses (``translate_stream`` over a
-``Translator`` or ``Ct2Translator``) with the run's decoding options (length penalty, a * len + b output limit,
+Both engines run in this process through the code `mtkit translate` uses (``translate_stream`` over the
+model ``mtkit.load`` returns, on the torch engine or CTranslate2) with the run's decoding options (length penalty, a * len + b output limit,
 batch size), the beam size set per row. Only translation is timed (tokenizing, searching, detokenizing; after
 a short warm-up), not model loading or conversion. Prints sentences/s, target subwords/s (EOS not counted) and
 sacreBLEU BLEU / chrF against the references, with their signatures.
@@ -31,19 +31,19 @@ def read_gz(path: Path) -> list[str]:
         return f.read().splitlines()
 
 
-class CountingTranslator:
-    """Delegates to a translator and counts the subwords of the best hypotheses it returns."""
+class TokenCounter:
+    """Counts the subwords of the best hypotheses a loaded model's engine returns."""
 
-    def __init__(self, inner):
-        self.inner, self.target_tokens = inner, 0
+    def __init__(self, model):
+        self.target_tokens = 0
+        inner = model.engine.translate_ids
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+        def counting(ids):
+            results = inner(ids)
+            self.target_tokens += sum(len(hyps[0].tokens) for hyps in results if hyps)
+            return results
 
-    def translate_ids(self, ids):
-        results = self.inner.translate_ids(ids)
-        self.target_tokens += sum(len(hyps[0].tokens) for hyps in results if hyps)
-        return results
+        model.engine.translate_ids = counting
 
 
 def build(
@@ -56,26 +56,24 @@ def build(
     stopping: str | None = None,
     shortlist: int | None = None,
 ):
-    """A translator for one row of the table (loading and conversion happen here, untimed)."""
-    from mtkit import translate as tr
+    """The model for one row of the table, from ``mtkit.load`` (loading and conversion happen here, untimed)."""
+    import mtkit
     from mtkit.ct2 import is_export_dir
 
-    overrides = {
-        "beam_size": beam,
-        "batch_size": batch_size,
-        "nbest": 1,
-        "threads": threads,
-        "device": "cpu",
-        "dtype": compute_type,
-        "stopping": stopping,
-        "shortlist": shortlist,
-    }
-    run_options = dict(sampling=False, temperature=1.0, top_k=0, top_p=1.0, seed=0, need_attention=False)
-    if engine == "ctranslate2":
-        return tr.ct2_translator([run], overrides, **run_options)
-    if is_export_dir(run):
+    if engine != "ctranslate2" and is_export_dir(run):
         raise SystemExit(f"{run} is a CTranslate2 export: use --engine ctranslate2")
-    return tr._torch_translator([run], overrides, **run_options)
+    return mtkit.load(
+        run,
+        engine=engine,
+        beam_size=beam,
+        batch_size=batch_size,
+        nbest=1,
+        threads=threads,
+        device="cpu",
+        dtype=compute_type,
+        stopping=stopping,
+        shortlist=shortlist,
+    )
 
 
 def main() -> None:
@@ -134,23 +132,22 @@ def main() -> None:
             for beam in args.beams:
                 row = f"{args.engine:<12} {compute_type:<13} {beam:>4} {'run' if shortlist is None else shortlist:>9}"
                 try:
-                    translator = CountingTranslator(
-                        build(
-                            args.run,
-                            args.engine,
-                            compute_type,
-                            beam,
-                            args.threads,
-                            args.batch_size,
-                            args.stopping,
-                            shortlist,
-                        )
+                    translator = build(
+                        args.run,
+                        args.engine,
+                        compute_type,
+                        beam,
+                        args.threads,
+                        args.batch_size,
+                        args.stopping,
+                        shortlist,
                     )
+                    counter = TokenCounter(translator)
                 except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
                     print(f"{row}  skipped: {err}", flush=True)
                     continue
                 translate_stream(translator, sources[: args.warmup], io.StringIO())
-                translator.target_tokens = 0
+                counter.target_tokens = 0
                 sink = io.StringIO()
                 start = time.perf_counter()
                 translate_stream(translator, sources, sink)
@@ -160,7 +157,7 @@ def main() -> None:
                 scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
                 signatures.update({name: s["signature"] for name, s in scores.items()})
                 print(
-                    f"{row} {seconds:>8.2f} {len(sources) / seconds:>8.1f} {translator.target_tokens / seconds:>10.0f} "
+                    f"{row} {seconds:>8.2f} {len(sources) / seconds:>8.1f} {counter.target_tokens / seconds:>10.0f} "
                     f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}",
                     flush=True,
                 )

@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import os
 import random
+import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
@@ -185,6 +187,56 @@ def run_cli(capsys, monkeypatch):
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+# ------------------------------------------------------------------------------- a small trained run
+TOY_RUN_MAX_POSITIONS = 128
+TOY_RUN_CHUNK_SIZE = 50  # the run's decoding.chunk_size
+SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="session")
+def toy_run_workdir(tmp_path_factory) -> Path:
+    """Toy corpus, prepared data and a run dir (``run``) holding a tiny Transformer trained for 150 updates, once
+    per test session for the modules that only read it (test_translate.py, test_api.py)."""
+    root = tmp_path_factory.mktemp("translate")
+    splits = write_toy_splits(root)
+    config = {
+        "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
+        "model": {
+            "arch": "transformer",
+            "d_model": 32,
+            "heads": 2,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+            "ffn_dim": 64,
+            "max_positions": TOY_RUN_MAX_POSITIONS,
+            "dropout": 0.0,
+        },
+        "training": {
+            "run_dir": str(root / "run"),
+            "max_updates": 150,
+            "batch_tokens": 400,
+            "lr": 3e-3,
+            "warmup_updates": 20,
+            "validate_every": 150,
+            "log_every": 50,
+            "threads": 1,
+            "valid_max_sentences": 10,
+        },
+        "decoding": {"beam_size": 4, "batch_size": 16, "chunk_size": TOY_RUN_CHUNK_SIZE, "threads": 1, "device": "cpu"},
+    }
+    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    for command in ("prepare", "train"):
+        done = subprocess.run(
+            [sys.executable, "-m", "mtkit", command, str(root / "config.yaml")],
+            capture_output=True,
+            text=True,
+            env=SUBPROCESS_ENV,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+    return root
 
 
 # --------------------------------------------------------------- two computations of one model's search

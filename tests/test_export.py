@@ -43,7 +43,8 @@ from mtkit.ct2 import Ct2Translator
 from mtkit.engine import Options
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.search import length_penalty_of
-from mtkit.translate import Translator, read_lines, translate_stream
+from mtkit.torch_engine import Translator
+from mtkit.translate import read_lines, translate_stream
 
 try:
     import ctranslate2  # noqa: F401

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,21 +32,23 @@ from conftest import (
     EN_WORDS,
     LOG_PROB_TOL,
     NEAR_TIE,
+    SUBPROCESS_ENV,
+    TOY_RUN_CHUNK_SIZE,
+    TOY_RUN_MAX_POSITIONS,
     diverged_at_near_ties,
     first_divergence,
     search_margin,
     write_lines,
-    write_toy_splits,
 )
 from mtkit.checkpoint import load_checkpoint
 from mtkit.engine import Options, max_chars_for
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.search import beam_search, greedy, max_lengths
-from mtkit.translate import Ensemble, Translator, chunks, pipe_chunks, read_lines, translate_stream
+from mtkit.torch_engine import Ensemble, Translator
+from mtkit.translate import chunks, pipe_chunks, read_lines, translate_stream
 
-MAX_POSITIONS = 128
-CHUNK_SIZE = 50  # the run's decoding.chunk_size: output appears after every 50 input lines
-SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+MAX_POSITIONS = TOY_RUN_MAX_POSITIONS
+CHUNK_SIZE = TOY_RUN_CHUNK_SIZE  # the run's decoding.chunk_size: output appears after every 50 input lines
 
 
 # ------------------------------------------------------------------------------------------- fixtures
@@ -55,46 +56,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    """Toy corpus, prepared data and a run dir holding a tiny Transformer trained for 150 updates."""
-    root = tmp_path_factory.mktemp("translate")
-    splits = write_toy_splits(root)
-    config = {
-        "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
-        "model": {
-            "arch": "transformer",
-            "d_model": 32,
-            "heads": 2,
-            "encoder_layers": 1,
-            "decoder_layers": 1,
-            "ffn_dim": 64,
-            "max_positions": MAX_POSITIONS,
-            "dropout": 0.0,
-        },
-        "training": {
-            "run_dir": str(root / "run"),
-            "max_updates": 150,
-            "batch_tokens": 400,
-            "lr": 3e-3,
-            "warmup_updates": 20,
-            "validate_every": 150,
-            "log_every": 50,
-            "threads": 1,
-            "valid_max_sentences": 10,
-        },
-        "decoding": {"beam_size": 4, "batch_size": 16, "chunk_size": CHUNK_SIZE, "threads": 1, "device": "cpu"},
-    }
-    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    for command in ("prepare", "train"):
-        done = subprocess.run(
-            [sys.executable, "-m", "mtkit", command, str(root / "config.yaml")],
-            capture_output=True,
-            text=True,
-            env=SUBPROCESS_ENV,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
-    return root
+def workdir(toy_run_workdir) -> Path:
+    return toy_run_workdir
 
 
 @pytest.fixture(scope="module")

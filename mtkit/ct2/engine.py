@@ -31,7 +31,7 @@ class Ct2Translator(Engine):
     ranked by them: where that mass is not tiny, a near-tie may go another way than in the torch engine.
     With ``exact_scores`` the kept hypotheses are rescored by a teacher-forced pass (``score_batch``): their
     ``score``/``log_prob`` are then the model's and ``token_log_probs`` is filled (otherwise it is empty).
-    ``translate_main`` asks for it where scores are shown (n-best lists, jsonl).
+    ``api.TranslationModel`` asks for it where scores are wanted (``mtkit translate``: n-best lists, jsonl).
     """
 
     # CTranslate2's beam search stops at beam_size finished hypotheses (our beam_full rule) only under a length
@@ -40,6 +40,7 @@ class Ct2Translator(Engine):
     # keeps the hypotheses our GNMT penalty would pick (ranked afterwards, on the raw log-probs) far more often
     # than CTranslate2's length ** alpha, which favours hypotheses cut at the length limit.
     _NEUTRAL_PENALTY = 1e-6
+    attention = False
 
     def __init__(
         self,

@@ -1,0 +1,293 @@
+"""The Python API: ``load`` builds a ``TranslationModel`` from a run dir, checkpoint or CTranslate2 export, with
+any decoding option of ``mtkit translate``; ``mtkit translate`` itself streams through the object ``load``
+returns. Results are ``results.Translation`` / ``results.Hypothesis``.
+
+    import mtkit
+    model = mtkit.load("runs/demo", beam_size=5)
+    model.translate(["A man is riding a bike.", ""])       # ["Ein Mann fährt Fahrrad.", ""]
+    model.translate_batch(lines, nbest=3)                  # [Translation(source, source_tokens, hypotheses)]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable, Iterator, Optional, Sequence, Union
+
+import torch
+
+from mtkit import checkpoint as ckpt
+from mtkit import config as cfgmod
+from mtkit import ct2
+from mtkit.distributed import pick_device
+from mtkit.engine import Engine, Options
+from mtkit.errors import MtkitError
+from mtkit.results import Hypothesis, Translation
+from mtkit.shortlist import Shortlisted, check_model, load_lexicon
+from mtkit.torch_engine import Ensemble, Translator
+
+PathLike = Union[str, Path]
+_SAMPLING = cfgmod.SamplingOptions()  # the defaults of translate's sampling flags
+ATTENTION_NEEDS_TORCH = "--alignments and --plot-attention need --engine torch"
+
+
+class TranslationModel:
+    """A loaded model and its decoding options: lines in, translations out, one per line and in order.
+
+    Any string is a line: an empty or whitespace-only one gets no hypothesis (text ""), and whitespace inside a
+    line, line breaks included, separates words as spaces do (the command line reads a line break as the end of
+    a line). A line beyond the model's length limit is truncated (``truncated`` counts them). Lines are
+    translated ``options.chunk_size`` at a time, each chunk sorted by length and cut into batches, as
+    ``mtkit translate`` does. One call at a time: the object is not thread-safe.
+    """
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    @property
+    def options(self) -> Options:
+        return self.engine.opt
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    @property
+    def truncated(self) -> int:
+        """Lines cut to the model's length limit so far."""
+        return self.engine.truncated
+
+    @property
+    def max_src(self) -> int:
+        """Source subwords a line may have (longer ones are truncated)."""
+        return self.engine.max_src
+
+    @property
+    def max_chars(self) -> int:
+        """Characters of a line beyond which it is cut before tokenization (see ``engine.max_chars_for``)."""
+        return self.engine.max_chars
+
+    def translate(self, lines: Union[str, Iterable[str]]) -> Union[str, list[str]]:
+        """The best translation of each line (a str for a str)."""
+        if isinstance(lines, (str, bytes)):
+            return self.translate_batch(lines, scores=False).text
+        return [t.text for t in self.translate_batch(lines, scores=False)]
+
+    def translate_batch(
+        self,
+        lines: Union[str, Iterable[str]],
+        *,
+        nbest: Optional[int] = None,
+        scores: bool = True,
+        alignments: bool = False,
+    ) -> Union[Translation, list[Translation]]:
+        """A ``Translation`` per line (one for a str) with up to ``nbest`` hypotheses (default: the loaded
+        ``nbest``), best first; ``scores``: fill score, log_prob and token_log_probs (on the CTranslate2 engine
+        this costs a rescoring pass); ``alignments``: fill each hypothesis's cross-attention (torch engine)."""
+        single = isinstance(lines, (str, bytes))
+        items = _as_lines([lines] if single else lines)
+        out: list[Translation] = []
+        with self._decoding(nbest, scores, alignments):
+            for start in range(0, len(items), self.options.chunk_size):
+                chunk = items[start : start + self.options.chunk_size]
+                ids = self.engine.encode(chunk)
+                for line, src_ids, hyps in zip(chunk, ids, self.engine.translate_ids(ids)):
+                    out.append(self._translation(line, src_ids, hyps, scores, alignments))
+        return out[0] if single else out
+
+    @contextlib.contextmanager
+    def _decoding(self, nbest: Optional[int], scores: bool, alignments: bool) -> Iterator[None]:
+        """The engine's options for one call: ``nbest`` (validated as the config's), attention, exact scores."""
+        engine = self.engine
+        if alignments and not engine.attention:
+            raise MtkitError(ATTENTION_NEEDS_TORCH)
+        changes: dict = {"need_attention": alignments}
+        if nbest is not None:
+            changes["nbest"] = cfgmod.decoding_with(cfgmod.DecodingConfig(), {"nbest": nbest}).nbest
+        saved, exact = engine.opt, getattr(engine, "exact_scores", None)
+        engine.opt = dataclasses.replace(saved, **changes)
+        if exact is not None:
+            engine.exact_scores = exact or scores
+        try:
+            yield
+        finally:
+            engine.opt = saved
+            if exact is not None:
+                engine.exact_scores = exact
+
+    def _translation(self, line: str, src_ids: list[int], hyps: list, scores: bool, alignments: bool) -> Translation:
+        tok = self.engine.tokenizer
+        texts = tok.decode_tgt([h.tokens for h in hyps]) if hyps else []
+        return Translation(
+            source=line,
+            source_tokens=tuple(tok.src_pieces(src_ids)),
+            hypotheses=tuple(
+                Hypothesis(
+                    text=text,
+                    tokens=tuple(tok.tgt_pieces(h.tokens)),
+                    score=float(h.score) if scores else None,
+                    log_prob=float(h.log_prob) if scores else None,
+                    token_log_probs=tuple(h.token_log_probs) if scores else None,
+                    alignment=tuple(map(tuple, h.attention.tolist()))
+                    if alignments and h.attention is not None
+                    else None,
+                )
+                for h, text in zip(hyps, texts)
+            ),
+        )
+
+
+def _as_lines(lines: Iterable) -> list[str]:
+    """Lines as str: bytes are decoded as UTF-8 (invalid bytes replaced, as the command line reads them)."""
+    if not isinstance(lines, Iterable):
+        raise TypeError(f"expected a str or an iterable of str, got {type(lines).__name__}")
+    out = []
+    for i, line in enumerate(lines):
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", errors="replace")
+        elif not isinstance(line, str):
+            raise TypeError(f"line {i + 1} is a {type(line).__name__}, not a str")
+        out.append(line)
+    return out
+
+
+def load(
+    path: PathLike,
+    *,
+    checkpoints: Sequence[PathLike] = (),
+    engine: str = "torch",
+    alignments: bool = False,
+    beam_size: Optional[int] = None,
+    length_penalty: Optional[float] = None,
+    max_len_a: Optional[float] = None,
+    max_len_b: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    batch_tokens: Optional[int] = None,
+    nbest: Optional[int] = None,
+    device: Optional[str] = None,
+    dtype: Optional[str] = None,
+    threads: Optional[int] = None,
+    stopping: Optional[str] = None,
+    shortlist: Optional[int] = None,
+    sampling: bool = False,
+    temperature: float = _SAMPLING.temperature,
+    top_k: int = _SAMPLING.top_k,
+    top_p: float = _SAMPLING.top_p,
+    seed: int = _SAMPLING.seed,
+) -> TranslationModel:
+    """A ``TranslationModel`` for a run dir, a checkpoint or a dir written by ``mtkit export``.
+
+    The options are those of ``mtkit translate`` (None: the run's ``decoding`` section); ``checkpoints`` are
+    ensembled with ``path`` (``--checkpoint``); ``engine="ctranslate2"`` (or an export dir) translates through
+    CTranslate2; ``alignments`` checks at load time that the engine can give them. A bad option raises
+    ``MtkitError`` with the message the command line prints.
+    """
+    cfgmod.check_flags(engine=engine)
+    paths = [Path(path), *(Path(p) for p in checkpoints)]
+    overrides = dict(
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_size=batch_size,
+        batch_tokens=batch_tokens,
+        nbest=nbest,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        stopping=stopping,
+        shortlist=shortlist,
+    )
+    run_options = dict(
+        sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, need_attention=alignments
+    )
+    if engine == "ctranslate2" or ct2.is_export_dir(paths[0]):
+        return TranslationModel(ct2_translator(paths, overrides, **run_options))
+    return TranslationModel(torch_translator(paths, overrides, **run_options))
+
+
+def ct2_translator(
+    paths: list[Path], overrides: dict, *, exact_scores: bool = False, **run_options
+) -> ct2.Ct2Translator:
+    """The CTranslate2 engine for an export dir (``mtkit export``), or for a run dir / checkpoint converted on the fly.
+
+    ``--dtype`` picks CTranslate2's compute type (int8, int16, float16, bfloat16, float32, ...); by default the
+    type the model was exported with.
+    """
+    if len(paths) > 1:
+        raise MtkitError("--engine ctranslate2 translates with one model; ensembles (--checkpoint) need --engine torch")
+    if run_options.get("need_attention"):
+        raise MtkitError(ATTENTION_NEEDS_TORCH)
+    ct2.import_ctranslate2()
+    compute_type = overrides.get("dtype") or "default"
+    if compute_type not in ("default", "auto", *ct2.QUANTIZATIONS):
+        raise MtkitError(
+            f"--dtype {compute_type!r}: the ctranslate2 engine computes in one of "
+            f"{', '.join(ct2.QUANTIZATIONS)} (default: the exported type)"
+        )
+    path, tmp = Path(paths[0]), None
+    try:
+        if ct2.is_export_dir(path):
+            model_dir = path
+        else:  # a run dir or checkpoint: convert to a temporary dir, which CTranslate2 reads once
+            tmp = Path(tempfile.mkdtemp(prefix="mtkit-ct2-"))
+            model_dir = tmp / "model"
+            ct2.convert(path, model_dir, None)
+        meta, tokenizer = ct2.read_export(model_dir)
+        base = cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)").decoding
+        dec = cfgmod.decoding_with(base, {**overrides, "dtype": None})
+        return ct2.Ct2Translator(
+            model_dir,
+            tokenizer,
+            Options.from_config(dec, **run_options),
+            max_positions=meta["max_positions"],
+            device=dec.device,
+            compute_type=compute_type,
+            threads=dec.threads or 0,
+            exact_scores=exact_scores or dec.nbest > 1,
+        )
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def torch_translator(paths: list[Path], overrides: dict, **run_options) -> Translator:
+    """The torch engine for a run dir or checkpoint, ensembled with any further ones (``--checkpoint``)."""
+    first_file = ckpt.resolve(paths[0])
+    meta_cfg = cfgmod.from_dict(ckpt.read_metadata(first_file)["config"], str(first_file))
+    dec = cfgmod.decoding_with(meta_cfg.decoding, overrides)
+    if dec.threads:
+        torch.set_num_threads(dec.threads)
+    device = pick_device(dec.device)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.qint8}[
+        dec.dtype
+    ]
+    if dtype == torch.float16 and device.type != "cuda":
+        raise MtkitError("--dtype float16 needs a CUDA GPU; use float32 (or bfloat16) on CPU")
+    if dtype == torch.qint8 and device.type != "cpu":
+        raise MtkitError(
+            "--dtype int8 is for the CPU (--device cpu); on a GPU use float16 or bfloat16, or --engine ctranslate2"
+        )
+    loaded = [ckpt.load_checkpoint(p, device, dtype) for p in paths]
+    tokenizer = loaded[0].tokenizer
+    for other in loaded[1:]:
+        if other.tokenizer.fingerprint() != tokenizer.fingerprint():
+            raise MtkitError(
+                f"{other.path}: uses another tokenizer than {loaded[0].path}; ensembles need one vocabulary"
+            )
+    model = loaded[0].model if len(loaded) == 1 else Ensemble([x.model for x in loaded])
+    if dec.shortlist:
+        check_model(model)
+        run_dir = first_file.parent.parent if first_file.parent.name == "checkpoints" else first_file.parent
+        lexicon = load_lexicon(run_dir, Path(meta_cfg.data.dir), tokenizer)
+        model = Shortlisted(
+            model,
+            lexicon,
+            per_source=dec.shortlist,
+            frequent=dec.shortlist_frequent,
+            copy_source=meta_cfg.data.joint_vocab,
+        )
+    return Translator(model, tokenizer, Options.from_config(dec, **run_options), device)

@@ -1,0 +1,46 @@
+"""What the Python API (``mtkit.load``) returns: frozen dataclasses of plain Python values, no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One translation of a source line.
+
+    ``tokens`` are the target subwords (EOS excluded). With scores: ``log_prob`` is the sum of
+    ``token_log_probs`` (``len(tokens) + 1`` values, the last one for EOS) and ``score`` is ``log_prob`` over the
+    GNMT length penalty ``((5 + len(tokens) + 1) / 6) ** length_penalty``, what hypotheses are ranked by; without
+    scores the three are None. With alignments, ``alignment`` holds the cross-attention weights: one row per
+    target token and EOS, one column per source subword and EOS (``Translation.source_tokens`` + ``</s>``).
+    """
+
+    text: str
+    tokens: tuple[str, ...]
+    score: Optional[float] = None
+    log_prob: Optional[float] = None
+    token_log_probs: Optional[tuple[float, ...]] = None
+    alignment: Optional[tuple[tuple[float, ...], ...]] = None
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The n-best hypotheses of one source line, best first; none for an empty or whitespace-only line.
+
+    ``source`` is the line as given; ``source_tokens`` the subwords the model read (after truncation to its
+    length limit, EOS excluded)."""
+
+    source: str
+    source_tokens: tuple[str, ...]
+    hypotheses: tuple[Hypothesis, ...]
+
+    @property
+    def best(self) -> Optional[Hypothesis]:
+        return self.hypotheses[0] if self.hypotheses else None
+
+    @property
+    def text(self) -> str:
+        """The best hypothesis's text ("" when there is none)."""
+        return self.hypotheses[0].text if self.hypotheses else ""

@@ -1,0 +1,98 @@
+"""The torch engine: ``Translator`` decodes a model (one, an ``Ensemble`` of several, or a shortlisted one) with
+``mtkit.search`` (beam search, greedy) or ``mtkit.sampling``; ``ct2.Ct2Translator`` is the CTranslate2 engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from mtkit import sampling, search
+from mtkit.engine import Engine, Options, batches
+from mtkit.models import EOS, PAD, Seq2Seq, State
+
+
+@dataclasses.dataclass
+class EnsembleState(State):
+    states: list
+
+
+class Ensemble(Seq2Seq):
+    """Several models with one target vocabulary: log of the averaged probabilities at each step."""
+
+    def __init__(self, models: list[Seq2Seq]):
+        super().__init__()
+        self.models = torch.nn.ModuleList(models)
+        self.src_vocab_size, self.tgt_vocab_size = models[0].src_vocab_size, models[0].tgt_vocab_size
+        self.max_positions = min(m.max_positions for m in models)
+
+    def encode(self, src, src_mask):
+        return [m.encode(src, src_mask) for m in self.models]
+
+    def init_state(self, memory, src_mask):
+        return EnsembleState([m.init_state(mem, src_mask) for m, mem in zip(self.models, memory)])
+
+    def step(self, prev_tokens, state, need_attention=False):
+        outs = [m.step(prev_tokens, s, need_attention) for m, s in zip(self.models, state.states)]
+        log_probs = torch.logsumexp(torch.stack([o[0] for o in outs]), dim=0) - math.log(len(outs))
+        attn = [o[2] for o in outs if o[2] is not None]
+        attention = torch.stack(attn).mean(0) if attn else None
+        return log_probs, EnsembleState([o[1] for o in outs]), attention
+
+    def forward(self, src, tgt_in):
+        logps = torch.stack([m(src, tgt_in).float().log_softmax(-1) for m in self.models])
+        return torch.logsumexp(logps, dim=0) - math.log(len(self.models))
+
+
+class Translator(Engine):
+    """The torch engine: a model (or an ensemble, or a shortlisted model) decoded by ``mtkit.search``."""
+
+    def __init__(self, model: Seq2Seq, tokenizer, options: Options, device: torch.device):
+        super().__init__(tokenizer, options, model.max_positions)
+        self.model, self.device = model, device
+        self.generator = torch.Generator(device="cpu").manual_seed(options.seed) if options.sampling else None
+
+    @torch.inference_mode()
+    def translate_ids(self, ids: list[list[int]]) -> list[list]:
+        results: list[list] = [[] for _ in ids]  # empty inputs give empty outputs without a model call
+        o = self.opt
+        for idx in batches(ids, o):
+            width = max(len(ids[i]) for i in idx) + 1
+            src = torch.full((len(idx), width), PAD, dtype=torch.long)
+            for row, i in enumerate(idx):
+                src[row, : len(ids[i])] = torch.tensor(ids[i], dtype=torch.long)
+                src[row, len(ids[i])] = EOS
+            src = src.to(self.device)
+            common = dict(max_len_a=o.max_len_a, max_len_b=o.max_len_b)
+            if o.sampling:
+                out = sampling.sample(
+                    self.model,
+                    src,
+                    temperature=o.temperature,
+                    top_k=o.top_k,
+                    top_p=o.top_p,
+                    generator=self.generator,
+                    nbest=o.nbest,
+                    length_penalty=o.length_penalty,
+                    need_attention=o.need_attention,
+                    **common,
+                )
+            elif o.beam_size == 1 and o.nbest == 1:
+                out = search.greedy(
+                    self.model, src, length_penalty=o.length_penalty, need_attention=o.need_attention, **common
+                )
+            else:
+                out = search.beam_search(
+                    self.model,
+                    src,
+                    beam_size=max(o.beam_size, o.nbest),
+                    length_penalty=o.length_penalty,
+                    nbest=o.nbest,
+                    stopping=o.stopping,
+                    need_attention=o.need_attention,
+                    **common,
+                )
+            for i, hyps in zip(idx, out):
+                results[i] = hyps
+        return results
