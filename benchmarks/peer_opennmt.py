@@ -144,6 +144,9 @@ def training(log: str, pairs_file: str, ckpt: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ decoding
+SIGNATURES: list[str] = []  # sacreBLEU's BLEU and chrF signatures of the last scoring
+
+
 def detokenize_and_score(hyp_pieces: list[str], spm_model: str, refs: str, out_path: Path) -> tuple[float, float]:
     import sacrebleu
     import sentencepiece as spm
@@ -154,9 +157,11 @@ def detokenize_and_score(hyp_pieces: list[str], spm_model: str, refs: str, out_p
     references = Path(refs).read_text(encoding="utf-8").splitlines()
     if len(references) != len(hyps):
         raise Failure(f"{out_path}: {len(hyps)} hypotheses for {len(references)} references")
-    bleu = sacrebleu.metrics.BLEU().corpus_score(hyps, [references])
-    chrf = sacrebleu.metrics.CHRF().corpus_score(hyps, [references])
-    return bleu.score, chrf.score
+    global SIGNATURES
+    metrics = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    bleu, chrf = (metric.corpus_score(hyps, [references]).score for metric in metrics)
+    SIGNATURES = [str(metric.get_signature()) for metric in metrics]  # a metric has a signature once it has scored
+    return bleu, chrf
 
 
 def header() -> None:
@@ -228,10 +233,8 @@ def ct2_rows(ckpt: str, out_dir: str, src: str, spm_model: str, refs: str, threa
                     f"{chrf:.2f}",
                 )
             )
-    import sacrebleu
-
-    print("bleu: " + str(sacrebleu.metrics.BLEU().get_signature()))
-    print("chrf: " + str(sacrebleu.metrics.CHRF().get_signature()))
+    print("bleu: " + SIGNATURES[0])
+    print("chrf: " + SIGNATURES[1])
 
 
 def ct2_translate(translator, sources: list[list[str]], beam: int) -> list[str]:
