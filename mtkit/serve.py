@@ -34,6 +34,9 @@ LANGUAGE_NAMES = {
 }  # fmt: skip
 
 
+ROUTES = ("/v1/translate", "/translate", "/languages", "/health", "/metrics", "/openapi.json", "/docs")
+
+
 @dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 1 << 20
@@ -133,7 +136,7 @@ def create_app(
 
     @app.middleware("http")
     async def observe(request: Request, call_next):
-        path = request.url.path
+        path = request.url.path if request.url.path in ROUTES else "other"  # bounded label values
         requests_total.labels(path).inc()
         start = time.perf_counter()
         response = await call_next(request)

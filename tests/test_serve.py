@@ -11,14 +11,22 @@ Models that must block (queue full, timeout) are stand-ins; no test asserts a ti
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import SUBPROCESS_ENV
 
 pytest.importorskip("fastapi")
 
@@ -140,6 +148,8 @@ def test_health_schema_and_metrics(client):
     for name in ("mtkit_requests_total", "mtkit_responses_total", "mtkit_request_seconds_bucket"):
         assert name in metrics.text, name
     assert "mtkit_batch_sentences_count" in metrics.text and "mtkit_queue_sentences" in metrics.text
+    client.get("/no/such/path")
+    assert 'path="other"' in client.get("/metrics").text and "/no/such/path" not in client.get("/metrics").text
 
 
 def test_concurrent_requests_share_batches_and_get_their_own_answers(run_dir, model, lines):
@@ -209,6 +219,7 @@ def test_full_queue_is_503_with_retry_after():
         second = threading.Thread(target=client.post, args=("/v1/translate",), kwargs={"json": {"text": "b"}})
         second.start()
         wait_until(lambda: app.state.batcher.depth == 1, "the second request to queue")
+        assert client.get("/health").status_code == 200  # while the worker decodes
         full = client.post("/v1/translate", json={"text": "c"})
         assert_error(full, 503, "queue is full")
         assert full.headers["retry-after"] == "1"
@@ -300,3 +311,73 @@ def test_cli_serve(run_cli, tmp_path):
     assert len(result.err.strip().splitlines()) == 1
     result = run_cli("serve", tmp_path, "--queue-size", "0")
     assert result.code == 2 and "--queue-size" in result.err
+
+
+# ------------------------------------------------------------------------------ fuzzing and a clean stop
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+BODIES = st.one_of(
+    JSON_VALUES.map(lambda v: ("json", v)),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "text": JSON_VALUES | st.text(max_size=30) | st.lists(st.text(max_size=30), max_size=6),
+            "options": st.fixed_dictionaries({}, optional={"nbest": JSON_VALUES, "scores": JSON_VALUES}),
+            "q": JSON_VALUES,
+            "source": JSON_VALUES,
+            "target": st.sampled_from(["de", "en", "", "auto"]) | JSON_VALUES,
+        },
+    ).map(lambda v: ("json", v)),
+    st.binary(max_size=200).map(lambda v: ("bytes", v)),
+)
+
+
+@pytest.fixture(scope="module")
+def fuzz_client():
+    app = create_app(_Instant(), ("en", "de"), limits=Limits(max_body_bytes=300, max_sentences=4, max_chars=60))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=BODIES, path=st.sampled_from(["/v1/translate", "/translate"]), form=st.booleans())
+def test_fuzzed_bodies_never_get_a_5xx(fuzz_client, body, path, form):
+    kind, value = body
+    if kind == "bytes":
+        kind_header = "application/x-www-form-urlencoded" if form else "application/json"
+        response = fuzz_client.post(path, content=value, headers={"content-type": kind_header})
+    elif form and isinstance(value, dict) and path == "/translate":
+        response = fuzz_client.post(path, data={k: v for k, v in value.items() if isinstance(v, str)})
+    else:
+        response = fuzz_client.post(path, json=value)
+    assert response.status_code < 500, (response.status_code, response.text)
+    if response.status_code >= 400:
+        assert list(response.json()) == ["error"], response.text
+
+
+def test_sigterm_stops_the_server_cleanly(run_dir):
+    port = free_port()
+    cmd = [sys.executable, "-m", "mtkit", "serve", str(run_dir), "--port", str(port), "--threads", "1"]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=SUBPROCESS_ENV)
+    try:
+
+        def up() -> bool:
+            assert process.poll() is None, process.communicate(timeout=DEADLINE)[0]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+
+        wait_until(up, "mtkit serve to answer")
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=DEADLINE)[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=DEADLINE)
+    assert process.returncode in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal once it has stopped
+    assert "Application shutdown complete" in output and "Traceback" not in output, output
