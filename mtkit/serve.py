@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -178,8 +178,9 @@ def create_app(
         return request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else None)
 
     async def run(lines: list[str], nbest: Optional[int] = None, scores: bool = False) -> list:
-        if len(lines) > limits.max_sentences:
-            raise ApiError(413, f"{len(lines)} sentences in one request; at most {limits.max_sentences}")
+        most = min(limits.max_sentences, limits.queue_size)
+        if len(lines) > most:
+            raise ApiError(413, f"{len(lines)} sentences in one request; at most {most}")
         chars = sum(len(line) for line in lines)
         if chars > limits.max_chars:
             raise ApiError(413, f"{chars} characters in one request; at most {limits.max_chars}")
@@ -208,10 +209,17 @@ def create_app(
         """200 once the model is loaded and the batcher runs."""
         return {"status": "ok", "queue": batcher.depth}
 
-    @app.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
-    async def v1_translate(body: TranslateRequest, request: Request) -> TranslateResponse:
-        """Translate a sentence or a list of sentences: one translation per sentence, in order."""
+    def require_key(request: Request) -> None:  # a dependency: checked before the body is validated
         check_key(header_key(request))
+
+    @app.post(
+        "/v1/translate",
+        response_model=TranslateResponse,
+        response_model_exclude_none=True,
+        dependencies=[Depends(require_key)],
+    )
+    async def v1_translate(body: TranslateRequest) -> TranslateResponse:
+        """Translate a sentence or a list of sentences: one translation per sentence, in order."""
         lines = [body.text] if isinstance(body.text, str) else body.text
         detailed = body.options.nbest is not None or body.options.scores
         results = await run(lines, body.options.nbest, body.options.scores)

@@ -247,6 +247,7 @@ def test_api_key_and_cors():
     app = create_app(_Instant(), ("en", "de"), api_key="s3cret", cors_origins=("http://example.org",))
     with TestClient(app) as client:
         assert_error(client.post("/v1/translate", json={"text": "a"}), 403, "API key")
+        assert_error(client.post("/v1/translate", json={"text": 3}), 403, "API key")  # the key comes first
         assert_error(client.post("/v1/translate", json={"text": "a"}, headers={"X-API-Key": "wrong"}), 403)
         assert_error(client.post("/translate", data={"q": "a", "target": "de"}), 403, "API key")
         assert_error(client.post("/translate", data={"q": "a", "target": "de", "api_key": "s3cre"}), 403)
