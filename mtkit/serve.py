@@ -133,6 +133,10 @@ def create_app(
 
     app = FastAPI(title="mtkit", summary="Machine translation over HTTP", lifespan=lifespan)
     app.state.batcher = batcher
+    # the last added runs first: metrics see every response, CORS headers reach the 413s too
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    if cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"])
 
     @app.middleware("http")
     async def observe(request: Request, call_next):
@@ -143,10 +147,6 @@ def create_app(
         latency.labels(path).observe(time.perf_counter() - start)
         responses_total.labels(str(response.status_code)).inc()
         return response
-
-    if cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"])
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request, err: ApiError):

@@ -124,7 +124,7 @@ def test_v1_translate_nbest_and_scores(client, model, lines):
 def test_libretranslate_translate_and_languages(client, model, lines):
     expected = model.translate(lines[:3])
     form = client.post("/translate", data={"q": lines[0], "source": "en", "target": "de", "format": "text"})
-    assert form.status_code == 200 and form.json() == {"translatedText": expected[0]}
+    assert form.status_code == 200 and form.json() == {"translatedText": model.translate(lines[0])}
     as_json = client.post("/translate", json={"q": lines[:3], "source": "auto", "target": "de"})
     assert as_json.json() == {"translatedText": expected}
     repeated = client.post("/translate", data={"q": lines[:3], "source": "en", "target": "de"})
@@ -165,16 +165,23 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(run_dir, mo
         threads = [threading.Thread(target=post, args=(i,)) for i in range(len(groups))]
         threads[0].start()
         wait_until(gated.started.is_set, "the first batch")
-        for t in threads[1:]:
+        waiting = 0
+        for group, t in zip(groups[1:], threads[1:]):  # one at a time: the queue holds them in this order
             t.start()
-        waiting = sum(len(g) for g in groups[1:])
-        wait_until(lambda: app.state.batcher.depth == waiting, "the other requests to queue")
+            waiting += len(group)
+            wait_until(lambda: app.state.batcher.depth == waiting, "a request to queue")  # noqa: B023
         gated.gate.set()
         for t in threads:
             t.join(DEADLINE)
         stats = app.state.batcher.stats
-    for i, group in enumerate(groups):
-        assert answers[i] == {"translations": [{"text": t} for t in model.translate(group)]}, i
+    # the same batches as model.translate gets: the first request alone, then the others in one call
+    merged = model.translate([line for group in groups[1:] for line in group])
+    expected = [model.translate(groups[0])]
+    for group in groups[1:]:
+        expected.append(merged[: len(group)])
+        merged = merged[len(group) :]
+    for i in range(len(groups)):
+        assert answers[i] == {"translations": [{"text": t} for t in expected[i]]}, i
     assert stats.largest_batch == waiting > max(len(g) for g in groups)  # sentences of 3 requests in one batch
     assert stats.sentences == sum(len(g) for g in groups)
 
@@ -207,6 +214,9 @@ def test_bounds_and_bad_input_are_json_errors():
         assert client.post("/v1/translate", json={"text": ["ab", ""]}).json() == {
             "translations": [{"text": "AB"}, {"text": ""}]
         }
+        metrics = client.get("/metrics").text  # the body limit's 413 counted too
+        for status in ("400", "404", "405", "413", "415", "422"):
+            assert f'mtkit_responses_total{{status="{status}"}}' in metrics, status
 
 
 def test_full_queue_is_503_with_retry_after():
