@@ -270,6 +270,8 @@ def translation_out(result, detailed: bool) -> TranslationOut:
 
 
 def describe(problem: dict) -> str:
+    if tuple(problem.get("loc", ())) == ("body",):
+        return "the body must be a JSON object (Content-Type: application/json)"
     where = ".".join(str(x) for x in problem.get("loc", ()) if x != "body") or "body"
     return f"{where}: {problem.get('msg', 'invalid')}"
 
@@ -284,7 +286,7 @@ async def read_fields(request: Request) -> dict:
     if kind == "application/json":
         try:
             fields = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply for the parser
             raise ApiError(400, "the body is not valid JSON") from None
         if not isinstance(fields, dict):
             raise ApiError(422, "the JSON body must be an object")

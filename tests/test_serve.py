@@ -198,6 +198,9 @@ def test_bounds_and_bad_input_are_json_errors():
         bad_json = post("/v1/translate", content=b'{"text": ', headers={"content-type": "application/json"})
         assert_error(bad_json, 400, "JSON")
         assert_error(post("/translate", content=b"{", headers={"content-type": "application/json"}), 400, "JSON")
+        assert_error(
+            post("/v1/translate", content=b'{"text": "a"}', headers={"content-type": "text/plain"}), 422, "JSON object"
+        )
         assert_error(post("/v1/translate", json={"text": 3}), 422, "text")
         assert_error(post("/v1/translate", json={"text": ["a", None]}), 422, "text")
         assert_error(post("/v1/translate", json={"text": "a", "options": {"nbest": "2"}}), 422, "nbest")
@@ -217,6 +220,13 @@ def test_bounds_and_bad_input_are_json_errors():
         metrics = client.get("/metrics").text  # the body limit's 413 counted too
         for status in ("400", "404", "405", "413", "415", "422"):
             assert f'mtkit_responses_total{{status="{status}"}}' in metrics, status
+
+
+def test_json_nested_too_deeply_is_400():
+    deep = b"[" * 100_000 + b"]" * 100_000  # deeper than Python's parser goes, within the default body limit
+    with TestClient(create_app(_Instant(), ("en", "de"))) as client:
+        for path in ("/v1/translate", "/translate"):
+            assert_error(client.post(path, content=deep, headers={"content-type": "application/json"}), 400)
 
 
 def test_full_queue_is_503_with_retry_after():
