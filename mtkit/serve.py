@@ -9,6 +9,7 @@ body ``{"error": "one readable message"}``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import time
@@ -124,6 +125,7 @@ def create_app(
         lambda: batcher.depth
     )
 
+    @contextlib.asynccontextmanager
     async def lifespan(_app):
         batcher.start()
         try:

@@ -33,6 +33,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 import mtkit  # noqa: E402
+from mtkit.batcher import Batcher  # noqa: E402
 from mtkit.results import Hypothesis, Translation  # noqa: E402
 from mtkit.serve import Limits, create_app, run_languages  # noqa: E402
 
@@ -184,6 +185,29 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(run_dir, mo
         assert answers[i] == {"translations": [{"text": t} for t in expected[i]]}, i
     assert stats.largest_batch == waiting > max(len(g) for g in groups)  # sentences of 3 requests in one batch
     assert stats.sentences == sum(len(g) for g in groups)
+
+
+def test_batches_never_mix_outputs_of_different_kinds():
+    calls = []
+    gate = threading.Event()
+
+    def translate(lines, nbest, scores):
+        calls.append((list(lines), nbest, scores))
+        assert gate.wait(DEADLINE)
+        return [x.upper() for x in lines]
+
+    batcher = Batcher(translate, batch_size=8, max_wait=0, queue_size=16)
+    batcher.start()
+    try:
+        first = batcher.submit(["a"])
+        wait_until(lambda: len(calls) == 1, "the first batch")
+        items = batcher.submit(["b", "c"], nbest=2) + batcher.submit(["d"]) + batcher.submit(["e"], nbest=2)
+        gate.set()
+        assert [item.future.result(DEADLINE) for item in first + items] == ["A", "B", "C", "D", "E"]
+    finally:
+        batcher.stop()
+    assert calls == [(["a"], None, False), (["b", "c", "e"], 2, False), (["d"], None, False)]
+    assert batcher.stats.largest_batch == 3 and batcher.stats.batches == 3
 
 
 # ------------------------------------------------------------------------------------ bounds and bad input
