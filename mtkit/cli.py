@@ -251,6 +251,54 @@ def export(
     export_main(run=run, fmt=fmt, out=out, quantization=quantization, force=force)
 
 
+@_command
+def serve(
+    run: Path = typer.Argument(..., help="Run directory, checkpoint file or CTranslate2 export."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, "--port"),
+    api_key: Optional[str] = typer.Option(
+        None, "--api-key", envvar="MTKIT_API_KEY", help="Require this key (api_key field or X-API-Key header)."
+    ),
+    cors_origin: Optional[List[str]] = typer.Option(
+        None, "--cors-origin", help="Allow browsers on this origin (repeatable; default: no CORS)."
+    ),
+    max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", help="Wait at most this long for a batch to fill."),
+    queue_size: int = typer.Option(1024, "--queue-size", help="Sentences that may wait; beyond: 503."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds a request may wait for its translations; then 504."),
+    max_sentences: int = typer.Option(128, "--max-sentences", help="Sentences per request; beyond: 413."),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+):
+    """Serve a model over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, /health, /metrics.
+
+    Example: mtkit serve runs/demo --port 8000  (needs the extra: pip install "mtkit\\[serve]")
+    """
+    try:
+        from mtkit.serve import Limits, serve_main
+    except ImportError as err:
+        raise MtkitError(f'mtkit serve needs {err.name}: pip install "mtkit[serve]"') from None
+
+    for name, value in (("--queue-size", queue_size), ("--max-sentences", max_sentences)):
+        if value < 1:
+            raise MtkitError(f"{name} must be at least 1, got {value}")
+    if timeout <= 0 or max_wait_ms < 0:
+        raise MtkitError("--timeout must be positive and --max-wait-ms at least 0")
+    serve_main(
+        run,
+        host=host,
+        port=port,
+        api_key=api_key,
+        cors_origins=list(cors_origin or []),
+        limits=Limits(max_sentences=max_sentences, queue_size=queue_size, max_wait=max_wait_ms / 1000, timeout=timeout),
+        engine=engine,
+        overrides=dict(beam_size=beam_size, batch_size=batch_size, device=device, dtype=dtype, threads=threads),
+    )
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """The console script: run one command and turn every outcome into an exit code.
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SUBCOMMANDS = ["prepare", "train", "translate", "score", "average", "plot", "export"]
+SUBCOMMANDS = ["prepare", "train", "translate", "score", "average", "plot", "export", "serve"]
 
 
 def _script() -> str:

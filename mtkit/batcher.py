@@ -1,0 +1,153 @@
+"""Dynamic batching for ``mtkit serve``: sentences of concurrent requests share one ``translate_batch`` call.
+
+Requests put their sentences in one bounded queue (``queue_size`` sentences); a single worker thread takes up to
+``batch_size`` sentences that ask for the same output (n-best, scores), waiting at most ``max_wait`` seconds for
+more to arrive, translates them with one call and hands each result to its sentence's future. Only the worker
+touches the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+# (lines, nbest, scores) -> one result per line, in order
+TranslateFn = Callable[[list, Optional[int], bool], list]
+
+
+class QueueFull(Exception):
+    """The queue has no room for a request's sentences."""
+
+
+@dataclass(eq=False)
+class Item:
+    text: str
+    key: tuple  # sentences are batched with others of the same key: (nbest, scores)
+    future: Future = field(default_factory=Future)
+
+
+@dataclass
+class Stats:
+    batches: int = 0
+    sentences: int = 0
+    largest_batch: int = 0
+    dropped: int = 0  # sentences taken out of the queue when their request timed out
+
+
+class Batcher:
+    def __init__(
+        self,
+        translate: TranslateFn,
+        batch_size: int,
+        max_wait: float,
+        queue_size: int,
+        on_batch: Optional[Callable[[int], None]] = None,
+    ):
+        self.translate = translate
+        self.batch_size = max(1, batch_size)
+        self.max_wait = max(0.0, max_wait)
+        self.queue_size = max(1, queue_size)
+        self.on_batch = on_batch
+        self.stats = Stats()
+        self._pending: collections.deque[Item] = collections.deque()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def depth(self) -> int:
+        """Sentences waiting in the queue (not those being translated)."""
+        with self._cond:
+            return len(self._pending)
+
+    def start(self) -> None:
+        with self._cond:
+            self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="mtkit-batcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the worker after its current batch; sentences still queued fail with ``QueueFull``."""
+        with self._cond:
+            self._stopped = True
+            left, self._pending = list(self._pending), collections.deque()
+            self._cond.notify_all()
+        for item in left:
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(QueueFull("the server is shutting down"))
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def submit(self, lines: list[str], nbest: Optional[int] = None, scores: bool = False) -> list[Item]:
+        """Queue ``lines`` (all or none of them); raises ``QueueFull`` when they do not fit."""
+        items = [Item(text, (nbest, scores)) for text in lines]
+        with self._cond:
+            if self._stopped:
+                raise QueueFull("the server is shutting down")
+            if len(self._pending) + len(items) > self.queue_size:
+                raise QueueFull(f"the translation queue is full ({self.queue_size} sentences); retry shortly")
+            self._pending.extend(items)
+            self._cond.notify_all()
+        return items
+
+    def drop(self, items: list[Item]) -> None:
+        """Take a request's sentences out of the queue (those not yet translating) and cancel their futures."""
+        ids = {id(item) for item in items}
+        with self._cond:
+            kept = collections.deque(x for x in self._pending if id(x) not in ids)
+            self.stats.dropped += len(self._pending) - len(kept)
+            self._pending = kept
+        for item in items:
+            item.future.cancel()
+
+    def _take(self) -> Optional[list[Item]]:
+        """The next batch: the oldest sentence and up to batch_size - 1 more of its key, after waiting at most
+        max_wait for the batch to fill. None once stopped."""
+        with self._cond:
+            while not self._pending and not self._stopped:
+                self._cond.wait()
+            if self._stopped:
+                return None
+            deadline = time.monotonic() + self.max_wait
+            while True:
+                key = self._pending[0].key
+                same = sum(1 for x in self._pending if x.key == key)
+                left = deadline - time.monotonic()
+                if same >= self.batch_size or left <= 0 or self._stopped:
+                    break
+                self._cond.wait(left)
+                if not self._pending:  # every sentence dropped while waiting
+                    return []
+            batch, rest = [], collections.deque()
+            for item in self._pending:
+                (batch if item.key == key and len(batch) < self.batch_size else rest).append(item)
+            self._pending = rest
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            batch = [item for item in batch if item.future.set_running_or_notify_cancel()]
+            if not batch:
+                continue
+            nbest, scores = batch[0].key
+            try:
+                results = self.translate([item.text for item in batch], nbest, scores)
+            except Exception as err:  # handed to each request, which answers with its own error
+                for item in batch:
+                    item.future.set_exception(err)
+                continue
+            self.stats.batches += 1
+            self.stats.sentences += len(batch)
+            self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+            if self.on_batch is not None:
+                self.on_batch(len(batch))
+            for item, result in zip(batch, results):
+                item.future.set_result(result)

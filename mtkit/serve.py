@@ -1,0 +1,367 @@
+"""``mtkit serve``: an HTTP translation server over the Python API (FastAPI under uvicorn).
+
+Endpoints: ``POST /v1/translate`` (JSON, schema at ``/openapi.json``), the LibreTranslate-compatible
+``POST /translate`` and ``GET /languages``, ``GET /health`` and ``GET /metrics`` (Prometheus text). Sentences of
+concurrent requests are translated together by one worker thread (``batcher.Batcher``). Every error is a JSON
+body ``{"error": "one readable message"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from starlette.exceptions import HTTPException
+
+from mtkit.batcher import Batcher, QueueFull
+from mtkit.errors import MtkitError
+
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish",
+    "fr": "French", "it": "Italian", "ja": "Japanese", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
+    "ro": "Romanian", "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
+}  # fmt: skip
+
+
+ROUTES = ("/v1/translate", "/translate", "/languages", "/health", "/metrics", "/openapi.json", "/docs")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1 << 20
+    max_sentences: int = 128  # per request
+    max_chars: int = 100_000  # per request, all sentences together
+    queue_size: int = 1024  # sentences waiting, all requests together
+    max_wait: float = 0.005  # seconds the batcher waits for a batch to fill
+    timeout: float = 60.0  # seconds a request may wait for its translations
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, headers: Optional[dict] = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    nbest: Optional[StrictInt] = Field(None, ge=1, description="Hypotheses per sentence, best first.")
+    scores: StrictBool = Field(False, description="Give each hypothesis its score and log-probability.")
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: Union[StrictStr, list[StrictStr]] = Field(..., description="A sentence or a list of sentences.")
+    options: Options = Field(default_factory=Options)
+
+
+class HypothesisOut(BaseModel):
+    text: str
+    score: Optional[float] = None
+    log_prob: Optional[float] = None
+
+
+class TranslationOut(BaseModel):
+    text: str = Field(..., description="The best translation.")
+    hypotheses: Optional[list[HypothesisOut]] = Field(None, description="With options.nbest or options.scores.")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TranslationOut]
+
+
+def run_languages(path: Path) -> tuple[str, str]:
+    """(source, target) language codes of a run dir, checkpoint or export dir (its config's data section)."""
+    from mtkit import checkpoint as ckpt
+    from mtkit import config as cfgmod
+    from mtkit import ct2
+
+    path = Path(path)
+    if ct2.is_export_dir(path):
+        tree = ct2.read_export(path)[0]["config"]
+    else:
+        tree = ckpt.read_metadata(ckpt.resolve(path))["config"]
+    data = cfgmod.from_dict(tree, str(path)).data
+    return data.src_lang, data.tgt_lang
+
+
+def create_app(
+    model,
+    languages: tuple[str, str],
+    *,
+    limits: Limits = Limits(),
+    api_key: Optional[str] = None,
+    cors_origins: tuple[str, ...] = (),
+) -> FastAPI:
+    """The app serving ``model`` (anything with ``translate_batch`` and ``options.batch_size``, used by one
+    thread); the batcher starts and stops with the app's lifespan."""
+    src, tgt = languages
+    registry = CollectorRegistry()
+    requests_total = Counter("mtkit_requests", "HTTP requests", ["path"], registry=registry)
+    responses_total = Counter("mtkit_responses", "HTTP responses by status", ["status"], registry=registry)
+    latency = Histogram("mtkit_request_seconds", "Request latency", ["path"], registry=registry)
+    batch_sizes = Histogram(
+        "mtkit_batch_sentences", "Sentences per batch", buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=registry
+    )
+
+    def translate(lines: list, nbest: Optional[int], scores: bool) -> list:
+        return model.translate_batch(lines, nbest=nbest, scores=scores)
+
+    batcher = Batcher(
+        translate, model.options.batch_size, limits.max_wait, limits.queue_size, on_batch=batch_sizes.observe
+    )
+    Gauge("mtkit_queue_sentences", "Sentences waiting to be translated", registry=registry).set_function(
+        lambda: batcher.depth
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        batcher.start()
+        try:
+            yield
+        finally:
+            batcher.stop()
+
+    app = FastAPI(title="mtkit", summary="Machine translation over HTTP", lifespan=lifespan)
+    app.state.batcher = batcher
+    # the last added runs first: metrics see every response, CORS headers reach the 413s too
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    if cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"])
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next):
+        path = request.url.path if request.url.path in ROUTES else "other"  # bounded label values
+        requests_total.labels(path).inc()
+        start = time.perf_counter()
+        response = await call_next(request)
+        latency.labels(path).observe(time.perf_counter() - start)
+        responses_total.labels(str(response.status_code)).inc()
+        return response
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request, err: ApiError):
+        return error_response(err.status, err.message, err.headers)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_request, err: HTTPException):
+        return error_response(err.status_code, str(err.detail), getattr(err, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request, err: RequestValidationError):
+        problems = err.errors()
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return error_response(400, "the body is not valid JSON")
+        return error_response(422, "; ".join(describe(p) for p in problems[:5]))
+
+    @app.exception_handler(Exception)
+    async def _internal(_request, err: Exception):
+        return error_response(500, f"internal error: {type(err).__name__}")
+
+    def check_key(given: Optional[str]) -> None:
+        if api_key is None:
+            return
+        if not given or not hmac.compare_digest(given.encode(), api_key.encode()):
+            raise ApiError(403, "a valid API key is required (api_key, or the X-API-Key header)")
+
+    def header_key(request: Request) -> Optional[str]:
+        auth = request.headers.get("authorization", "")
+        return request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else None)
+
+    async def run(lines: list[str], nbest: Optional[int] = None, scores: bool = False) -> list:
+        most = min(limits.max_sentences, limits.queue_size)
+        if len(lines) > most:
+            raise ApiError(413, f"{len(lines)} sentences in one request; at most {most}")
+        chars = sum(len(line) for line in lines)
+        if chars > limits.max_chars:
+            raise ApiError(413, f"{chars} characters in one request; at most {limits.max_chars}")
+        beam = getattr(model.options, "beam_size", None)
+        if nbest is not None and beam is not None and nbest > beam and not getattr(model.options, "sampling", False):
+            raise ApiError(422, f"options.nbest {nbest} is larger than the beam size {beam}")
+        try:
+            items = batcher.submit(lines, nbest, scores)
+        except QueueFull as err:
+            raise ApiError(503, str(err), {"Retry-After": "1"}) from None
+        futures = [asyncio.wrap_future(item.future) for item in items]
+        try:
+            return await asyncio.wait_for(asyncio.gather(*futures), limits.timeout)
+        except asyncio.TimeoutError:
+            batcher.drop(items)
+            raise ApiError(
+                504, f"no translation within {limits.timeout:g} s; retry later or send fewer sentences"
+            ) from None
+        except QueueFull as err:
+            raise ApiError(503, str(err), {"Retry-After": "1"}) from None
+        except (MtkitError, ValueError, TypeError) as err:
+            raise ApiError(422, str(err)) from None
+
+    @app.get("/health")
+    async def health() -> dict:
+        """200 once the model is loaded and the batcher runs."""
+        return {"status": "ok", "queue": batcher.depth}
+
+    def require_key(request: Request) -> None:  # a dependency: checked before the body is validated
+        check_key(header_key(request))
+
+    @app.post(
+        "/v1/translate",
+        response_model=TranslateResponse,
+        response_model_exclude_none=True,
+        dependencies=[Depends(require_key)],
+    )
+    async def v1_translate(body: TranslateRequest) -> TranslateResponse:
+        """Translate a sentence or a list of sentences: one translation per sentence, in order."""
+        lines = [body.text] if isinstance(body.text, str) else body.text
+        detailed = body.options.nbest is not None or body.options.scores
+        results = await run(lines, body.options.nbest, body.options.scores)
+        return TranslateResponse(translations=[translation_out(r, detailed) for r in results])
+
+    @app.get("/languages")
+    async def languages_() -> list[dict]:
+        """LibreTranslate's language list: the one pair this model translates."""
+        return [
+            {"code": src, "name": LANGUAGE_NAMES.get(src, src), "targets": [tgt]},
+            {"code": tgt, "name": LANGUAGE_NAMES.get(tgt, tgt), "targets": []},
+        ]
+
+    @app.post("/translate")
+    async def libre_translate(request: Request) -> dict:
+        """LibreTranslate's translate: form-encoded or JSON; q a string or a list -> translatedText likewise."""
+        fields = await read_fields(request)
+        check_key(fields.get("api_key") if isinstance(fields.get("api_key"), str) else header_key(request))
+        q = fields.get("q")
+        if q is None:
+            raise ApiError(400, "missing q (the text to translate)")
+        if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+            raise ApiError(422, "q must be a string or a list of strings")
+        for name in ("source", "target", "format"):
+            if not isinstance(fields.get(name, ""), str):
+                raise ApiError(422, f"{name} must be a string")
+        source, target = fields.get("source") or "auto", fields.get("target") or tgt
+        if source not in (src, "auto") or target != tgt:
+            raise ApiError(400, f"this server translates {src} to {tgt} only, not {source} to {target}")
+        if fields.get("format", "text") not in ("text", ""):
+            raise ApiError(400, f"format {fields['format']!r} is not supported; use text")
+        results = await run([q] if isinstance(q, str) else q)
+        texts = [r.text for r in results]
+        return {"translatedText": texts[0] if isinstance(q, str) else texts}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def translation_out(result, detailed: bool) -> TranslationOut:
+    if not detailed:
+        return TranslationOut(text=result.text)
+    hyps = [HypothesisOut(text=h.text, score=h.score, log_prob=h.log_prob) for h in result.hypotheses]
+    return TranslationOut(text=result.text, hypotheses=hyps)
+
+
+def describe(problem: dict) -> str:
+    if tuple(problem.get("loc", ())) == ("body",):
+        return "the body must be a JSON object (Content-Type: application/json)"
+    where = ".".join(str(x) for x in problem.get("loc", ()) if x != "body") or "body"
+    return f"{where}: {problem.get('msg', 'invalid')}"
+
+
+def error_response(status: int, message: str, headers: Optional[dict] = None) -> JSONResponse:
+    return JSONResponse({"error": " ".join(message.split())}, status_code=status, headers=headers)
+
+
+async def read_fields(request: Request) -> dict:
+    """A LibreTranslate request's fields: a JSON object, or form fields (a repeated q becomes a list)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        try:
+            fields = json.loads(await request.body())
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply for the parser
+            raise ApiError(400, "the body is not valid JSON") from None
+        if not isinstance(fields, dict):
+            raise ApiError(422, "the JSON body must be an object")
+        return fields
+    if kind in ("application/x-www-form-urlencoded", "multipart/form-data", ""):
+        try:
+            form = await request.form()
+        except Exception:  # a malformed form: python-multipart and starlette raise several kinds
+            raise ApiError(400, "the body is not a valid form") from None
+        fields = {key: form.getlist(key) for key in form.keys()}
+        if any(not isinstance(v, str) for values in fields.values() for v in values):
+            raise ApiError(422, "form fields must be text, not files")
+        return {key: values if key == "q" and len(values) > 1 else values[0] for key, values in fields.items()}
+    raise ApiError(415, f"unsupported content type {kind!r}; send JSON or a form")
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes gets a 413 before any route reads it."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers", ())).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            return await self._too_large(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await self._too_large(scope, receive, send)
+            if not message.get("more_body"):
+                break
+        body, given = b"".join(chunks), False
+
+        async def replay():
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope, receive, send):
+        response = error_response(413, f"the request body is larger than {self.limit} bytes")
+        await response(scope, receive, send)
+
+
+def serve_main(
+    run: Path,
+    *,
+    host: str,
+    port: int,
+    api_key: Optional[str],
+    cors_origins: list[str],
+    limits: Limits,
+    engine: str,
+    overrides: dict,
+) -> None:
+    """Load the model, then serve it until Ctrl-C or SIGTERM (uvicorn finishes the requests in flight)."""
+    import uvicorn
+
+    import mtkit
+
+    model = mtkit.load(run, engine=engine, **overrides)
+    app = create_app(
+        model, run_languages(run), limits=limits, api_key=api_key or None, cors_origins=tuple(cors_origins)
+    )
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=int(limits.timeout) + 1)
