@@ -194,6 +194,17 @@ TOY_RUN_MAX_POSITIONS = 128
 TOY_RUN_CHUNK_SIZE = 50  # the run's decoding.chunk_size
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
+# The tiny Transformer of the toy runs (the model section of a config; tests add max_positions or dropout).
+TINY_TRANSFORMER = {
+    "arch": "transformer",
+    "d_model": 32,
+    "heads": 2,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "ffn_dim": 64,
+    "dropout": 0.0,
+}
+
 
 @pytest.fixture(scope="session")
 def toy_run_workdir(tmp_path_factory) -> Path:
@@ -203,16 +214,7 @@ def toy_run_workdir(tmp_path_factory) -> Path:
     splits = write_toy_splits(root)
     config = {
         "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
-        "model": {
-            "arch": "transformer",
-            "d_model": 32,
-            "heads": 2,
-            "encoder_layers": 1,
-            "decoder_layers": 1,
-            "ffn_dim": 64,
-            "max_positions": TOY_RUN_MAX_POSITIONS,
-            "dropout": 0.0,
-        },
+        "model": {**TINY_TRANSFORMER, "max_positions": TOY_RUN_MAX_POSITIONS},
         "training": {
             "run_dir": str(root / "run"),
             "max_updates": 150,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import write_toy_splits
+from conftest import TINY_TRANSFORMER, write_toy_splits
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_EN = ROOT / "data" / "multi30k" / "test_2016_flickr.en.gz"
@@ -46,14 +46,7 @@ def bench_run(tmp_path_factory):
     run_dir = root / "run"
     tree = {
         "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": write_toy_splits(root)},
-        "model": {
-            "arch": "transformer",
-            "d_model": 32,
-            "heads": 2,
-            "encoder_layers": 1,
-            "decoder_layers": 1,
-            "ffn_dim": 64,
-        },
+        "model": {**TINY_TRANSFORMER, "dropout": 0.1},
         "training": {
             "run_dir": str(run_dir),
             "devices": "cpu",

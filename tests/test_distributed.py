@@ -25,6 +25,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import TINY_TRANSFORMER
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.data import ParallelData, make_batches, shard_batches
@@ -34,15 +35,7 @@ from mtkit.prepare import prepare
 TIMEOUT = 120  # seconds; a hang fails the test instead of stalling CI
 SEED = 1  # training.seed; the trainer's first epoch is epoch 1
 
-TRANSFORMER = {
-    "arch": "transformer",
-    "d_model": 32,
-    "heads": 2,
-    "encoder_layers": 1,
-    "decoder_layers": 1,
-    "ffn_dim": 64,
-    "dropout": 0.0,
-}
+TRANSFORMER = dict(TINY_TRANSFORMER)
 LUONG = {"arch": "luong", "embed_dim": 32, "hidden_size": 32, "layers": 1, "dropout": 0.0}
 
 

@@ -11,6 +11,8 @@ import sys
 
 import yaml
 
+from conftest import TINY_TRANSFORMER
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -31,16 +33,7 @@ def test_prepare_train_translate_score(tmp_path, toy_data, write_config):
     config = write_config(
         {
             "data": toy_data(),
-            "model": {
-                "arch": "transformer",
-                "d_model": 32,
-                "heads": 2,
-                "encoder_layers": 1,
-                "decoder_layers": 1,
-                "ffn_dim": 64,
-                "max_positions": 64,
-                "dropout": 0.0,
-            },
+            "model": {**TINY_TRANSFORMER, "max_positions": 64},
             "training": {
                 "run_dir": str(run_dir),
                 "max_updates": 40,

@@ -33,6 +33,7 @@ from conftest import (
     EN_WORDS,
     LOG_PROB_TOL,
     NEAR_TIE,
+    TINY_TRANSFORMER,
     diverged_at_near_ties,
     first_divergence,
     search_margin,
@@ -102,16 +103,7 @@ def workdir(tmp_path_factory) -> Path:
     }
     config = {
         "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
-        "model": {
-            "arch": "transformer",
-            "d_model": 32,
-            "heads": 2,
-            "encoder_layers": 1,
-            "decoder_layers": 1,
-            "ffn_dim": 64,
-            "max_positions": MAX_POSITIONS,
-            "dropout": 0.0,
-        },
+        "model": {**TINY_TRANSFORMER, "max_positions": MAX_POSITIONS},
         "training": {"run_dir": str(root / "run"), "max_updates": 150, **training},
         "decoding": {"beam_size": 4, "batch_size": 16, "chunk_size": 50, "threads": 1, "device": "cpu"},
     }

@@ -23,7 +23,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import LOG_PROB_TOL, diverged_at_near_ties, write_toy_splits
+from conftest import LOG_PROB_TOL, TINY_TRANSFORMER, diverged_at_near_ties, write_toy_splits
 from mtkit.checkpoint import load_checkpoint, quantize_int8
 from mtkit.models.base import BOS, EOS, PAD, UNK, Seq2Seq, State
 from mtkit.search import beam_search, greedy
@@ -51,16 +51,7 @@ def workdir(tmp_path_factory) -> Path:
     }
     config = {
         "data": {"dir": str(root / "data"), "vocab_size": 100, "splits": splits},
-        "model": {
-            "arch": "transformer",
-            "d_model": 32,
-            "heads": 2,
-            "encoder_layers": 1,
-            "decoder_layers": 1,
-            "ffn_dim": 64,
-            "max_positions": 128,
-            "dropout": 0.0,
-        },
+        "model": {**TINY_TRANSFORMER, "max_positions": 128},
         "training": {"run_dir": str(root / "run"), "max_updates": 150, **training},
         "decoding": {"beam_size": 4, "batch_size": 16, "threads": 1, "device": "cpu"},
     }

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from conftest import toy_pairs, write_lines
+from conftest import TINY_TRANSFORMER, toy_pairs, write_lines
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit import files
@@ -33,15 +33,7 @@ from mtkit.loss import fused_output_loss, label_smoothed_loss
 from mtkit.models import PAD
 from mtkit.optim import learning_rate
 
-TRANSFORMER = {
-    "arch": "transformer",
-    "d_model": 32,
-    "heads": 2,
-    "encoder_layers": 1,
-    "decoder_layers": 1,
-    "ffn_dim": 64,
-    "dropout": 0.1,
-}
+TRANSFORMER = {**TINY_TRANSFORMER, "dropout": 0.1}
 LUONG = {"arch": "luong", "embed_dim": 16, "hidden_size": 32, "layers": 1, "dropout": 0.1}
 BAHDANAU = {"arch": "bahdanau", "embed_dim": 16, "hidden_size": 32, "dropout": 0.1}
 TRAINING = {
