@@ -15,10 +15,10 @@ from typing import List, Optional
 import typer
 
 from mtkit import __version__
-from mtkit.config import OutputOptions, SamplingOptions
+from mtkit.config import OutputOptions, SamplingOptions, ServeLimits, serve_limits
 from mtkit.errors import MtkitError
 
-_SAMPLING, _OUTPUT = SamplingOptions(), OutputOptions()  # the defaults of the flags below
+_SAMPLING, _OUTPUT, _LIMITS = SamplingOptions(), OutputOptions(), ServeLimits()  # the defaults of the flags below
 
 app = typer.Typer(
     add_completion=True,
@@ -160,20 +160,18 @@ def translate(
         paths=list(run) + list(checkpoint or []),
         input=input,
         output=output,
-        overrides=dict(
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_len_a=max_len_a,
-            max_len_b=max_len_b,
-            batch_size=batch_size,
-            batch_tokens=batch_tokens,
-            nbest=nbest,
-            device=device,
-            dtype=dtype,
-            threads=threads,
-            stopping=stopping,
-            shortlist=shortlist,
-        ),
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_size=batch_size,
+        batch_tokens=batch_tokens,
+        nbest=nbest,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        stopping=stopping,
+        shortlist=shortlist,
         sampling=sampling,
         temperature=temperature,
         top_k=top_k,
@@ -262,10 +260,16 @@ def serve(
     cors_origin: Optional[List[str]] = typer.Option(
         None, "--cors-origin", help="Allow browsers on this origin (repeatable; default: no CORS)."
     ),
-    max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", help="Wait at most this long for a batch to fill."),
-    queue_size: int = typer.Option(1024, "--queue-size", help="Sentences that may wait; beyond: 503."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds a request may wait for its translations; then 504."),
-    max_sentences: int = typer.Option(128, "--max-sentences", help="Sentences per request; beyond: 413."),
+    max_wait_ms: float = typer.Option(
+        _LIMITS.max_wait * 1000, "--max-wait-ms", help="Wait at most this long for a batch to fill."
+    ),
+    queue_size: int = typer.Option(_LIMITS.queue_size, "--queue-size", help="Sentences that may wait; beyond: 503."),
+    timeout: float = typer.Option(
+        _LIMITS.timeout, "--timeout", help="Seconds a request may wait for its translations; then 504."
+    ),
+    max_sentences: int = typer.Option(
+        _LIMITS.max_sentences, "--max-sentences", help="Sentences per request; beyond: 413."
+    ),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
     device: Optional[str] = typer.Option(None, "--device"),
@@ -277,23 +281,30 @@ def serve(
 
     Example: mtkit serve runs/demo --port 8000  (needs the extra: pip install "mtkit\\[serve]")
     """
+    limits = serve_limits(
+        {
+            "max_sentences": ("--max-sentences", max_sentences),
+            "queue_size": ("--queue-size", queue_size),
+            "max_wait": ("--max-wait-ms", max_wait_ms),
+            "timeout": ("--timeout", timeout),
+        },
+        max_sentences=max_sentences,
+        queue_size=queue_size,
+        max_wait=max_wait_ms / 1000,
+        timeout=timeout,
+    )
     try:
-        from mtkit.serve import Limits, serve_main
+        from mtkit.serve import serve_main
     except ImportError as err:
         raise MtkitError(f'mtkit serve needs {err.name}: pip install "mtkit[serve]"') from None
 
-    for name, value in (("--queue-size", queue_size), ("--max-sentences", max_sentences)):
-        if value < 1:
-            raise MtkitError(f"{name} must be at least 1, got {value}")
-    if timeout <= 0 or max_wait_ms < 0:
-        raise MtkitError("--timeout must be positive and --max-wait-ms at least 0")
     serve_main(
         run,
         host=host,
         port=port,
         api_key=api_key,
         cors_origins=list(cors_origin or []),
-        limits=Limits(max_sentences=max_sentences, queue_size=queue_size, max_wait=max_wait_ms / 1000, timeout=timeout),
+        limits=limits,
         engine=engine,
         overrides=dict(beam_size=beam_size, batch_size=batch_size, device=device, dtype=dtype, threads=threads),
     )

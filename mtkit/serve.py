@@ -13,7 +13,6 @@ import contextlib
 import hmac
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
@@ -26,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from starlette.exceptions import HTTPException
 
 from mtkit.batcher import Batcher, QueueFull
+from mtkit.config import ServeLimits
 from mtkit.errors import MtkitError
 
 LANGUAGE_NAMES = {
@@ -36,16 +36,6 @@ LANGUAGE_NAMES = {
 
 
 ROUTES = ("/v1/translate", "/translate", "/languages", "/health", "/metrics", "/openapi.json", "/docs")
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_body_bytes: int = 1 << 20
-    max_sentences: int = 128  # per request
-    max_chars: int = 100_000  # per request, all sentences together
-    queue_size: int = 1024  # sentences waiting, all requests together
-    max_wait: float = 0.005  # seconds the batcher waits for a batch to fill
-    timeout: float = 60.0  # seconds a request may wait for its translations
 
 
 class ApiError(Exception):
@@ -100,7 +90,7 @@ def create_app(
     model,
     languages: tuple[str, str],
     *,
-    limits: Limits = Limits(),
+    limits: ServeLimits = ServeLimits(),
     api_key: Optional[str] = None,
     cors_origins: tuple[str, ...] = (),
 ) -> FastAPI:
@@ -351,7 +341,7 @@ def serve_main(
     port: int,
     api_key: Optional[str],
     cors_origins: list[str],
-    limits: Limits,
+    limits: ServeLimits,
     engine: str,
     overrides: dict,
 ) -> None:

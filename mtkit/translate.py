@@ -189,18 +189,14 @@ def translate_main(
     paths: list[Path],
     input: Optional[Path],
     output: Optional[Path],
-    overrides: dict,
-    sampling: bool,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    seed: int,
     fmt: str,
     alignments: bool,
     plot_attention: Optional[Path],
     engine: str,
+    **options,
 ) -> None:
-    """``--engine ctranslate2``, or a dir written by ``mtkit export``, translates through CTranslate2."""
+    """``mtkit translate``: ``options`` are ``mtkit.load``'s decoding and sampling options; ``--engine
+    ctranslate2``, or a dir written by ``mtkit export``, translates through CTranslate2."""
     cfgmod.check_flags(format=fmt, engine=engine)
     if input is not None and not Path(input).is_file():
         raise MtkitError(f"{input}: input file not found")
@@ -209,12 +205,7 @@ def translate_main(
         checkpoints=paths[1:],
         engine=engine,
         alignments=alignments or plot_attention is not None,
-        sampling=sampling,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        **overrides,
+        **options,
     )
     _write_translations(
         model, input=input, output=output, fmt=fmt, alignments=alignments, plot_attention=plot_attention

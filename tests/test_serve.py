@@ -34,8 +34,9 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 import mtkit  # noqa: E402
 from mtkit.batcher import Batcher  # noqa: E402
+from mtkit.config import ServeLimits  # noqa: E402
 from mtkit.results import Hypothesis, Translation  # noqa: E402
-from mtkit.serve import Limits, create_app, run_languages  # noqa: E402
+from mtkit.serve import create_app, run_languages  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 DEADLINE = 60.0  # seconds any wait in these tests may take before it fails
@@ -155,7 +156,7 @@ def test_health_schema_and_metrics(client):
 
 def test_concurrent_requests_share_batches_and_get_their_own_answers(run_dir, model, lines):
     gated = Gated(mtkit.load(run_dir))
-    app = create_app(gated, ("en", "de"), limits=Limits(max_wait=0.05))
+    app = create_app(gated, ("en", "de"), limits=ServeLimits(max_wait=0.05))
     groups = [lines[0:1], lines[1:4], lines[4:7], lines[7:10] + lines[10:]]
     answers: dict[int, list] = {}
     with TestClient(app) as client:
@@ -212,7 +213,7 @@ def test_batches_never_mix_outputs_of_different_kinds():
 
 # ------------------------------------------------------------------------------------ bounds and bad input
 def test_bounds_and_bad_input_are_json_errors():
-    app = create_app(_Instant(), ("en", "de"), limits=Limits(max_body_bytes=2000, max_sentences=5, max_chars=100))
+    app = create_app(_Instant(), ("en", "de"), limits=ServeLimits(max_body_bytes=2000, max_sentences=5, max_chars=100))
     with TestClient(app) as client:
         post = client.post
         assert_error(post("/v1/translate", content=b'{"text": "' + b"a" * 3000 + b'"}'), 413, "2000 bytes")
@@ -255,7 +256,7 @@ def test_json_nested_too_deeply_is_400():
 
 def test_full_queue_is_503_with_retry_after():
     gated = Gated(gate_every_call=True)
-    app = create_app(gated, ("en", "de"), limits=Limits(queue_size=1, max_wait=0))
+    app = create_app(gated, ("en", "de"), limits=ServeLimits(queue_size=1, max_wait=0))
     with TestClient(app) as client:
         first = threading.Thread(target=client.post, args=("/v1/translate",), kwargs={"json": {"text": "a"}})
         first.start()
@@ -276,7 +277,7 @@ def test_full_queue_is_503_with_retry_after():
 
 def test_timeout_is_504_and_drops_the_queued_sentences():
     gated = Gated(batch_size=1)
-    app = create_app(gated, ("en", "de"), limits=Limits(timeout=0.2, max_wait=0))
+    app = create_app(gated, ("en", "de"), limits=ServeLimits(timeout=0.2, max_wait=0))
     with TestClient(app) as client:
         assert_error(client.post("/v1/translate", json={"text": ["a", "b"]}), 504, "no translation within")
         stats = app.state.batcher.stats
@@ -382,7 +383,7 @@ BODIES = st.one_of(
 
 @pytest.fixture(scope="module")
 def fuzz_client():
-    app = create_app(_Instant(), ("en", "de"), limits=Limits(max_body_bytes=300, max_sentences=4, max_chars=60))
+    app = create_app(_Instant(), ("en", "de"), limits=ServeLimits(max_body_bytes=300, max_sentences=4, max_chars=60))
     with TestClient(app, raise_server_exceptions=False) as c:
         yield c
 
