@@ -1,8 +1,8 @@
 """Dynamic batching for ``mtkit serve``: sentences of concurrent requests share one ``translate_batch`` call.
 
 Requests put their sentences in one bounded queue (``queue_size`` sentences); a single worker thread takes up to
-``batch_size`` sentences that ask for the same output (n-best, scores), waiting at most ``max_wait`` seconds for
-more to arrive, translates them with one call and hands each result to its sentence's future. Only the worker
+``batch_size`` sentences that ask for the same output (n-best, scores, alignments), waiting at most ``max_wait``
+seconds for more to arrive, translates them with one call and hands each result to its sentence's future. Only the worker
 touches the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
 """
 
@@ -15,8 +15,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-# (lines, nbest, scores) -> one result per line, in order
-TranslateFn = Callable[[list, Optional[int], bool], list]
+# (lines, nbest, scores, alignments) -> one result per line, in order
+TranslateFn = Callable[[list, Optional[int], bool, bool], list]
 
 
 class QueueFull(Exception):
@@ -26,7 +26,7 @@ class QueueFull(Exception):
 @dataclass(eq=False)
 class Item:
     text: str
-    key: tuple  # sentences are batched with others of the same key: (nbest, scores)
+    key: tuple  # sentences are batched with others of the same key: (nbest, scores, alignments)
     future: Future = field(default_factory=Future)
 
 
@@ -35,7 +35,7 @@ class Stats:
     batches: int = 0
     sentences: int = 0
     largest_batch: int = 0
-    dropped: int = 0  # sentences taken out of the queue when their request timed out
+    dropped: int = 0  # sentences taken out of the queue when their request timed out or its client left
 
 
 class Batcher:
@@ -83,9 +83,11 @@ class Batcher:
             self._thread.join(timeout)
             self._thread = None
 
-    def submit(self, lines: list[str], nbest: Optional[int] = None, scores: bool = False) -> list[Item]:
+    def submit(
+        self, lines: list[str], nbest: Optional[int] = None, scores: bool = False, alignments: bool = False
+    ) -> list[Item]:
         """Queue ``lines`` (all or none of them); raises ``QueueFull`` when they do not fit."""
-        items = [Item(text, (nbest, scores)) for text in lines]
+        items = [Item(text, (nbest, scores, alignments)) for text in lines]
         with self._cond:
             if self._stopped:
                 raise QueueFull("the server is shutting down")
@@ -137,9 +139,8 @@ class Batcher:
             batch = [item for item in batch if item.future.set_running_or_notify_cancel()]
             if not batch:
                 continue
-            nbest, scores = batch[0].key
             try:
-                results = self.translate([item.text for item in batch], nbest, scores)
+                results = self.translate([item.text for item in batch], *batch[0].key)
             except Exception as err:  # handed to each request, which answers with its own error
                 for item in batch:
                     item.future.set_exception(err)

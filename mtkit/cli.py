@@ -270,6 +270,10 @@ def serve(
     max_sentences: int = typer.Option(
         _LIMITS.max_sentences, "--max-sentences", help="Sentences per request; beyond: 413."
     ),
+    max_chars: int = typer.Option(_LIMITS.max_chars, "--max-chars", help="Characters per request; beyond: 413."),
+    max_body_bytes: int = typer.Option(
+        _LIMITS.max_body_bytes, "--max-body-bytes", help="Bytes per request body; beyond: 413."
+    ),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
     device: Optional[str] = typer.Option(None, "--device"),
@@ -284,11 +288,15 @@ def serve(
     limits = serve_limits(
         {
             "max_sentences": ("--max-sentences", max_sentences),
+            "max_chars": ("--max-chars", max_chars),
+            "max_body_bytes": ("--max-body-bytes", max_body_bytes),
             "queue_size": ("--queue-size", queue_size),
             "max_wait": ("--max-wait-ms", max_wait_ms),
             "timeout": ("--timeout", timeout),
         },
         max_sentences=max_sentences,
+        max_chars=max_chars,
+        max_body_bytes=max_body_bytes,
         queue_size=queue_size,
         max_wait=max_wait_ms / 1000,
         timeout=timeout,

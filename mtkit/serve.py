@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import hmac
 import json
+import math
+import signal
 import time
 from pathlib import Path
 from typing import Optional, Union
@@ -47,7 +49,12 @@ class ApiError(Exception):
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     nbest: Optional[StrictInt] = Field(None, ge=1, description="Hypotheses per sentence, best first.")
-    scores: StrictBool = Field(False, description="Give each hypothesis its score and log-probability.")
+    scores: StrictBool = Field(
+        False, description="Give each hypothesis its score, log-probability, subwords and their log-probabilities."
+    )
+    alignments: StrictBool = Field(
+        False, description="Give each hypothesis its cross-attention: a row per target subword and EOS (torch engine)."
+    )
 
 
 class TranslateRequest(BaseModel):
@@ -60,11 +67,17 @@ class HypothesisOut(BaseModel):
     text: str
     score: Optional[float] = None
     log_prob: Optional[float] = None
+    tokens: Optional[list[str]] = None
+    token_log_probs: Optional[list[float]] = Field(None, description="One per subword, the last for EOS.")
+    alignment: Optional[list[list[float]]] = Field(None, description="Rows: target subwords and EOS; columns: source.")
 
 
 class TranslationOut(BaseModel):
     text: str = Field(..., description="The best translation.")
-    hypotheses: Optional[list[HypothesisOut]] = Field(None, description="With options.nbest or options.scores.")
+    source_tokens: Optional[list[str]] = Field(None, description="With options.alignments: the source subwords.")
+    hypotheses: Optional[list[HypothesisOut]] = Field(
+        None, description="With options.nbest, options.scores or options.alignments."
+    )
 
 
 class TranslateResponse(BaseModel):
@@ -105,8 +118,8 @@ def create_app(
         "mtkit_batch_sentences", "Sentences per batch", buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=registry
     )
 
-    def translate(lines: list, nbest: Optional[int], scores: bool) -> list:
-        return model.translate_batch(lines, nbest=nbest, scores=scores)
+    def translate(lines: list, nbest: Optional[int], scores: bool, alignments: bool) -> list:
+        return model.translate_batch(lines, nbest=nbest, scores=scores, alignments=alignments)
 
     batcher = Batcher(
         translate, model.options.batch_size, limits.max_wait, limits.queue_size, on_batch=batch_sizes.observe
@@ -169,7 +182,11 @@ def create_app(
         auth = request.headers.get("authorization", "")
         return request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else None)
 
-    async def run(lines: list[str], nbest: Optional[int] = None, scores: bool = False) -> list:
+    async def run(
+        request: Request, lines: list[str], nbest: Optional[int] = None, scores: bool = False, alignments: bool = False
+    ) -> list:
+        """The results of ``lines``, translated by the batcher; their sentences leave the queue when the request
+        times out (504) or its client disconnects."""
         most = min(limits.max_sentences, limits.queue_size)
         if len(lines) > most:
             raise ApiError(413, f"{len(lines)} sentences in one request; at most {most}")
@@ -179,18 +196,26 @@ def create_app(
         beam = getattr(model.options, "beam_size", None)
         if nbest is not None and beam is not None and nbest > beam and not getattr(model.options, "sampling", False):
             raise ApiError(422, f"options.nbest {nbest} is larger than the beam size {beam}")
+        if alignments and not getattr(getattr(model, "engine", None), "attention", True):
+            raise ApiError(422, "options.alignments needs the torch engine (this server runs CTranslate2)")
         try:
-            items = batcher.submit(lines, nbest, scores)
+            items = batcher.submit(lines, nbest, scores, alignments)
         except QueueFull as err:
             raise ApiError(503, str(err), {"Retry-After": "1"}) from None
-        futures = [asyncio.wrap_future(item.future) for item in items]
+        results = asyncio.gather(*[asyncio.wrap_future(item.future) for item in items])
+        gone = asyncio.ensure_future(client_gone(request))
         try:
-            return await asyncio.wait_for(asyncio.gather(*futures), limits.timeout)
-        except asyncio.TimeoutError:
+            done, _ = await asyncio.wait({results, gone}, timeout=limits.timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if results not in done:
             batcher.drop(items)
-            raise ApiError(
-                504, f"no translation within {limits.timeout:g} s; retry later or send fewer sentences"
-            ) from None
+            results.cancel()
+            if gone in done:  # nobody reads the answer; the status is for the logs and /metrics
+                raise ApiError(499, "the client closed the connection before its translations were ready")
+            raise ApiError(504, f"no translation within {limits.timeout:g} s; retry later or send fewer sentences")
+        try:
+            return results.result()
         except QueueFull as err:
             raise ApiError(503, str(err), {"Retry-After": "1"}) from None
         except (MtkitError, ValueError, TypeError) as err:
@@ -210,12 +235,12 @@ def create_app(
         response_model_exclude_none=True,
         dependencies=[Depends(require_key)],
     )
-    async def v1_translate(body: TranslateRequest) -> TranslateResponse:
+    async def v1_translate(body: TranslateRequest, request: Request) -> TranslateResponse:
         """Translate a sentence or a list of sentences: one translation per sentence, in order."""
         lines = [body.text] if isinstance(body.text, str) else body.text
-        detailed = body.options.nbest is not None or body.options.scores
-        results = await run(lines, body.options.nbest, body.options.scores)
-        return TranslateResponse(translations=[translation_out(r, detailed) for r in results])
+        o = body.options
+        results = await run(request, lines, o.nbest, o.scores, o.alignments)
+        return TranslateResponse(translations=[translation_out(r, o) for r in results])
 
     @app.get("/languages")
     async def languages_() -> list[dict]:
@@ -243,7 +268,7 @@ def create_app(
             raise ApiError(400, f"this server translates {src} to {tgt} only, not {source} to {target}")
         if fields.get("format", "text") not in ("text", ""):
             raise ApiError(400, f"format {fields['format']!r} is not supported; use text")
-        results = await run([q] if isinstance(q, str) else q)
+        results = await run(request, [q] if isinstance(q, str) else q)
         texts = [r.text for r in results]
         return {"translatedText": texts[0] if isinstance(q, str) else texts}
 
@@ -254,11 +279,28 @@ def create_app(
     return app
 
 
-def translation_out(result, detailed: bool) -> TranslationOut:
-    if not detailed:
+def translation_out(result, options: Options) -> TranslationOut:
+    if options.nbest is None and not options.scores and not options.alignments:
         return TranslationOut(text=result.text)
-    hyps = [HypothesisOut(text=h.text, score=h.score, log_prob=h.log_prob) for h in result.hypotheses]
-    return TranslationOut(text=result.text, hypotheses=hyps)
+    hyps = [
+        HypothesisOut(
+            text=h.text,
+            score=h.score,
+            log_prob=h.log_prob,
+            tokens=list(h.tokens) if options.scores or options.alignments else None,
+            token_log_probs=h.token_log_probs,
+            alignment=h.alignment,
+        )
+        for h in result.hypotheses
+    ]
+    source_tokens = list(result.source_tokens) if options.alignments else None
+    return TranslationOut(text=result.text, source_tokens=source_tokens, hypotheses=hyps)
+
+
+async def client_gone(request: Request) -> None:
+    """Returns once the client has disconnected (the body has been read: what is left to receive is that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def describe(problem: dict) -> str:
@@ -345,7 +387,8 @@ def serve_main(
     engine: str,
     overrides: dict,
 ) -> None:
-    """Load the model, then serve it until Ctrl-C or SIGTERM (uvicorn finishes the requests in flight)."""
+    """Load the model, then serve it until Ctrl-C or SIGTERM: uvicorn stops accepting, finishes the requests in
+    flight (for at most the request timeout), and the process exits 0."""
     import uvicorn
 
     import mtkit
@@ -354,4 +397,12 @@ def serve_main(
     app = create_app(
         model, run_languages(run), limits=limits, api_key=api_key or None, cors_origins=tuple(cors_origins)
     )
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=int(limits.timeout) + 1)
+    # uvicorn handles both signals while it runs, then raises the one it stopped on again for the handlers it
+    # found; with these, a stop it has completed ends the process normally instead of killing it by that signal
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in stops}
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=math.ceil(limits.timeout))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

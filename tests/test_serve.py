@@ -11,6 +11,8 @@ Models that must block (queue full, timeout) are stand-ins; no test asserts a ti
 
 from __future__ import annotations
 
+import contextlib
+import json
 import signal
 import socket
 import subprocess
@@ -89,13 +91,14 @@ class Gated:
         self.options = inner.options if inner else SimpleNamespace(batch_size=batch_size, beam_size=4)
         self.gate_every_call, self.calls = gate_every_call, 0
 
-    def translate_batch(self, lines, nbest=None, scores=True):
+    def translate_batch(self, lines, nbest=None, scores=True, alignments=False):
         self.calls += 1
+        self.translated = getattr(self, "translated", []) + list(lines)
         self.started.set()
         if self.calls == 1 or self.gate_every_call:
             assert self.gate.wait(DEADLINE)
         if self.inner is not None:
-            return self.inner.translate_batch(lines, nbest=nbest, scores=scores)
+            return self.inner.translate_batch(lines, nbest=nbest, scores=scores, alignments=alignments)
         return [Translation(x, (), (Hypothesis(x.upper(), ()),) if x.strip() else ()) for x in lines]
 
 
@@ -116,11 +119,27 @@ def test_v1_translate_nbest_and_scores(client, model, lines):
     got = response.json()["translations"]
     assert [t["text"] for t in got] == [t.text for t in expected]
     for out, translation in zip(got, expected):
-        assert [(h["text"], h["score"], h["log_prob"]) for h in out["hypotheses"]] == [
-            (h.text, h.score, h.log_prob) for h in translation.hypotheses
-        ]
-        assert len(out["hypotheses"]) == 2
+        assert [
+            (h["text"], h["score"], h["log_prob"], tuple(h["tokens"]), tuple(h["token_log_probs"]))
+            for h in out["hypotheses"]
+        ] == [(h.text, h.score, h.log_prob, h.tokens, h.token_log_probs) for h in translation.hypotheses]
+        assert len(out["hypotheses"]) == 2 and "source_tokens" not in out and "alignment" not in out["hypotheses"][0]
     assert_error(client.post("/v1/translate", json={"text": "a", "options": {"nbest": 99}}), 422, "beam size")
+
+
+def test_v1_translate_alignments(client, model, lines):
+    response = client.post("/v1/translate", json={"text": lines[:3] + [""], "options": {"alignments": True}})
+    assert response.status_code == 200, response.text
+    got = response.json()["translations"]
+    expected = model.translate_batch(lines[:3] + [""], scores=False, alignments=True)
+    for out, translation in zip(got[:3], expected):
+        assert tuple(out["source_tokens"]) == translation.source_tokens
+        (hyp,) = out["hypotheses"]
+        assert tuple(hyp["tokens"]) == translation.best.tokens and "score" not in hyp
+        rows = hyp["alignment"]
+        assert len(rows) == len(hyp["tokens"]) + 1 and all(len(r) == len(out["source_tokens"]) + 1 for r in rows)
+        assert rows == [list(r) for r in translation.best.alignment]
+    assert got[3] == {"text": "", "source_tokens": [], "hypotheses": []}
 
 
 def test_libretranslate_translate_and_languages(client, model, lines):
@@ -192,8 +211,8 @@ def test_batches_never_mix_outputs_of_different_kinds():
     calls = []
     gate = threading.Event()
 
-    def translate(lines, nbest, scores):
-        calls.append((list(lines), nbest, scores))
+    def translate(lines, nbest, scores, alignments):
+        calls.append((list(lines), nbest, scores, alignments))
         assert gate.wait(DEADLINE)
         return [x.upper() for x in lines]
 
@@ -203,12 +222,18 @@ def test_batches_never_mix_outputs_of_different_kinds():
         first = batcher.submit(["a"])
         wait_until(lambda: len(calls) == 1, "the first batch")
         items = batcher.submit(["b", "c"], nbest=2) + batcher.submit(["d"]) + batcher.submit(["e"], nbest=2)
+        items += batcher.submit(["f"], alignments=True)
         gate.set()
-        assert [item.future.result(DEADLINE) for item in first + items] == ["A", "B", "C", "D", "E"]
+        assert [item.future.result(DEADLINE) for item in first + items] == ["A", "B", "C", "D", "E", "F"]
     finally:
         batcher.stop()
-    assert calls == [(["a"], None, False), (["b", "c", "e"], 2, False), (["d"], None, False)]
-    assert batcher.stats.largest_batch == 3 and batcher.stats.batches == 3
+    assert calls == [
+        (["a"], None, False, False),
+        (["b", "c", "e"], 2, False, False),
+        (["d"], None, False, False),
+        (["f"], None, False, True),
+    ]
+    assert batcher.stats.largest_batch == 3 and batcher.stats.batches == 4
 
 
 # ------------------------------------------------------------------------------------ bounds and bad input
@@ -323,18 +348,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_uvicorn_server_answers_the_libretranslate_client(run_dir, model, lines):
+@contextlib.contextmanager
+def uvicorn_server(app, timeout_graceful_shutdown=None):
+    """A real uvicorn server of ``app`` on a free port of 127.0.0.1, in a thread; yields (server, port)."""
     import uvicorn
-    from libretranslatepy import LibreTranslateAPI
 
     port = free_port()
-    app = create_app(mtkit.load(run_dir), run_languages(run_dir))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=timeout_graceful_shutdown
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         wait_until(lambda: server.started or not thread.is_alive(), "uvicorn to start")
         assert server.started
+        yield server, port
+    finally:
+        server.should_exit = True
+        thread.join(DEADLINE)
+    assert not thread.is_alive()
+
+
+def test_uvicorn_server_answers_the_libretranslate_client(run_dir, model, lines):
+    from libretranslatepy import LibreTranslateAPI
+
+    with uvicorn_server(create_app(mtkit.load(run_dir), run_languages(run_dir))) as (_server, port):
         client = LibreTranslateAPI(f"http://127.0.0.1:{port}")
         for line in lines[:3]:
             assert client.translate(line, "en", "de", timeout=DEADLINE) == model.translate(line)
@@ -345,18 +384,62 @@ def test_uvicorn_server_answers_the_libretranslate_client(run_dir, model, lines)
         with pytest.raises(urllib.error.HTTPError) as err:
             client.translate("a", "fr", "de", timeout=DEADLINE)
         assert err.value.code == 400
-    finally:
-        server.should_exit = True
-        thread.join(DEADLINE)
-    assert not thread.is_alive()
+
+
+def post_json(port: int, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/translate", json.dumps(body).encode(), {"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=DEADLINE) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_a_client_that_disconnects_takes_its_sentences_out_of_the_queue():
+    gated = Gated(batch_size=1)
+    app = create_app(gated, ("en", "de"), limits=ServeLimits(max_wait=0))
+    with uvicorn_server(app) as (_server, port):
+        first = threading.Thread(target=post_json, args=(port, {"text": "a"}))
+        first.start()
+        wait_until(gated.started.is_set, "the first batch")  # the worker holds "a"
+        body = json.dumps({"text": ["b", "c"]}).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as leaving:
+            leaving.sendall(
+                b"POST /v1/translate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            wait_until(lambda: app.state.batcher.depth == 2, "the second request to queue")
+        wait_until(lambda: app.state.batcher.stats.dropped == 2, "the queue to drop the sentences of the gone client")
+        assert app.state.batcher.depth == 0
+        gated.gate.set()
+        first.join(DEADLINE)
+        assert post_json(port, {"text": "d"}) == (200, {"translations": [{"text": "D"}]})
+    assert gated.translated == ["a", "d"]  # "b" and "c" were never translated
+
+
+def test_stopping_finishes_the_requests_in_flight():
+    gated = Gated(batch_size=1)
+    answers = []
+    with uvicorn_server(create_app(gated, ("en", "de")), timeout_graceful_shutdown=DEADLINE) as (server, port):
+        first = threading.Thread(target=lambda: answers.append(post_json(port, {"text": "a"})))
+        first.start()
+        wait_until(gated.started.is_set, "the first batch")
+        server.should_exit = True  # what SIGTERM and Ctrl-C set
+        time.sleep(0.2)  # let the server begin its shutdown, the request still in flight
+        gated.gate.set()
+        first.join(DEADLINE)
+    assert answers == [(200, {"translations": [{"text": "A"}]})]
 
 
 def test_cli_serve(run_cli, tmp_path):
     result = run_cli("serve", tmp_path / "no-such-run")
     assert result.code == 2 and "no such run directory" in result.err, result.err
     assert len(result.err.strip().splitlines()) == 1
-    result = run_cli("serve", tmp_path, "--queue-size", "0")
-    assert result.code == 2 and "--queue-size" in result.err
+    for flag in ("--queue-size", "--max-chars", "--max-body-bytes", "--max-sentences"):
+        result = run_cli("serve", tmp_path, flag, "0")
+        assert result.code == 2 and flag in result.err and len(result.err.strip().splitlines()) == 1, result.err
 
 
 # ------------------------------------------------------------------------------ fuzzing and a clean stop
@@ -371,7 +454,9 @@ BODIES = st.one_of(
         {},
         optional={
             "text": JSON_VALUES | st.text(max_size=30) | st.lists(st.text(max_size=30), max_size=6),
-            "options": st.fixed_dictionaries({}, optional={"nbest": JSON_VALUES, "scores": JSON_VALUES}),
+            "options": st.fixed_dictionaries(
+                {}, optional={"nbest": JSON_VALUES, "scores": JSON_VALUES, "alignments": JSON_VALUES}
+            ),
             "q": JSON_VALUES,
             "source": JSON_VALUES,
             "target": st.sampled_from(["de", "en", "", "auto"]) | JSON_VALUES,
@@ -404,7 +489,8 @@ def test_fuzzed_bodies_never_get_a_5xx(fuzz_client, body, path, form):
         assert list(response.json()) == ["error"], response.text
 
 
-def test_sigterm_stops_the_server_cleanly(run_dir):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_server_cleanly(run_dir, stop):
     port = free_port()
     cmd = [sys.executable, "-m", "mtkit", "serve", str(run_dir), "--port", str(port), "--threads", "1"]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=SUBPROCESS_ENV)
@@ -419,11 +505,11 @@ def test_sigterm_stops_the_server_cleanly(run_dir):
                 return False
 
         wait_until(up, "mtkit serve to answer")
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(stop)
         output = process.communicate(timeout=DEADLINE)[0]
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate(timeout=DEADLINE)
-    assert process.returncode in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal once it has stopped
+    assert process.returncode == 0, output
     assert "Application shutdown complete" in output and "Traceback" not in output, output
