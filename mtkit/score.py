@@ -159,6 +159,8 @@ def score_main(
                     "hypotheses and references must be line-aligned"
                 )
         ref_streams.append(lines)
+    if not ref_streams[0]:
+        raise MtkitError(f"{refs[0]} and the hypotheses have no lines; nothing to score")
     if test is not None:
         with _tokenizer_needed("bleu", tokenize):
             metric_objs = {m: make_metric(m, tokenize, lowercase, references=ref_streams) for m in names}

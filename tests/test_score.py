@@ -325,27 +325,49 @@ def test_single_hypotheses_from_dash_is_stdin(paired, run_cli):
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["-i", "base.de", "--paired-bs"], "--paired-bs compares systems: give the baseline and at least one more"),
-        (["--paired-ar"], "--paired-ar compares systems"),
         (
-            ["-i", "base.de", "-i", "other.de", "--paired-bs", "--paired-ar"],
+            ["ref.de", "-i", "base.de", "--paired-bs"],
+            "--paired-bs compares systems: give the baseline and at least one more",
+        ),
+        (["ref.de", "--paired-ar"], "--paired-ar compares systems"),
+        (
+            ["ref.de", "-i", "base.de", "-i", "other.de", "--paired-bs", "--paired-ar"],
             "give --paired-bs or --paired-ar, not both",
         ),
-        (["-i", "base.de", "-i", "other.de"], "2 systems given with -i; compare them with --paired-bs or --paired-ar"),
-        (["-i", "base.de", "-i", "other.de", "--paired-bs", "--paired-ar-n", "9"], "--paired-ar-n is for --paired-ar"),
-        (["-i", "base.de", "-i", "other.de", "--paired-bs-n", "9"], "--paired-bs-n is for --paired-bs"),
-        (["-i", "base.de", "-i", "other.de", "--paired-bs", "--paired-bs-n", "0"], "--paired-bs-n must be at least 1"),
-        (["-i", "base.de", "-i", "other.de", "--paired-ar", "--seed", "abc"], "--seed must be a positive integer"),
-        (["-i", "base.de", "-i", "other.de", "--paired-ar", "--seed", "0"], "--seed must be a positive integer"),
-        (["-i", "-", "-i", "base.de", "-i", "-", "--paired-bs"], "stdin (-i -) given twice with -i"),
-        (["-i", "base.de", "-i", "other.de", "-i", "base.de", "--paired-bs"], "base.de given twice with -i"),
-        (["-i", "base.de", "-i", "nope.de", "--paired-bs"], "nope.de: hypotheses file not found"),
-        (["-i", "base.de", "-i", "short.de", "--paired-ar"], "short.de has 150 lines but ref.de has 200"),
+        (
+            ["ref.de", "-i", "base.de", "-i", "other.de"],
+            "2 systems given with -i; compare them with --paired-bs or --paired-ar",
+        ),
+        (
+            ["ref.de", "-i", "base.de", "-i", "other.de", "--paired-bs", "--paired-ar-n", "9"],
+            "--paired-ar-n is for --paired-ar",
+        ),
+        (["ref.de", "-i", "base.de", "-i", "other.de", "--paired-bs-n", "9"], "--paired-bs-n is for --paired-bs"),
+        (
+            ["ref.de", "-i", "base.de", "-i", "other.de", "--paired-bs", "--paired-bs-n", "0"],
+            "--paired-bs-n must be at least 1",
+        ),
+        (
+            ["ref.de", "-i", "base.de", "-i", "other.de", "--paired-ar", "--seed", "abc"],
+            "--seed must be a positive integer",
+        ),
+        (
+            ["ref.de", "-i", "base.de", "-i", "other.de", "--paired-ar", "--seed", "0"],
+            "--seed must be a positive integer",
+        ),
+        (["ref.de", "-i", "-", "-i", "base.de", "-i", "-", "--paired-bs"], "stdin (-i -) given twice with -i"),
+        (["ref.de", "-i", "base.de", "-i", "other.de", "-i", "base.de", "--paired-bs"], "base.de given twice with -i"),
+        (["ref.de", "-i", "base.de", "-i", "nope.de", "--paired-bs"], "nope.de: hypotheses file not found"),
+        (["ref.de", "-i", "base.de", "-i", "short.de", "--paired-ar"], "short.de has 150 lines but ref.de has 200"),
+        (["empty.de", "-i", "empty.de", "-i", "empty2.de", "--paired-bs"], "empty.de and the hypotheses have no"),
+        (["empty.de", "-i", "empty.de"], "empty.de and the hypotheses have no lines; nothing to score"),
     ],
 )
 def test_paired_bad_input_is_one_line(paired, run_cli, args, fragment):
     write_lines(paired / "short.de", (paired / "other.de").read_text(encoding="utf-8").splitlines()[:150])
-    result = run_cli("score", "ref.de", *args)
+    write_lines(paired / "empty.de", [])
+    write_lines(paired / "empty2.de", [])
+    result = run_cli("score", *args)
     assert result.code == 2, result.err
     lines = result.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mtkit: error: "), result.err
