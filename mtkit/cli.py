@@ -187,19 +187,44 @@ def translate(
 @_command
 def score(
     refs: List[Path] = typer.Argument(..., help="One or more reference files."),
-    hyps: Optional[Path] = typer.Option(None, "--hyps", "-i", help="Hypotheses file (default: stdin)."),
+    hyps: Optional[List[Path]] = typer.Option(
+        None,
+        "--hyps",
+        "-i",
+        help="Hypotheses file (default or -: stdin); repeat to compare systems, the first the baseline.",
+    ),
     metrics: List[str] = typer.Option(["bleu", "chrf", "ter"], "--metric", "-m", help="bleu, chrf, ter (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     tokenize: Optional[str] = typer.Option(None, "--tokenize", help="sacreBLEU tokenizer for BLEU (default 13a)."),
     lowercase: bool = typer.Option(False, "--lowercase", "-lc"),
+    paired_bs: bool = typer.Option(False, "--paired-bs", help="Paired bootstrap resampling test (with a 95% CI)."),
+    paired_ar: bool = typer.Option(False, "--paired-ar", help="Paired approximate randomisation test."),
+    paired_bs_n: Optional[int] = typer.Option(None, "--paired-bs-n", help="Bootstrap resamples (default 1000)."),
+    paired_ar_n: Optional[int] = typer.Option(None, "--paired-ar-n", help="Randomisation trials (default 10000)."),
+    seed: str = typer.Option(
+        "12345", "--seed", envvar="SACREBLEU_SEED", help="Seed of the paired tests, as sacreBLEU's ('none': unseeded)."
+    ),
 ):
-    """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER).
+    """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER); compare systems with paired tests.
 
-    Example: mtkit translate runs/demo < test.en | mtkit score test.de
+    Examples: mtkit translate runs/demo < test.en | mtkit score test.de
+              mtkit score test.de -i base.de -i new.de --paired-bs
     """
     from mtkit.score import score_main
 
-    score_main(refs=refs, hyps=hyps, metrics=metrics, json_out=json_out, tokenize=tokenize, lowercase=lowercase)
+    score_main(
+        refs=refs,
+        hyps=hyps,
+        metrics=metrics,
+        json_out=json_out,
+        tokenize=tokenize,
+        lowercase=lowercase,
+        paired_bs=paired_bs,
+        paired_ar=paired_ar,
+        paired_bs_n=paired_bs_n,
+        paired_ar_n=paired_ar_n,
+        seed=seed,
+    )
 
 
 @_command

@@ -7,17 +7,20 @@ scores are printed with sacreBLEU's width, so ``mtkit score`` prints the same nu
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from rich.console import Console
 from rich.table import Table
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from mtkit.errors import MtkitError
+from mtkit.significance import DEFAULT_SEED, check_paired_options, paired_test
+from mtkit.significance import print_table as print_paired_table
 
 METRICS = ("bleu", "chrf", "ter")
 
@@ -46,19 +49,9 @@ def corpus_scores(
 
     results = {}
     for name in dict.fromkeys(names):  # unique, in the order given
-        if name == "bleu":
-            metric = BLEU(lowercase=lowercase, tokenize=tokenize)
-        elif name == "chrf":
-            metric = CHRF(lowercase=lowercase)
-        else:
-            metric = TER()  # sacreBLEU's default (and its CLI's): case-insensitive
-        try:
+        with _tokenizer_needed(name, tokenize):
+            metric = make_metric(name, tokenize=tokenize, lowercase=lowercase)
             score = metric.corpus_score(hyps, refs)
-        except (ImportError, ModuleNotFoundError) as err:  # e.g. tokenize ja-mecab without its extra
-            raise MtkitError(
-                f"{name}: tokenizer {tokenize!r} needs a missing package ({err}); "
-                "install it or choose another --tokenize"
-            ) from None
         signature = metric.get_signature().format()
         results[name] = {
             "score": float(score.score),
@@ -66,6 +59,25 @@ def corpus_scores(
             "text": score.format(width=width, signature=signature),
         }
     return results
+
+
+def make_metric(name: str, tokenize: Optional[str] = None, lowercase: bool = False, references=None):
+    """sacreBLEU's metric ``name`` with the options of ``mtkit score`` (and ``references`` cached, if given)."""
+    if name == "bleu":
+        return BLEU(lowercase=lowercase, tokenize=tokenize, references=references)
+    if name == "chrf":
+        return CHRF(lowercase=lowercase, references=references)
+    return TER(references=references)  # sacreBLEU's default (and its CLI's): case-insensitive
+
+
+@contextlib.contextmanager
+def _tokenizer_needed(name: str, tokenize: Optional[str]):
+    try:
+        yield
+    except (ImportError, ModuleNotFoundError) as err:  # e.g. tokenize ja-mecab without its extra
+        raise MtkitError(
+            f"{name}: tokenizer {tokenize!r} needs a missing package ({err}); install it or choose another --tokenize"
+        ) from None
 
 
 def check_options(metrics: Sequence[str], tokenize: Optional[str]) -> list[str]:
@@ -113,38 +125,75 @@ def read_lines(path: Optional[Path], what: str) -> list[str]:
 def score_main(
     *,
     refs: Sequence[Path],
-    hyps: Optional[Path] = None,
+    hyps: Union[None, Path, Sequence[Optional[Path]]] = None,
     metrics: Sequence[str] = METRICS,
     json_out: bool = False,
     tokenize: Optional[str] = None,
     lowercase: bool = False,
     width: int = 1,
-) -> dict[str, dict]:
-    """``mtkit score``: print a table (or one JSON object) of corpus scores of ``hyps`` against ``refs``."""
+    paired_bs: bool = False,
+    paired_ar: bool = False,
+    paired_bs_n: Optional[int] = None,
+    paired_ar_n: Optional[int] = None,
+    seed: str = DEFAULT_SEED,
+) -> dict:
+    """``mtkit score``: print a table (or one JSON object) of corpus scores of ``hyps`` against ``refs``.
+
+    ``hyps`` is one file or several (None or "-": stdin); several are compared with a paired test
+    (``paired_bs`` or ``paired_ar``), the first being the baseline (see mtkit.significance).
+    """
     if not refs:
         raise MtkitError("give at least one reference file")
     # check the options before reading stdin, so a typo does not wait for input
-    check_options(metrics, tokenize)
-    hyp_lines = read_lines(hyps, "hypotheses")
+    names = list(dict.fromkeys(check_options(metrics, tokenize)))
+    systems = _system_paths(hyps)
+    test = check_paired_options(len(systems), paired_bs, paired_ar, paired_bs_n, paired_ar_n, seed)
+    hyp_lines = [read_lines(path, "hypotheses") for path in systems]
     ref_streams = []
     for ref in refs:
         lines = read_lines(Path(ref), "reference")
-        if len(lines) != len(hyp_lines):
-            raise MtkitError(
-                f"{hyps or '<stdin>'} has {len(hyp_lines)} lines but {ref} has {len(lines)}; "
-                "hypotheses and references must be line-aligned"
-            )
+        for path, sys_lines in zip(systems, hyp_lines):
+            if len(lines) != len(sys_lines):
+                raise MtkitError(
+                    f"{path or '<stdin>'} has {len(sys_lines)} lines but {ref} has {len(lines)}; "
+                    "hypotheses and references must be line-aligned"
+                )
         ref_streams.append(lines)
+    if not ref_streams[0]:
+        raise MtkitError(f"{refs[0]} and the hypotheses have no lines; nothing to score")
+    if test is not None:
+        with _tokenizer_needed("bleu", tokenize):
+            metric_objs = {m: make_metric(m, tokenize, lowercase, references=ref_streams) for m in names}
+            result = paired_test([(str(p or "<stdin>"), h) for p, h in zip(systems, hyp_lines)], metric_objs, test)
+        if json_out:
+            print(json.dumps(result, ensure_ascii=False))
+        else:
+            print_paired_table(result, width, n_lines=len(ref_streams[0]), n_refs=len(ref_streams))
+        return result
     results = corpus_scores(
-        hyp_lines, ref_streams, metrics=metrics, tokenize=tokenize, lowercase=lowercase, width=width
+        hyp_lines[0], ref_streams, metrics=metrics, tokenize=tokenize, lowercase=lowercase, width=width
     )
     # printed scores use sacreBLEU's rounding, so they match `sacrebleu REF -i HYP -m METRIC` digit for digit
     shown = {name: {**r, "score": float(f"{r['score']:.{width}f}")} for name, r in results.items()}
     if json_out:
         print(json.dumps(shown, ensure_ascii=False))
     else:
-        _print_table(shown, width, n_lines=len(hyp_lines), n_refs=len(ref_streams))
+        _print_table(shown, width, n_lines=len(hyp_lines[0]), n_refs=len(ref_streams))
     return shown
+
+
+def _system_paths(hyps) -> list[Optional[Path]]:
+    """The hypothesis files, None standing for stdin (no file, or "-"); each at most once."""
+    if hyps is None or isinstance(hyps, (str, Path)):
+        hyps = [hyps]
+    paths = [None if p is None or str(p) == "-" else Path(p) for p in hyps] or [None]
+    seen = set()
+    for path in paths:
+        key = "-" if path is None else str(path)
+        if key in seen:
+            raise MtkitError(f"{'stdin (-i -)' if path is None else path} given twice with -i; give each system once")
+        seen.add(key)
+    return paths
 
 
 def _print_table(results: dict, width: int, n_lines: int, n_refs: int):

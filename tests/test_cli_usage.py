@@ -60,6 +60,7 @@ def test_missing_argument(command):
         (["translate", "runs/x", "--length-penalty", "high"], "--length-penalty"),
         (["train", "config.yaml", "--gpus", "two"], "--gpus"),
         (["average", "runs/x", "--last", "five"], "--last"),
+        (["score", "ref", "-i", "a", "-i", "b", "--paired-bs", "--paired-bs-n", "many"], "--paired-bs-n"),
     ],
 )
 def test_bad_value_for_a_typed_option(args, option):
@@ -85,3 +86,11 @@ def test_a_mtkit_error_is_one_line_with_exit_code_2(tmp_path):
     result = _run("translate", str(tmp_path / "no-such-run"), stdin="A man.\n")
     assert result.returncode == 2
     assert result.stderr.startswith("mtkit: error: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_score_paired_test_with_one_system_through_the_script(tmp_path):
+    ref = tmp_path / "ref.de"
+    ref.write_text("Ein Hund .\n", encoding="utf-8")
+    result = _run("score", str(ref), "-i", str(ref), "--paired-bs")
+    _assert_usage_error(result, "--paired-bs compares systems")
+    assert len(result.stderr.strip().splitlines()) == 1
