@@ -1,8 +1,10 @@
 """Dynamic batching for ``mtkit serve``: sentences of concurrent requests share one ``translate_batch`` call.
 
 Requests put their sentences in one bounded queue (``queue_size`` sentences); a single worker thread takes up to
-``batch_size`` sentences that ask for the same output (n-best, scores, alignments), waiting at most ``max_wait``
-seconds for more to arrive, translates them with one call and hands each result to its sentence's future. Only the worker
+``batch_size`` sentences that ask for the same output (n-best, scores, alignments), translates them with one call
+and hands each result to its sentence's future. Before it starts a batch, the worker waits at most ``max_wait``
+seconds for as many sentences as its previous batch had: clients that send again once answered are back within
+that time, while a lone client (previous batch: its one sentence) never waits. Only the worker
 touches the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
 """
 
@@ -57,6 +59,7 @@ class Batcher:
         self._cond = threading.Condition()
         self._stopped = False
         self._thread: Optional[threading.Thread] = None
+        self._last_batch = 1  # sentences in the previous batch: how many to wait for
 
     @property
     def depth(self) -> int:
@@ -109,18 +112,19 @@ class Batcher:
 
     def _take(self) -> Optional[list[Item]]:
         """The next batch: the oldest sentence and up to batch_size - 1 more of its key, after waiting at most
-        max_wait for the batch to fill. None once stopped."""
+        max_wait for as many as the previous batch had. None once stopped."""
         with self._cond:
             while not self._pending and not self._stopped:
                 self._cond.wait()
             if self._stopped:
                 return None
             deadline = time.monotonic() + self.max_wait
+            expected = min(self.batch_size, self._last_batch)
             while True:
                 key = self._pending[0].key
                 same = sum(1 for x in self._pending if x.key == key)
                 left = deadline - time.monotonic()
-                if same >= self.batch_size or left <= 0 or self._stopped:
+                if same >= expected or left <= 0 or self._stopped:
                     break
                 self._cond.wait(left)
                 if not self._pending:  # every sentence dropped while waiting
@@ -129,6 +133,7 @@ class Batcher:
             for item in self._pending:
                 (batch if item.key == key and len(batch) < self.batch_size else rest).append(item)
             self._pending = rest
+            self._last_batch = len(batch)
             return batch
 
     def _run(self) -> None:

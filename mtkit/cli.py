@@ -286,7 +286,7 @@ def serve(
         None, "--cors-origin", help="Allow browsers on this origin (repeatable; default: no CORS)."
     ),
     max_wait_ms: float = typer.Option(
-        _LIMITS.max_wait * 1000, "--max-wait-ms", help="Wait at most this long for a batch to fill."
+        _LIMITS.max_wait * 1000, "--max-wait-ms", help="Wait at most this long for a batch as large as the last."
     ),
     queue_size: int = typer.Option(_LIMITS.queue_size, "--queue-size", help="Sentences that may wait; beyond: 503."),
     timeout: float = typer.Option(

@@ -236,6 +236,37 @@ def test_batches_never_mix_outputs_of_different_kinds():
     assert batcher.stats.largest_batch == 3 and batcher.stats.batches == 4
 
 
+def test_the_batcher_waits_for_as_many_sentences_as_its_last_batch_had():
+    calls = []
+    gate = threading.Event()
+
+    def translate(lines, nbest, scores, alignments):
+        calls.append(list(lines))
+        assert gate.wait(DEADLINE)
+        return [x.upper() for x in lines]
+
+    # a wait far longer than any test: a lone sentence after a batch of one must not sit through it
+    batcher = Batcher(translate, batch_size=8, max_wait=10 * DEADLINE, queue_size=16)
+    batcher.start()
+    try:
+        gate.set()
+        assert batcher.submit(["a"])[0].future.result(DEADLINE) == "A"
+        assert batcher.submit(["b"])[0].future.result(DEADLINE) == "B"
+        gate.clear()
+        first = batcher.submit(["c", "d", "e"])
+        wait_until(lambda: len(calls) == 3, "the batch of three")
+        second = batcher.submit(["f"])
+        gate.set()
+        assert first[-1].future.result(DEADLINE) == "E"
+        time.sleep(0.1)  # the worker is free; it waits for two more sentences
+        assert len(calls) == 3 and not second[0].future.done()
+        third = batcher.submit(["g", "h"])
+        assert [item.future.result(DEADLINE) for item in second + third] == ["F", "G", "H"]
+    finally:
+        batcher.stop()
+    assert calls == [["a"], ["b"], ["c", "d", "e"], ["f", "g", "h"]]
+
+
 # ------------------------------------------------------------------------------------ bounds and bad input
 def test_bounds_and_bad_input_are_json_errors():
     app = create_app(_Instant(), ("en", "de"), limits=ServeLimits(max_body_bytes=2000, max_sentences=5, max_chars=100))

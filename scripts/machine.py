@@ -1,0 +1,33 @@
+"""What machine a benchmark ran on, printed beside its figures: the CPU's model name, its widest vector
+extension, the kernels PyTorch picked and the threads used. Imported by the scripts in this folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def cpu_name_and_flags() -> tuple[str, set[str]]:
+    name, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and name == "unknown CPU":
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return name, flags
+
+
+def describe() -> str:
+    """e.g. ``AMD EPYC, AVX-512, 2 cores; torch kernels avx512, 2 thread(s)``."""
+    import os
+
+    import torch
+
+    name, flags = cpu_name_and_flags()
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2" if flags else "?"
+    return (
+        f"{name}, {vector}, {os.cpu_count()} cores; torch kernels {torch.backends.cpu.get_cpu_capability()}, "
+        f"{torch.get_num_threads()} thread(s)"
+    )
