@@ -95,7 +95,7 @@ class TransformerConfig(Section):
     ffn_dim: int = Field(2048, gt=0)
     activation: Literal["relu", "gelu"] = "relu"
     norm: Literal["post", "pre"] = "post"
-    positions: Literal["sinusoidal", "learned", "relative", "rope"] = "sinusoidal"
+    positions: Literal["sinusoidal", "learned", "relative", "rope", "alibi"] = "sinusoidal"
     max_relative_distance: int = Field(16, ge=1, description="k of Shaw et al. (positions: relative)")
     max_positions: int = Field(1024, ge=8)
     dropout: float = Field(0.1, ge=0, lt=1)
@@ -109,7 +109,18 @@ class TransformerConfig(Section):
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.positions == "rope" and (self.d_model // self.heads) % 2:
             raise ValueError("rope needs an even head dimension (d_model / heads)")
+        if self.positions == "alibi":
+            for key, scheme in SCHEME_ONLY_KEYS.items():
+                if getattr(self, key) != TransformerConfig.model_fields[key].default:
+                    raise ValueError(
+                        f"model.{key} is a key of positions {scheme}, which positions alibi does not use "
+                        f"(its biases grow with distance, unclipped): remove model.{key}"
+                    )
         return self
+
+
+# model keys that only one position scheme reads -> that scheme
+SCHEME_ONLY_KEYS = {"max_relative_distance": "relative"}
 
 
 class _RNNConfig(Section):

@@ -33,8 +33,8 @@ def sh(args: list[str], log: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], check=True, cwd=ROOT, **kw)
 
 
-def _cpu() -> str:
-    """The CPU's model name and the vector extension PyTorch's kernels use, for the report."""
+def cpu_description() -> str:
+    """The CPU's model name and the vector extension PyTorch's kernels use, for the reports (bench_positions.py too)."""
     import torch
 
     name = "unknown CPU"
@@ -99,7 +99,7 @@ def main() -> int:
     minutes = (time.perf_counter() - started) / 60
 
     print("\n" + "=" * 78)
-    print(f"mtkit demo report   ({time.strftime('%Y-%m-%d %H:%M')}, {minutes:.1f} min end to end, {_cpu()})")
+    print(f"mtkit demo report   ({time.strftime('%Y-%m-%d %H:%M')}, {minutes:.1f} min end to end, {cpu_description()})")
     print("=" * 78)
     if train:
         steady = train[2:] or train

@@ -1,8 +1,9 @@
-"""The two benchmark scripts run end to end from a checkout: `scripts/bench_train.py` trains a
+"""The benchmark scripts run end to end from a checkout: `scripts/bench_train.py` trains a
 tiny model for a few seconds on the toy corpus and scores the shipped test_2016_flickr (data/multi30k), then
-reports again with --reuse; `scripts/bench_translate.py` times and scores that run. The figures themselves are
-not checked (a 3-second model translates badly and timings are never asserted), only that every line the README
-quotes is printed with a number and that one hypothesis is written per test sentence.
+reports again with --reuse; `scripts/bench_translate.py` times and scores that run; `scripts/bench_positions.py`
+trains a tiny model 3 updates with each position scheme on data prepared once and prints its table. The figures
+themselves are not checked (a 3-second model translates badly and timings are never asserted), only that every
+line the README quotes is printed with a number and that one hypothesis is written per test sentence.
 """
 
 from __future__ import annotations
@@ -135,3 +136,46 @@ def test_bench_translate_prints_a_row_per_beam(bench_run):
     for row in rows:
         sentences_per_s, bleu, chrf = float(row[5]), float(row[7]), float(row[8])
         assert sentences_per_s > 0 and 0 <= bleu <= 100 and 0 <= chrf <= 100
+
+
+def test_bench_positions_prepares_once_and_prints_a_row_per_scheme(tmp_path):
+    tree = {
+        "data": {"dir": str(tmp_path / "unused"), "vocab_size": 100, "splits": write_toy_splits(tmp_path)},
+        "model": TINY_TRANSFORMER,
+        "training": {
+            "run_dir": str(tmp_path / "unused-run"),
+            "devices": "cpu",
+            "batch_tokens": 400,
+            "warmup_updates": 4,
+            "log_every": 1,
+            "validate_every": 1000,
+            "valid_max_sentences": 4,
+        },
+        "decoding": {"max_len_a": 1.0, "max_len_b": 4, "batch_size": 100},
+    }
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    args = ["--config", config, "--updates", "3", "--max-target-len", "8", "--workdir", tmp_path / "bench"]
+    out = run_script(
+        ROOT / "scripts" / "bench_positions.py",
+        *args,
+        *("--threads", "1", "--beam-size", "2", "--eval-sentences", "20"),
+        cwd=tmp_path,
+    )
+    assert len(re.findall(r"^\$ .* -m mtkit prepare ", out, re.MULTILINE)) == 1, out  # one data dir for all five
+    assert len(re.findall(r"^\$ .* -m mtkit train ", out, re.MULTILINE)) == 5, out
+    table = out[out.index("`python scripts/bench_positions.py") :]
+    assert (tmp_path / "bench" / "table.md").read_text(encoding="utf-8").strip() == table.strip()
+    assert "--updates 3" in table.splitlines()[0] and "L = " in table
+    header, _, *rows = [line.strip("|").split("|") for line in table.splitlines() if line.startswith("|")]
+    counts = [int(re.search(r"\((\d+)\)", cell).group(1)) for cell in header[3:]]
+    assert sum(counts[:4]) == 40 and counts[4:] == [10, 6]  # 20 val + 20 test by length; 20 test joined by 2, 3
+    assert [row[0].strip() for row in rows] == ["sinusoidal", "learned", "relative", "rope", "alibi"]
+    for row in rows:
+        assert int(row[1]) == 3
+        for cell, n in zip(row[3:], counts):
+            if n:
+                bleu, chrf = (float(x) for x in cell.split("/"))
+                assert 0 <= bleu <= 100 and 0 <= chrf <= 100
+            else:
+                assert cell.strip() == "-"

@@ -8,9 +8,15 @@ import torch
 from conftest import diverged_at_near_ties
 from mtkit.config import TransformerConfig
 from mtkit.models import BOS, EOS, PAD, build_model
-from mtkit.models.transformer import MultiHeadAttention, Rotary
+from mtkit.models.positions import Rotary
+from mtkit.models.transformer import MultiHeadAttention
 
-POSITIONS = ["sinusoidal", "learned", "relative", "rope"]
+POSITIONS = ["sinusoidal", "learned", "relative", "rope", "alibi"]
+
+
+def relative(positions: str, k: int) -> dict:
+    """max_relative_distance=k where the scheme reads it (alibi refuses the key)."""
+    return {"max_relative_distance": k} if positions == "relative" else {}
 
 
 def tiny(positions="sinusoidal", norm="pre", **kw):
@@ -22,7 +28,7 @@ def tiny(positions="sinusoidal", norm="pre", **kw):
         ffn_dim=64,
         positions=positions,
         norm=norm,
-        max_relative_distance=3,
+        **relative(positions, 3),
         dropout=0.0,
         max_positions=64,
         **kw,
@@ -150,7 +156,7 @@ def greedy_decode(model, src, max_len):
     return torch.stack(out, 1)
 
 
-@pytest.mark.parametrize("positions", ["sinusoidal", "relative", "rope"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "relative", "rope", "alibi"])
 def test_learns_to_reverse(positions):
     """A proof that it learns: reversal of 96 fixed sequences, then greedy decoding reproduces every one."""
     torch.manual_seed(0)
@@ -163,7 +169,7 @@ def test_learns_to_reverse(positions):
         positions=positions,
         norm="pre",
         dropout=0.0,
-        max_relative_distance=8,
+        **relative(positions, 8),
         max_positions=32,
     )
     model = build_model(cfg, 14, 14, joint_vocab=True)

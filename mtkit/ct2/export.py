@@ -8,7 +8,8 @@ The spec is built with CTranslate2's Python model-spec API (``ctranslate2.specs`
   built-in table has another layout, sin and cos in two halves; ours interleaves them), learned ones likewise;
 - relative positions (Shaw et al.) map to CTranslate2's ``relative_position`` keys/values (same clipping
   ``clamp(key - query, -k, k)``); rotary positions to ``rotary_dim=0`` with halves rotated
-  (``rotary_interleave=False``), the layout of ``models.transformer.Rotary``;
+  (``rotary_interleave=False``), the layout of ``models.positions.Rotary``; ALiBi is refused: CTranslate2 has
+  linear attention biases for decoders only (``TransformerDecoderSpec(alibi=True)``), none for an encoder;
 - the fused ``qkv`` of self-attention is CTranslate2's fused first linear; cross-attention is ``q`` then the
   fused ``kv``; pre- or post-norm; LayerNorm epsilon 1e-5 (PyTorch's).
 
@@ -58,6 +59,11 @@ def check_exportable(model_cfg, where: str) -> None:
         raise MtkitError(
             f"{where}: model.arch is {model_cfg.arch!r} (an RNN); CTranslate2 runs only Transformer "
             "models: translate this one with --engine torch"
+        )
+    if model_cfg.positions == "alibi":  # ctranslate2's ALiBi is a decoder-only option; its encoders have none
+        raise MtkitError(
+            f"{where}: model.positions is 'alibi'; CTranslate2's encoder-decoder Transformer has no linear "
+            "attention biases in its encoder: translate this model with --engine torch"
         )
 
 

@@ -1,8 +1,9 @@
 """The Transformer encoder-decoder (Vaswani et al. 2017) with a key/value cache for decoding.
 
-Positions: sinusoidal, learned absolute, relative (Shaw et al. 2018) or rotary (RoPE, Su et al. 2021).
-Attention runs through ``F.scaled_dot_product_attention`` except where relative position representations
-or returned attention weights need the explicit softmax.
+Positions: sinusoidal, learned absolute, relative (Shaw et al. 2018), rotary (RoPE, Su et al. 2021) or linear
+attention biases (ALiBi, Press et al. 2022); the tables, rotations and biases are in positions.py.
+Attention runs through ``F.scaled_dot_product_attention`` (ALiBi's biases and the masks as one additive float
+mask) except where relative position representations or returned attention weights need the explicit softmax.
 """
 
 from __future__ import annotations
@@ -16,35 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.models.base import PAD, Seq2Seq, State, dropout
-
-
-def sinusoidal_table(length: int, dim: int) -> Tensor:
-    """(length, dim): sin on even, cos on odd channels, as in the paper."""
-    position = torch.arange(length, dtype=torch.float32)[:, None]
-    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    table = torch.zeros(length, dim)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
-    return table
-
-
-class Rotary(nn.Module):
-    """Rotary position embedding: rotates channel pairs (i, i + dim/2) by angle pos * theta_i."""
-
-    def __init__(self, head_dim: int, max_positions: int):
-        super().__init__()
-        inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        angles = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
-        self.register_buffer("cos", angles.cos(), persistent=False)  # (max_positions, head_dim/2)
-        self.register_buffer("sin", angles.sin(), persistent=False)
-
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """x (batch, heads, length, head_dim) at positions start..start+length-1."""
-        length = x.size(-2)
-        cos = self.cos[start : start + length].to(x.dtype)
-        sin = self.sin[start : start + length].to(x.dtype)
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+from mtkit.models.positions import ALiBi, Rotary, sinusoidal_table
 
 
 class MultiHeadAttention(nn.Module):
@@ -57,6 +30,7 @@ class MultiHeadAttention(nn.Module):
         self_attention: bool,
         max_relative: int = 0,
         rotary: Optional[Rotary] = None,
+        alibi: Optional[ALiBi] = None,
     ):
         super().__init__()
         self.heads, self.head_dim, self.dropout = heads, d_model // heads, dropout
@@ -73,6 +47,7 @@ class MultiHeadAttention(nn.Module):
             self.rel_k = nn.Embedding(2 * max_relative + 1, self.head_dim)
             self.rel_v = nn.Embedding(2 * max_relative + 1, self.head_dim)
         self.rotary = rotary
+        self.alibi = alibi
 
     def _split(self, x: Tensor) -> Tensor:  # (batch, len, d_model) -> (batch, heads, len, head_dim)
         b, t, _ = x.shape
@@ -109,8 +84,11 @@ class MultiHeadAttention(nn.Module):
         if not self.max_relative and not need_weights and (self.training or tq > 8):
             # SDPA's fused kernel wins on long queries; for the few queries of a decoding step (one position,
             # or the beams of one sentence) its set-up costs more than the plain matmul-softmax-matmul below.
-            mask = key_mask[:, None, None, :] if key_mask is not None else None
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal and tq > 1)
+            if self.alibi is not None:  # biases, padding and the causal mask in one additive float mask
+                mask, is_causal = self.alibi_mask(q_start, tq, tk, key_mask, causal, q.dtype), False
+            else:
+                mask, is_causal = (key_mask[:, None, None, :] if key_mask is not None else None), causal and tq > 1
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
             return out.transpose(1, 2).reshape(b, tq, h * hd), None
         scores = q @ k.transpose(-1, -2)  # (batch, heads, tq, tk)
         if self.max_relative:
@@ -118,6 +96,8 @@ class MultiHeadAttention(nn.Module):
             rel_scores = q @ self.rel_k.weight.t()  # (batch, heads, tq, 2k+1)
             scores = scores + rel_scores.gather(-1, rel.expand(b, h, tq, tk))
         scores = scores / math.sqrt(hd)
+        if self.alibi is not None:
+            scores = scores + self.alibi(q_start, tq, tk).to(scores.dtype)  # after the scaling, as SDPA's mask
         if key_mask is not None:
             scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
         if causal and tq > 1:
@@ -132,6 +112,18 @@ class MultiHeadAttention(nn.Module):
             out = out + buckets @ self.rel_v.weight.to(dropped.dtype)
         out = out.transpose(1, 2).reshape(b, tq, h * hd)
         return out, (weights.mean(dim=1) if need_weights else None)
+
+    def alibi_mask(
+        self, q_start: int, tq: int, tk: int, key_mask: Optional[Tensor], causal: bool, dtype: torch.dtype
+    ) -> Tensor:
+        """ALiBi's biases with -inf on padding keys and (causal) future keys: (batch or 1, heads, tq, tk)."""
+        mask = self.alibi(q_start, tq, tk).to(dtype)[None]  # (1, heads, tq, tk)
+        if causal and tq > 1:
+            future = torch.ones(tq, tk, dtype=torch.bool, device=mask.device).triu(tk - tq + 1)
+            mask = mask.masked_fill(future, float("-inf"))
+        if key_mask is not None:
+            mask = mask.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+        return mask
 
     def relative_index(self, q_start: int, tq: int, tk: int, device) -> Tensor:
         q_pos = torch.arange(q_start, q_start + tq, device=device)
@@ -167,13 +159,19 @@ class Residual(nn.Module):
         return x if self.pre_norm else self.norm(x)
 
 
+def self_attention(cfg, rotary: Optional[Rotary], alibi: Optional[ALiBi]) -> MultiHeadAttention:
+    """A self-attention with the position scheme of ``cfg`` (the rotation or biases shared by all layers)."""
+    rel = cfg.max_relative_distance if cfg.positions == "relative" else 0
+    return MultiHeadAttention(
+        cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=True, max_relative=rel, rotary=rotary, alibi=alibi
+    )
+
+
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg, rotary):
+    def __init__(self, cfg, rotary, alibi):
         super().__init__()
-        pre, rel = cfg.norm == "pre", cfg.max_relative_distance if cfg.positions == "relative" else 0
-        self.attn = MultiHeadAttention(
-            cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=True, max_relative=rel, rotary=rotary
-        )
+        pre = cfg.norm == "pre"
+        self.attn = self_attention(cfg, rotary, alibi)
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
         self.r1, self.r2 = Residual(cfg.d_model, cfg.dropout, pre), Residual(cfg.d_model, cfg.dropout, pre)
 
@@ -184,12 +182,10 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg, rotary):
+    def __init__(self, cfg, rotary, alibi):
         super().__init__()
-        pre, rel = cfg.norm == "pre", cfg.max_relative_distance if cfg.positions == "relative" else 0
-        self.self_attn = MultiHeadAttention(
-            cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=True, max_relative=rel, rotary=rotary
-        )
+        pre = cfg.norm == "pre"
+        self.self_attn = self_attention(cfg, rotary, alibi)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=False)
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
         self.r1, self.r2, self.r3 = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
@@ -306,8 +302,9 @@ class Transformer(Seq2Seq):
             self.src_pos = nn.Embedding(cfg.max_positions, d)
             self.tgt_pos = nn.Embedding(cfg.max_positions, d)
         rotary = Rotary(d // cfg.heads, cfg.max_positions) if cfg.positions == "rope" else None
-        self.encoder = nn.ModuleList(EncoderLayer(cfg, rotary) for _ in range(cfg.encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg, rotary) for _ in range(cfg.decoder_layers))
+        alibi = ALiBi(cfg.heads) if cfg.positions == "alibi" else None  # no embedding: biases in self-attention
+        self.encoder = nn.ModuleList(EncoderLayer(cfg, rotary, alibi) for _ in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, rotary, alibi) for _ in range(cfg.decoder_layers))
         pre = cfg.norm == "pre"
         self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
