@@ -188,12 +188,12 @@ def main() -> None:
     header += [f"{label} ({n})" for (_, _, label), n in zip(BUCKETS, counts)]
     header += [f"test joined x{k} ({len(evals[f'joined x{k}'][0])})" for k in JOINS]
     budget_text = f"{args.updates} updates" if args.updates is not None else f"{minutes:g} minutes"
-    from demo import cpu_description
+    from machine import describe
 
     lines = [
         f"`{command}`",
         "",
-        f"{time.strftime('%Y-%m-%d')}, {cpu_description()}; {budget_text} per scheme on the training pairs of at "
+        f"{time.strftime('%Y-%m-%d')}, {describe()}; {budget_text} per scheme on the training pairs of at "
         f"most {args.max_target_len} subwords a side (L = {longest} source subwords); beam {args.beam_size}. "
         "BLEU / chrF on the valid + test splits by source subwords (sentences per bucket in brackets), and on "
         "test lines joined 2 or 3 at a time.",

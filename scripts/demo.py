@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import describe
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/multi30k-demo.yaml"
 RUN = "runs/demo"
@@ -31,21 +33,6 @@ def sh(args: list[str], log: list[str], **kw) -> subprocess.CompletedProcess:
     log.append(line)
     print(f"\n\033[1m$ {line}\033[0m", flush=True)
     return subprocess.run([sys.executable, "-m", *args], check=True, cwd=ROOT, **kw)
-
-
-def cpu_description() -> str:
-    """The CPU's model name and the vector extension PyTorch's kernels use, for the reports (bench_positions.py too)."""
-    import torch
-
-    name = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} thread(s)"
 
 
 def main() -> int:
@@ -99,7 +86,7 @@ def main() -> int:
     minutes = (time.perf_counter() - started) / 60
 
     print("\n" + "=" * 78)
-    print(f"mtkit demo report   ({time.strftime('%Y-%m-%d %H:%M')}, {minutes:.1f} min end to end, {cpu_description()})")
+    print(f"mtkit demo report   ({time.strftime('%Y-%m-%d %H:%M')}, {minutes:.1f} min end to end, {describe()})")
     print("=" * 78)
     if train:
         steady = train[2:] or train
