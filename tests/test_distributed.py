@@ -241,6 +241,15 @@ def test_two_processes_match_one_rnn(toy):
     assert [r["batch_tokens"] for r in train_records(double)] == [r["batch_tokens"] for r in train_records(single)]
 
 
+def test_two_processes_match_one_with_alibi_positions(toy):
+    cfg = toy({**TRANSFORMER, "positions": "alibi"}, "alibi")
+    single, double = cfg.parent / "alibi-single", cfg.parent / "alibi-double"
+    common = ["--set", "training.max_updates=2"]
+    train_here(cfg, *common, "--set", "training.update_freq=4", "--set", f"training.run_dir={single}")
+    ok(run(torchrun("-m", "mtkit", "train", cfg, *common, "--set", f"training.run_dir={double}")))
+    assert_same_weights(weights(double, 2), weights(single, 2))
+
+
 # A worker that is `python -m mtkit` except that rank 1's third batch raises, as a crashing rank would.
 FAILING_WORKER = textwrap.dedent("""
     import os, sys
