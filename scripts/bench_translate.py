@@ -20,10 +20,14 @@ import argparse
 import gzip
 import io
 import os
+import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import describe  # noqa: E402
 
 
 def read_gz(path: Path) -> list[str]:
@@ -121,6 +125,7 @@ def main() -> None:
     compute_types = args.compute_type or (["float32", "int8"] if args.engine == "ctranslate2" else ["float32"])
     if args.engine == "ctranslate2" and args.shortlist != [None]:
         parser.error("--shortlist is for the torch engine")
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}; {describe()}")
     print(f"{args.run}: {len(sources)} sentences of {args.split}, engine {args.engine}, {args.threads} threads")
     print(
         f"{'engine':<12} {'compute':<13} {'beam':>4} {'shortlist':>9} {'seconds':>8} {'sent/s':>8} "
