@@ -114,7 +114,9 @@ class _Phrases:
 class Guide:
     """A batch's instructions and the phrase states of its hypotheses (rows), for one search call.
 
-    ``glue``: (vocab,) bool, the tokens that continue a word (needed where some sentence has ``new_word``).
+    ``glue``: (vocab,) bool, the tokens that continue a word. Where given, the token after a prefix that ended in
+    a space (``new_word``) and the token after a constraint's last one must not continue the word: a constraint
+    "Rad" is then met by the word "Rad", not by the start of "Radfahrer".
     """
 
     def __init__(self, items: Sequence[Optional[Guidance]], device: torch.device, glue: Optional[Tensor] = None):
@@ -127,8 +129,9 @@ class Guide:
         self.prefix_len = torch.tensor([len(g.prefix) for g in items], dtype=torch.long, device=device)
         self.longest_prefix = width
         self.new_word = torch.tensor([g.new_word for g in items], dtype=torch.bool, device=device)
-        self.glue = glue.to(device) if glue is not None and bool(self.new_word.any()) else None
         self.constraints = _Phrases([g.constraints for g in items], True, device)
+        wanted = bool(self.new_word.any()) or self.constraints.count > 0
+        self.glue = glue.to(device) if glue is not None and wanted else None
         self.avoid = _Phrases([g.avoid for g in items], False, device)
         self.needs = self.prefix_len + self.constraints.lengths.sum(dim=1)  # (batch,) tokens the output must hold
         self.banks = int(self.constraints.lengths.sum(dim=1).max()) if items else 0  # most constraint tokens
@@ -157,11 +160,12 @@ class Guide:
         rows = self.sent.numel()
         self.con_state = torch.zeros(rows, self.constraints.count, dtype=torch.long, device=device)
         self.avoid_state = torch.zeros(rows, self.avoid.count, dtype=torch.long, device=device)
+        self.word_end = torch.zeros(rows, dtype=torch.bool, device=device)  # a constraint just ended: a new word
         return torch.maximum(max_len, self.needs)
 
     def keep(self, index: Tensor) -> None:
         """Single path: keep these rows (paths that have not ended)."""
-        self.sent, self.con_state, self.avoid_state = self.sent[index], self.con_state[index], self.avoid_state[index]
+        self.sent, self.avoid_state, self.word_end = self.sent[index], self.avoid_state[index], self.word_end[index]
 
     def penalty(self, length, alpha: float) -> Tensor:
         """(live,) GNMT penalty of hypotheses of ``length`` tokens (EOS included), the prefix not counted."""
@@ -180,9 +184,11 @@ class Guide:
             last = self.avoid.tokens[self.sent].gather(2, (lengths - 1).clamp(min=0).unsqueeze(2)).squeeze(2)
             ban = torch.where(hit, NEG_INF, float("inf"))  # amin with +inf leaves a log-prob as it is
             log_probs.scatter_reduce_(1, last.clamp(min=0), ban.to(log_probs.dtype), reduce="amin")
-        if self.glue is not None and t <= self.longest_prefix:
-            first = self.prefix_len[self.sent].eq(t) & self.new_word[self.sent]  # (rows,)
-            log_probs.masked_fill_(first.unsqueeze(1) & self.glue, NEG_INF)
+        if self.glue is not None:
+            new_word = self.word_end
+            if t <= self.longest_prefix:
+                new_word = new_word | (self.prefix_len[self.sent].eq(t) & self.new_word[self.sent])  # (rows,)
+            log_probs.masked_fill_(new_word.unsqueeze(1) & self.glue, NEG_INF)
 
     def _forced(self, t: int) -> tuple[Optional[Tensor], Optional[Tensor]]:
         """(rows,) whether each row writes a prefix token at step t, and which; (None, None) past every prefix."""
@@ -240,11 +246,12 @@ class Guide:
         row_tokens = row_tokens.masked_fill(at_limit, EOS)
         width = row_tokens.size(1)
 
-        con_after = None
+        con_after = ends_word = None
         if self.has_constraints:
             con_after = self.constraints.step(self.con_state, self.sent, row_tokens)  # (rows, W, C)
             lengths = self.constraints.lengths[self.sent].unsqueeze(1)  # (rows, 1, C)
             unmet = con_after.lt(lengths)
+            ends_word = (~unmet & self.con_state.lt(lengths.squeeze(1)).unsqueeze(1)).any(2)  # (rows, W)
             needs = (lengths * unmet).sum(2) - (con_after * unmet).amax(2)  # (rows, W) tokens still needed
             allowed = torch.where(row_tokens.eq(EOS), needs.eq(0), needs.le((limit - t - 1).unsqueeze(1)))
             row_log_probs = row_log_probs.masked_fill(~allowed, NEG_INF)
@@ -267,6 +274,7 @@ class Guide:
         self._chosen_index = index
         self._con_after = None if con_after is None else con_after.view(live, k * width, -1)
         self._avoid_after = None if avoid_after is None else avoid_after.view(live, k * width, -1)
+        self._ends_word = None if ends_word is None else ends_word.view(live, k * width, 1)
         top_tokens = row_tokens.view(live, k * width).gather(1, index)
         top_token_log_probs = row_log_probs.view(live, k * width).gather(1, index)
         return top_scores, index // width, top_tokens, top_token_log_probs
@@ -288,11 +296,18 @@ class Guide:
         if keep is not None:
             picked, self.live = picked[keep], self.live[keep]
         self.sent = self.live.repeat_interleave(self.copies)
+        rows = self.sent.numel()
         for name, after in (("con_state", self._con_after), ("avoid_state", self._avoid_after)):
-            if after is None:  # no phrase of this kind: an empty state per row
-                setattr(self, name, getattr(self, name).new_zeros(self.sent.numel(), 0))
-                continue
-            if keep is not None:
-                after = after[keep]
-            state = after.gather(1, picked.unsqueeze(2).expand(-1, -1, after.size(2)))
-            setattr(self, name, state.reshape(-1, after.size(2)))
+            setattr(self, name, _follow(after, picked, keep, rows))
+        ends_word = _follow(self._ends_word, picked, keep, rows)
+        self.word_end = ends_word.squeeze(1) if ends_word.size(1) else self.word_end.new_zeros(rows)
+
+
+def _follow(after: Optional[Tensor], picked: Tensor, keep: Optional[Tensor], rows: int) -> Tensor:
+    """The (rows, P) states of the picked candidates (live, k) from per-candidate states (live, kW, P); (rows, 0)
+    where there are none."""
+    if after is None:
+        return picked.new_zeros(rows, 0)
+    if keep is not None:
+        after = after[keep]
+    return after.gather(1, picked.unsqueeze(2).expand(-1, -1, after.size(2))).reshape(rows, after.size(2))
