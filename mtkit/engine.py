@@ -123,7 +123,7 @@ class Engine(abc.ABC):
         if segment.plain:
             return None
         if segment.constraints and not self.constraints:
-            raise MtkitError(f"constraints need --engine torch: {type(self).__name__} cannot honour them")
+            raise MtkitError("constraints need --engine torch (the CTranslate2 engine has no constrained decoding)")
         if segment.constraints and self.opt.sampling:
             raise MtkitError("constraints need beam search: sampling cannot honour them; drop --sampling")
         prefix = segment.prefix if segment.prefix and segment.prefix.strip() else ""

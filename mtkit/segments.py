@@ -74,7 +74,10 @@ def segment_from(item: Any) -> Segment:
     if prefix is not None and not isinstance(prefix, str):
         raise MtkitError(f"'prefix' must be a string, not {_kind(prefix)}")
     return Segment(
-        item["text"], prefix or None, _phrases(item.get("constraints"), "constraints"), _phrases(item.get("avoid"), "avoid")
+        item["text"],
+        prefix or None,
+        _phrases(item.get("constraints"), "constraints"),
+        _phrases(item.get("avoid"), "avoid"),
     )
 
 
@@ -94,16 +97,17 @@ def with_parallel(
     prefix: Optional[Sequence[Optional[str]]],
     constraints: Optional[Sequence[Optional[Sequence[str]]]],
     avoid: Optional[Sequence[Optional[Sequence[str]]]],
+    label: str = "line",
 ) -> list[Segment]:
     """Segments from ``items`` and parallel per-item lists (one entry per item; None: nothing for it). An item that
-    carries a field and gets it from a list too is refused. Errors name the item (1-based)."""
+    carries a field and gets it from a list too is refused. Errors name the item: ``label`` and its number."""
     lists = {"prefix": prefix, "constraints": constraints, "avoid": avoid}
     for key, values in lists.items():
         if values is not None:
             if isinstance(values, str) or not isinstance(values, Sequence):
-                raise MtkitError(f"{key}= must be a list with one entry per line, not {_kind(values)}")
+                raise MtkitError(f"{key} must be a list with one entry per {label}, not {_kind(values)}")
             if len(values) != len(items):
-                raise MtkitError(f"{key}= has {len(values)} entries for {len(items)} lines; give one per line")
+                raise MtkitError(f"{key} has {len(values)} entries for {len(items)} {label}s; give one per {label}")
     out = []
     for i, item in enumerate(items):
         try:
@@ -114,10 +118,10 @@ def with_parallel(
                 fields.update(constraints=segment.constraints, avoid=segment.avoid)
                 for key, value in extra.items():
                     if fields[key]:
-                        raise MtkitError(f"{key} given twice, in the item and in {key}=")
+                        raise MtkitError(f"{key} given twice, in the {label} and in the {key} list")
                     fields[key] = list(value) if isinstance(value, tuple) else value
                 segment = segment_from(fields)
         except MtkitError as err:
-            raise MtkitError(f"line {i + 1}: {err}") from None
+            raise MtkitError(f"{label} {i + 1}: {err}") from None
         out.append(segment)
     return out
