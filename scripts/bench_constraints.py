@@ -111,12 +111,23 @@ def main() -> None:
         return f"BLEU {s['bleu']['score']:6.2f}  chrF {s['chrf']['score']:6.2f}"
 
     plain, plain_s = timed(model, sources, args.warmup)
-    constraints = [missed_phrases(ref, hyp) for ref, hyp in zip(references, plain)]
+    constraints, refused = [], 0
+    for source, ref, hyp in zip(sources, references, plain):
+        kept = []
+        for phrase in missed_phrases(ref, hyp):
+            try:  # e.g. a character the target vocabulary lacks: the model cannot write the phrase
+                model.check(mtkit.Segment(source, constraints=(*kept, phrase)))
+                kept.append(phrase)
+            except mtkit.MtkitError:
+                refused += 1
+        constraints.append(kept)
     constrained, constrained_s = timed(model, sources, args.warmup, constraints=[c or None for c in constraints])
     asked = [i for i, c in enumerate(constraints) if c]
     unmet = [i for i in asked if not all(contains(constrained[i], p) for p in constraints[i])]
     phrases = sum(len(constraints[i]) for i in asked)
     print(f"constraints: {phrases} phrases on {len(asked)} sentences (the others' plain output misses no word)")
+    if refused:
+        print(f"  {refused} missed phrases left out: the model cannot write them (see mtkit.Segment checks)")
     print(
         f"coverage: {len(asked) - len(unmet)}/{len(asked)} sentences meet all their constraints "
         f"({100 * (len(asked) - len(unmet)) / max(len(asked), 1):.1f}%)"
