@@ -3,6 +3,7 @@
     import mtkit
     model = mtkit.load("runs/demo", beam_size=5)
     model.translate(["A man is riding a bike.", ""])   # ["Ein Mann fährt Fahrrad.", ""]
+    model.translate("A man is riding a bike.", prefix="Ein Mann", constraints=["Rad"])
 
 ``import mtkit`` imports no torch: ``load`` does, when called (see ``mtkit.api``).
 """
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Union
 
 from mtkit.errors import MtkitError
 from mtkit.results import Hypothesis, Translation
+from mtkit.segments import Segment
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from mtkit.api import TranslationModel
 
 __version__ = "0.1.0"
-__all__ = ["Hypothesis", "MtkitError", "Translation", "load", "__version__"]
+__all__ = ["Hypothesis", "MtkitError", "Segment", "Translation", "load", "__version__"]
 
 
 def load(path: Union[str, "Path"], **options) -> "TranslationModel":

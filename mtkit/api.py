@@ -6,6 +6,8 @@ returns. Results are ``results.Translation`` / ``results.Hypothesis``.
     model = mtkit.load("runs/demo", beam_size=5)
     model.translate(["A man is riding a bike.", ""])       # ["Ein Mann fährt Fahrrad.", ""]
     model.translate_batch(lines, nbest=3)                  # [Translation(source, source_tokens, hypotheses)]
+    model.translate("A dog runs.", prefix="Ein", constraints=["Hund"], avoid=["Katze"])
+    model.translate([{"text": "A dog runs.", "prefix": "Ein"}, mtkit.Segment("A cat.", avoid=("Hund",))])
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from mtkit.distributed import pick_device
 from mtkit.engine import Engine, Options
 from mtkit.errors import MtkitError
 from mtkit.results import Hypothesis, Translation
+from mtkit.segments import Segment, with_parallel
 from mtkit.shortlist import Shortlisted, check_model, load_lexicon
 from mtkit.torch_engine import Ensemble, Translator
 
 PathLike = Union[str, Path]
+Line = Union[str, bytes, Segment, dict]
 _SAMPLING = cfgmod.SamplingOptions()  # the defaults of translate's sampling flags
 ATTENTION_NEEDS_TORCH = "--alignments and --plot-attention need --engine torch"
 
@@ -70,33 +74,71 @@ class TranslationModel:
         """Characters of a line beyond which it is cut before tokenization (see ``engine.max_chars_for``)."""
         return self.engine.max_chars
 
-    def translate(self, lines: Union[str, Iterable[str]]) -> Union[str, list[str]]:
-        """The best translation of each line (a str for a str)."""
-        if isinstance(lines, (str, bytes)):
-            return self.translate_batch(lines, scores=False).text
-        return [t.text for t in self.translate_batch(lines, scores=False)]
+    def translate(self, lines: Union[Line, Iterable[Line]], **instructions) -> Union[str, list[str]]:
+        """The best translation of each line (a str for a single line); ``instructions``: ``prefix``,
+        ``constraints``, ``avoid`` as for ``translate_batch``."""
+        found = self.translate_batch(lines, scores=False, **instructions)
+        return found.text if isinstance(found, Translation) else [t.text for t in found]
 
     def translate_batch(
         self,
-        lines: Union[str, Iterable[str]],
+        lines: Union[Line, Iterable[Line]],
         *,
         nbest: Optional[int] = None,
         scores: bool = True,
         alignments: bool = False,
+        prefix=None,
+        constraints=None,
+        avoid=None,
     ) -> Union[Translation, list[Translation]]:
-        """A ``Translation`` per line (one for a str) with up to ``nbest`` hypotheses (default: the loaded
+        """A ``Translation`` per line (one for a single line) with up to ``nbest`` hypotheses (default: the loaded
         ``nbest``), best first; ``scores``: fill score, log_prob and token_log_probs (on the CTranslate2 engine
-        this costs a rescoring pass); ``alignments``: fill each hypothesis's cross-attention (torch engine)."""
-        single = isinstance(lines, (str, bytes))
-        items = _as_lines([lines] if single else lines)
+        this costs a rescoring pass); ``alignments``: fill each hypothesis's cross-attention (torch engine).
+
+        A line is a str, or a ``Segment`` / dict ``{"text", "prefix", "constraints", "avoid"}`` carrying its
+        instructions (docs/decoding.md):
+
+        - ``prefix``: the text of every hypothesis starts with it; the model writes what follows. Its subwords
+          are forced and cost nothing: a hypothesis's ``tokens`` include them, their ``token_log_probs`` are
+          0.0, and ``log_prob`` / ``score`` are those of the continuation given the prefix (the length penalty
+          counts the continuation's subwords and EOS).
+        - ``constraints``: phrases every hypothesis contains (beam search, torch engine).
+        - ``avoid``: phrases no hypothesis contains after the prefix.
+
+        The same can be given as keywords: for a single line ``prefix="..."``, ``constraints=[...]``,
+        ``avoid=[...]``; for a list of lines, parallel lists with one entry per line (None: nothing for that
+        line), e.g. ``constraints=[["Hund"], None]``. A line may not get one field both ways. Instructions are
+        checked before anything is translated: a bad one raises ``MtkitError`` naming the line.
+        """
+        single = isinstance(lines, (str, bytes, Segment, dict))
+        if single:
+            prefix, constraints, avoid = (None if x is None else [x] for x in (prefix, constraints, avoid))
+        segments = with_parallel(_as_lines([lines] if single else lines), prefix, constraints, avoid)
+        guidance = []
+        for i, segment in enumerate(segments):
+            try:
+                guidance.append(self.engine.guidance(segment))
+            except MtkitError as err:
+                raise MtkitError(f"line {i + 1}: {err}") from None
         out: list[Translation] = []
         with self._decoding(nbest, scores, alignments):
-            for start in range(0, len(items), self.options.chunk_size):
-                chunk = items[start : start + self.options.chunk_size]
-                ids = self.engine.encode(chunk)
-                for line, src_ids, hyps in zip(chunk, ids, self.engine.translate_ids(ids)):
-                    out.append(self._translation(line, src_ids, hyps, scores, alignments))
+            for start in range(0, len(segments), self.options.chunk_size):
+                chunk = segments[start : start + self.options.chunk_size]
+                chunk_guidance = guidance[start : start + self.options.chunk_size]
+                ids = self.engine.encode([s.text for s in chunk])
+                if any(chunk_guidance):
+                    found = self.engine.translate_ids(ids, chunk_guidance)
+                else:
+                    found = self.engine.translate_ids(ids)
+                for segment, src_ids, hyps in zip(chunk, ids, found):
+                    out.append(self._translation(segment, src_ids, hyps, scores, alignments))
         return out[0] if single else out
+
+    def check(self, line: Line) -> None:
+        """Raise ``MtkitError`` (saying what, not where) if ``line`` is not one this model can translate as asked:
+        a bad shape, or instructions the engine cannot follow (``translate_batch`` checks the same)."""
+        [segment] = with_parallel([line], None, None, None)
+        self.engine.guidance(segment)
 
     @contextlib.contextmanager
     def _decoding(self, nbest: Optional[int], scores: bool, alignments: bool) -> Iterator[None]:
@@ -118,11 +160,21 @@ class TranslationModel:
             if exact is not None:
                 engine.exact_scores = exact
 
-    def _translation(self, line: str, src_ids: list[int], hyps: list, scores: bool, alignments: bool) -> Translation:
+    def _translation(
+        self, segment: Segment, src_ids: list[int], hyps: list, scores: bool, alignments: bool
+    ) -> Translation:
         tok = self.engine.tokenizer
-        texts = tok.decode_tgt([h.tokens for h in hyps]) if hyps else []
+        prefix = segment.prefix if segment.prefix and segment.prefix.strip() else ""
+        if prefix:  # the prefix as given, then the continuation: what follows its subwords
+            forced = len(tok.encode_tgt([" ".join(prefix.split())])[0])
+            rest = tok.decode_tgt([h.tokens[forced:] for h in hyps]) if hyps else []
+            texts = [
+                prefix + _join(prefix, tok.tgt_pieces(h.tokens[forced : forced + 1]), r) for h, r in zip(hyps, rest)
+            ]
+        else:
+            texts = tok.decode_tgt([h.tokens for h in hyps]) if hyps else []
         return Translation(
-            source=line,
+            source=segment.text,
             source_tokens=tuple(tok.src_pieces(src_ids)),
             hypotheses=tuple(
                 Hypothesis(
@@ -140,16 +192,25 @@ class TranslationModel:
         )
 
 
-def _as_lines(lines: Iterable) -> list[str]:
-    """Lines as str: bytes are decoded as UTF-8 (invalid bytes replaced, as the command line reads them)."""
+def _join(prefix: str, first_piece: list[str], rest: str) -> str:
+    """The separator between the prefix text and the continuation ``rest`` (detokenised on its own, so without
+    the space its first subword may open with)."""
+    if not rest or prefix[-1].isspace() or not first_piece or not first_piece[0].startswith("\u2581"):
+        return rest
+    return " " + rest
+
+
+def _as_lines(lines: Iterable) -> list:
+    """Lines as str (bytes are decoded as UTF-8, invalid bytes replaced, as the command line reads them), or
+    ``Segment`` / dict items as they are."""
     if not isinstance(lines, Iterable):
         raise TypeError(f"expected a str or an iterable of str, got {type(lines).__name__}")
     out = []
     for i, line in enumerate(lines):
         if isinstance(line, bytes):
             line = line.decode("utf-8", errors="replace")
-        elif not isinstance(line, str):
-            raise TypeError(f"line {i + 1} is a {type(line).__name__}, not a str")
+        elif not isinstance(line, (str, Segment, dict)):
+            raise TypeError(f"line {i + 1} is a {type(line).__name__}, not a str, a dict or a Segment")
         out.append(line)
     return out
 

@@ -15,9 +15,9 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-# (lines, nbest, scores, alignments) -> one result per line, in order
+# (lines, nbest, scores, alignments) -> one result per line, in order; a line is a str or a segments.Segment
 TranslateFn = Callable[[list, Optional[int], bool, bool], list]
 
 
@@ -27,7 +27,7 @@ class QueueFull(Exception):
 
 @dataclass(eq=False)
 class Item:
-    text: str
+    text: Any  # a str, or a segments.Segment with its instructions
     key: tuple  # sentences are batched with others of the same key: (nbest, scores, alignments)
     future: Future = field(default_factory=Future)
 
@@ -87,7 +87,7 @@ class Batcher:
             self._thread = None
 
     def submit(
-        self, lines: list[str], nbest: Optional[int] = None, scores: bool = False, alignments: bool = False
+        self, lines: list, nbest: Optional[int] = None, scores: bool = False, alignments: bool = False
     ) -> list[Item]:
         """Queue ``lines`` (all or none of them); raises ``QueueFull`` when they do not fit."""
         items = [Item(text, (nbest, scores, alignments)) for text in lines]

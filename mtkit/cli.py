@@ -144,6 +144,14 @@ def translate(
     top_p: float = typer.Option(_SAMPLING.top_p, "--top-p"),
     seed: int = typer.Option(_SAMPLING.seed, "--seed", help="Seed for --sampling."),
     fmt: str = typer.Option(_OUTPUT.format, "--format", help="text or jsonl"),
+    input_format: str = typer.Option(
+        _OUTPUT.input_format,
+        "--input-format",
+        help='text, or jsonl: one {"text", "prefix", "constraints", "avoid"} object per line (docs/decoding.md).',
+    ),
+    skip_bad_lines: bool = typer.Option(
+        False, "--skip-bad-lines", help="jsonl input: a bad line gets an empty output line and a warning, not an error."
+    ),
     alignments: bool = typer.Option(False, "--alignments", help="jsonl: include cross-attention weights."),
     plot_attention: Optional[Path] = typer.Option(
         None, "--plot-attention", help="Write an attention heatmap PNG per sentence here."
@@ -153,6 +161,7 @@ def translate(
     """Translate stdin (or --input) to stdout: one output line per input line, in order.
 
     Example: echo "A man is riding a bike." | mtkit translate runs/demo
+    Example: echo '{"text": "A man is riding a bike.", "prefix": "Ein"}' | mtkit translate runs/demo --input-format jsonl
     """
     from mtkit.translate import translate_main
 
@@ -178,6 +187,8 @@ def translate(
         top_p=top_p,
         seed=seed,
         fmt=fmt,
+        input_format=input_format,
+        skip_bad_lines=skip_bad_lines,
         alignments=alignments,
         plot_attention=plot_attention,
         engine=engine,

@@ -259,14 +259,15 @@ class SamplingOptions(Section):
 
 
 class OutputOptions(Section):
-    """`mtkit translate --format / --engine` and `mtkit export --format` flags (not config keys)."""
+    """`mtkit translate --format / --input-format / --engine` and `mtkit export --format` flags (not config keys)."""
 
     format: Literal["text", "jsonl"] = "text"
+    input_format: Literal["text", "jsonl"] = "text"
     engine: Literal["torch", "ctranslate2"] = "torch"
     export_format: Literal["ctranslate2"] = "ctranslate2"
 
 
-FLAGS = {"format": "--format", "engine": "--engine", "export_format": "--format"}
+FLAGS = {"format": "--format", "input_format": "--input-format", "engine": "--engine", "export_format": "--format"}
 
 
 class ServeLimits(Section):

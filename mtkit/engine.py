@@ -10,7 +10,11 @@ import dataclasses
 from typing import Iterator, Optional
 
 from mtkit import config as cfgmod
+from mtkit.constraints import Guidance
+from mtkit.errors import MtkitError
 from mtkit.search import Hypothesis
+from mtkit.segments import Segment
+from mtkit.tokenizer import UNK
 
 _DECODING = cfgmod.DecodingConfig()  # the schema holds the defaults; Options repeats none of them
 _SAMPLING = cfgmod.SamplingOptions()
@@ -79,10 +83,12 @@ def max_chars_for(max_src: int) -> int:
 
 class Engine(abc.ABC):
     """Source lines -> n-best hypotheses (``search.Hypothesis``) per line: ``encode`` the lines (shared), then
-    ``translate_ids`` (each engine's own). ``truncated`` counts the lines cut to the model's length;
-    ``attention``: whether hypotheses can carry cross-attention (``Options.need_attention``)."""
+    ``translate_ids`` (each engine's own), with the lines' instructions from ``guidance`` where they have some.
+    ``truncated`` counts the lines cut to the model's length; ``attention``: whether hypotheses can carry
+    cross-attention (``Options.need_attention``); ``constraints``: whether the engine can honour constraints."""
 
     attention = True
+    constraints = True
 
     def __init__(self, tokenizer, options: Options, max_positions: int):
         self.tokenizer, self.opt = tokenizer, options
@@ -105,6 +111,43 @@ class Engine(abc.ABC):
             out.append(seq)
         return out
 
+    def guidance(self, segment: Segment) -> Optional[Guidance]:
+        """A segment's instructions as target subwords (None for a plain line); raises ``MtkitError`` for those this
+        engine cannot follow with this model.
+
+        Each phrase is encoded by the target SentencePiece model on its own, whitespace runs made single spaces, so
+        it matches the output where it stands as whole words. The prefix is encoded the same way, as it is: where
+        it ends inside a word, the model may finish that word with further subwords or start a new one; where it
+        ends in a space, the next subword must start a word. The text of the output is the prefix as given followed
+        by the detokenised continuation (``api.TranslationModel``), so it always starts with the prefix."""
+        if segment.plain:
+            return None
+        if segment.constraints and not self.constraints:
+            raise MtkitError("constraints need --engine torch (the CTranslate2 engine has no constrained decoding)")
+        if segment.constraints and self.opt.sampling:
+            raise MtkitError("constraints need beam search: sampling cannot honour them; drop --sampling")
+        prefix = segment.prefix if segment.prefix and segment.prefix.strip() else ""
+        phrases = [prefix, *segment.constraints, *segment.avoid]
+        ids = [tuple(x) for x in self.tokenizer.encode_tgt([" ".join(p.split()) for p in phrases])]
+        prefix_ids, rest = ids[0], ids[1:]
+        constraints, avoid = rest[: len(segment.constraints)], rest[len(segment.constraints) :]
+        for text, phrase in zip(segment.constraints, constraints):
+            if not phrase or UNK in phrase:
+                raise MtkitError(f"constraint {text!r} has characters the target vocabulary lacks; it cannot be met")
+        for text, phrase in zip(segment.avoid, avoid):
+            for c_text, c in zip(segment.constraints, constraints):
+                if any(c[i : i + len(phrase)] == phrase for i in range(len(c) - len(phrase) + 1)):
+                    raise MtkitError(f"constraint {c_text!r} contains the avoided phrase {text!r}; drop one of them")
+        need = len(prefix_ids) + sum(len(c) for c in constraints)
+        if need > self.max_src:
+            raise MtkitError(
+                f"the prefix and constraints take {need} target subwords; this model writes at most {self.max_src}"
+            )
+        return Guidance(prefix_ids, tuple(constraints), tuple(a for a in avoid if a), prefix[-1:].isspace())
+
     @abc.abstractmethod
-    def translate_ids(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
-        """The n-best hypotheses of each source id list, best first (an empty list for an empty source)."""
+    def translate_ids(
+        self, ids: list[list[int]], guidance: Optional[list[Optional[Guidance]]] = None
+    ) -> list[list[Hypothesis]]:
+        """The n-best hypotheses of each source id list, best first (an empty list for an empty source);
+        ``guidance``: each line's instructions (``guidance``), or None for plain lines."""

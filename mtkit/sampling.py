@@ -10,6 +10,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from mtkit.constraints import Guide
 from mtkit.models.base import Seq2Seq
 from mtkit.search import NEG_INF, Hypothesis, check_common, default_cap, single_path
 
@@ -44,13 +45,15 @@ def sample(
     length_penalty: float = 0.0,
     nbest: int = 1,
     need_attention: bool = False,
+    guide: Optional[Guide] = None,
 ) -> list[list[Hypothesis]]:
     """Ancestral sampling: ``nbest`` independent samples per sentence, sorted by score (best first).
 
     Tokens are drawn from softmax(log_probs / temperature), restricted to the ``top_k`` most likely
     tokens (0: all) and to the smallest set whose probability reaches ``top_p``. Reported log-probs and
     scores are the model's own (no temperature, no truncation). Pass a seeded ``generator`` (on the
-    model's device) for reproducible samples.
+    model's device) for reproducible samples. A ``guide`` (constraints.py) forces prefixes (a forced token is
+    drawn with certainty) and bans avoided phrases; it may not carry constraints.
     """
     check_common(src, max_len_a, max_len_b)
     if temperature <= 0:
@@ -76,4 +79,5 @@ def sample(
         max_len_cap=default_cap(model) if max_len_cap is None else max_len_cap,
         length_penalty=length_penalty,
         need_attention=need_attention,
+        guide=guide,
     )

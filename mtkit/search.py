@@ -45,6 +45,7 @@ from typing import Callable, Literal, Optional
 import torch
 from torch import Tensor
 
+from mtkit.constraints import Guide
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
 
 NEG_INF = float("-inf")
@@ -105,16 +106,20 @@ def single_path(
     max_len_cap: Optional[int],
     length_penalty: float,
     need_attention: bool,
+    guide: Optional[Guide] = None,
 ) -> list[list[Hypothesis]]:
     """Decode ``copies`` independent paths per sentence; ``choose`` maps scores (rows, vocab) to tokens (rows,).
 
     The scores handed to ``choose`` are the model's log-probs with PAD/BOS (and, at the length limit,
-    everything but EOS) set to -inf; the recorded token log-probs are the model's own.
+    everything but EOS) set to -inf; the recorded token log-probs are the model's own. A ``guide``
+    (constraints.py) forces prefixes and bans avoided phrases; constraints need ``beam_search``.
     """
     device = src.device
     src_mask = src.ne(PAD)  # (batch, src_len)
     state = model.init_state(model.encode(src, src_mask), src_mask)
     max_len = max_lengths(src_mask, max_len_a, max_len_b, max_len_cap)  # (batch,)
+    if guide is not None:
+        max_len = guide.start(max_len, max_len_cap, copies, beam=False)
     if copies > 1:
         copy_rows = torch.arange(src.size(0), device=device).repeat_interleave(copies)  # (rows,)
         state = state.reorder(copy_rows)
@@ -136,7 +141,9 @@ def single_path(
     for t in range(num_steps):
         log_probs, state, attention = model.step(prev_tokens, state, need_attention)
         log_probs = log_probs.float()  # (live, vocab)
-        scores = log_probs.index_fill(1, banned, NEG_INF)
+        scores, forced_prefix = log_probs.index_fill(1, banned, NEG_INF), None
+        if guide is not None:
+            scores, forced_prefix = guide.mask(scores, t)
         if t >= first_forced_step:
             forced = live_max_len.le(t).unsqueeze(1)  # (live, 1)
             not_eos = torch.ones_like(scores[0], dtype=torch.bool)
@@ -144,9 +151,14 @@ def single_path(
             scores.masked_fill_(forced & not_eos, NEG_INF)
         tokens = choose(scores)  # (live,)
         out_tokens[active, t] = tokens
-        out_log_probs[active, t] = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        token_log_probs = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        out_log_probs[active, t] = (
+            token_log_probs if forced_prefix is None else token_log_probs.masked_fill(forced_prefix, 0)
+        )
         if out_attention is not None:
             out_attention[active, t] = attention.float()
+        if guide is not None:
+            guide.advance(tokens)
         ended = tokens.eq(EOS)  # (live,)
         if bool(ended.any()):  # the one sync per step
             keep = ended.logical_not().nonzero().squeeze(1)  # (still_live,)
@@ -154,6 +166,8 @@ def single_path(
                 break
             active, live_max_len, tokens = active[keep], live_max_len[keep], tokens[keep]
             state = state.reorder(keep)
+            if guide is not None:
+                guide.keep(keep)
             first_forced_step = int(live_max_len.min())
         prev_tokens = tokens
 
@@ -162,6 +176,7 @@ def single_path(
     lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(max_len, num_steps))
     tokens_list, log_probs_list, lengths_list = out_tokens.tolist(), out_log_probs.tolist(), lengths.tolist()
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    prefix_lengths = guide.prefix_lengths() if guide is not None else [0] * src.size(0)
     for row in range(num_rows):
         length = lengths_list[row]
         token_log_probs = log_probs_list[row][: length + 1]
@@ -172,7 +187,7 @@ def single_path(
         results[row // copies].append(
             Hypothesis(
                 tokens=tokens_list[row][:length],
-                score=log_prob / length_penalty_of(length + 1, length_penalty),
+                score=log_prob / length_penalty_of(length + 1 - prefix_lengths[row // copies], length_penalty),
                 log_prob=log_prob,
                 token_log_probs=token_log_probs,
                 attention=attention_rows,
@@ -193,11 +208,12 @@ def greedy(
     max_len_cap: Optional[int] = None,
     length_penalty: float = 0.0,
     need_attention: bool = False,
+    guide: Optional[Guide] = None,
 ) -> list[list[Hypothesis]]:
     """Pick the most likely token at every step. src (batch, src_len) -> one hypothesis per sentence.
 
     ``max_len_cap`` defaults to ``model.max_positions - 1``; ``length_penalty`` only affects the
-    reported ``score``.
+    reported ``score``; ``guide``: prefixes and avoided phrases (constraints.py).
     """
     check_common(src, max_len_a, max_len_b)
     return single_path(
@@ -210,6 +226,7 @@ def greedy(
         max_len_cap=default_cap(model) if max_len_cap is None else max_len_cap,
         length_penalty=length_penalty,
         need_attention=need_attention,
+        guide=guide,
     )
 
 
@@ -240,12 +257,14 @@ def beam_search(
     nbest: int = 1,
     stopping: Stopping,
     need_attention: bool = False,
+    guide: Optional[Guide] = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search. src (batch, src_len) -> the ``nbest`` best hypotheses per sentence, best first.
 
     ``length_penalty`` is GNMT's alpha; ``stopping`` is explained in the module docstring (no default here:
     callers pass ``decoding.stopping`` from the config, which holds the default);
-    ``max_len_cap`` defaults to ``model.max_positions - 1``.
+    ``max_len_cap`` defaults to ``model.max_positions - 1``. A ``guide`` (constraints.py) adds per-sentence
+    prefixes, lexical constraints and avoided phrases; without one the search is the plain one above.
     """
     check_common(src, max_len_a, max_len_b)
     if beam_size < 1:
@@ -263,6 +282,8 @@ def beam_search(
     state = model.init_state(model.encode(src, src_mask), src_mask)
     state = state.reorder(torch.arange(batch_size, device=device).repeat_interleave(k))  # rows: batch * k
     max_len = max_lengths(src_mask, max_len_a, max_len_b, max_len_cap)  # (batch,)
+    if guide is not None:
+        max_len = guide.start(max_len, max_len_cap, k)
     num_steps = int(max_len.max()) + 1 if batch_size else 0
 
     # Fixed index tensors, sliced as the batch shrinks.
@@ -273,6 +294,8 @@ def beam_search(
     active = torch.arange(batch_size, device=device)  # (live,) sentence index in the batch
     live_max_len = max_len  # (live,)
     live_lp_max = ((5.0 + max_len.float() + 1.0) / 6.0) ** length_penalty  # (live,) lp of the longest
+    if guide is not None:
+        live_lp_max = guide.penalty(max_len + 1, length_penalty)
     nbest_scores = torch.full((batch_size, nbest), NEG_INF, device=device)  # (live, nbest) best finished
     finished_count = torch.zeros(batch_size, dtype=torch.long, device=device)  # (live,)
     # Only beam 0 is live at the start, so the first step does not pick k copies of one token.
@@ -291,38 +314,51 @@ def beam_search(
         log_probs, state, attention = model.step(prev_tokens, state, need_attention)
         log_probs = log_probs.float()  # (rows, vocab)
         log_probs.index_fill_(1, banned, NEG_INF)
-        # The 2k best extensions of a sentence are among the 2k best tokens of each of its beams: rank those
-        # (one pass over the vocabulary) instead of every (beam, token) pair.
-        width = min(2 * k, log_probs.size(1))
-        row_log_probs, row_tokens = log_probs.topk(width, dim=1)  # (rows, width)
-        if t >= first_forced_step:  # some sentence is at its length limit: only EOS may follow
-            forced = live_max_len.le(t).repeat_interleave(k).unsqueeze(1)  # (rows, 1)
-            only_eos = torch.full_like(row_log_probs, NEG_INF)
-            only_eos[:, 0] = log_probs[:, EOS]
-            row_log_probs = torch.where(forced, only_eos, row_log_probs)
-            row_tokens = row_tokens.masked_fill(forced, EOS)
-        cand = row_log_probs + beam_scores.view(-1, 1)  # (rows, width) cumulative scores
+        if guide is None:
+            # The 2k best extensions of a sentence are among the 2k best tokens of each of its beams: rank those
+            # (one pass over the vocabulary) instead of every (beam, token) pair.
+            width = min(2 * k, log_probs.size(1))
+            row_log_probs, row_tokens = log_probs.topk(width, dim=1)  # (rows, width)
+            if t >= first_forced_step:  # some sentence is at its length limit: only EOS may follow
+                forced = live_max_len.le(t).repeat_interleave(k).unsqueeze(1)  # (rows, 1)
+                only_eos = torch.full_like(row_log_probs, NEG_INF)
+                only_eos[:, 0] = log_probs[:, EOS]
+                row_log_probs = torch.where(forced, only_eos, row_log_probs)
+                row_tokens = row_tokens.masked_fill(forced, EOS)
+            cand = row_log_probs + beam_scores.view(-1, 1)  # (rows, width) cumulative scores
 
-        # The 2k best extensions per sentence over (beam x token), best first.
-        top_scores, top_index = cand.view(live, k * width).topk(min(2 * k, k * width), dim=1)  # (live, 2k)
-        top_beam = top_index // width  # (live, 2k) beam within the sentence
-        top_tokens = row_tokens.view(live, k * width).gather(1, top_index)  # (live, 2k)
-        top_rows = top_beam + row_offsets[:live]  # (live, 2k) row in the current state
-        top_token_log_probs = row_log_probs.view(live, k * width).gather(1, top_index)  # (live, 2k)
+            # The 2k best extensions per sentence over (beam x token), best first.
+            top_scores, top_index = cand.view(live, k * width).topk(min(2 * k, k * width), dim=1)  # (live, 2k)
+            top_beam = top_index // width  # (live, 2k) beam within the sentence
+            top_tokens = row_tokens.view(live, k * width).gather(1, top_index)  # (live, 2k)
+            top_rows = top_beam + row_offsets[:live]  # (live, 2k) row in the current state
+            top_token_log_probs = row_log_probs.view(live, k * width).gather(1, top_index)  # (live, 2k)
+        else:
+            top_scores, top_beam, top_tokens, top_token_log_probs = guide.candidates(
+                log_probs, beam_scores, t, live_max_len, k
+            )
+            top_rows = top_beam + row_offsets[:live]
         top_is_eos = top_tokens.eq(EOS)  # (live, 2k)
 
         # EOS within the first k candidates finishes a hypothesis of length t + 1 (EOS included).
         ends = top_is_eos[:, :k] & top_scores[:, :k].gt(NEG_INF)  # (live, k)
-        end_scores = torch.where(ends, top_scores[:, :k] / length_penalty_of(t + 1, length_penalty), NEG_INF)
+        lp_end = length_penalty_of(t + 1, length_penalty) if guide is None else guide.penalty(t + 1, length_penalty)
+        end_scores = torch.where(ends, top_scores[:, :k] / (lp_end if guide is None else lp_end.unsqueeze(1)), NEG_INF)
         nbest_scores = torch.cat([nbest_scores, end_scores], dim=1).topk(nbest, dim=1).values  # (live, nbest)
         finished_count = finished_count + ends.sum(dim=1)
 
         # The k best non-EOS candidates continue (dead ones carry -inf and never come back).
-        beam_scores, chosen = top_scores.masked_fill(top_is_eos, NEG_INF).topk(k, dim=1)  # (live, k)
-        best_live = beam_scores[:, 0]  # (live,)
+        if guide is None:
+            beam_scores, chosen = top_scores.masked_fill(top_is_eos, NEG_INF).topk(k, dim=1)  # (live, k)
+        else:  # with constraints, in the order the banks give
+            beam_scores, chosen = guide.choose(top_scores, top_is_eos, k)
+        best_live = beam_scores.amax(dim=1)  # (live,)
         if stopping == "exact":
             # The best any live beam can still reach; lp is monotonic, so the bound is at an end.
-            done = (best_live / live_lp_max.clamp(min=length_penalty_of(t + 2, length_penalty))).le(nbest_scores[:, -1])
+            lp_next = (
+                length_penalty_of(t + 2, length_penalty) if guide is None else guide.penalty(t + 2, length_penalty)
+            )
+            done = (best_live / live_lp_max.clamp(min=lp_next)).le(nbest_scores[:, -1])
         elif stopping == "first":
             done = (ends[:, 0] & finished_count.ge(nbest)) | best_live.eq(NEG_INF)  # (live,)
         else:
@@ -349,6 +385,7 @@ def beam_search(
         parent_rows = top_rows.gather(1, chosen)  # (live, k) rows of the current state to continue
         next_tokens = top_tokens.gather(1, chosen)  # (live, k)
         next_log_probs = top_token_log_probs.gather(1, chosen)  # (live, k)
+        keep = None
         if any_done:  # finished sentences leave the batch
             keep = done.logical_not().nonzero().squeeze(1)  # (still_live,)
             if keep.numel() == 0:
@@ -357,6 +394,8 @@ def beam_search(
             nbest_scores, finished_count, beam_scores = nbest_scores[keep], finished_count[keep], beam_scores[keep]
             parent_rows, next_tokens, next_log_probs = parent_rows[keep], next_tokens[keep], next_log_probs[keep]
             first_forced_step = int(live_max_len.min())
+        if guide is not None:
+            guide.follow(chosen, keep)
 
         # Follow the chosen beams (and drop finished sentences) in one reorder.
         parent_rows = parent_rows.view(-1)  # (new_rows,)

@@ -16,19 +16,20 @@ import math
 import signal
 import time
 from pathlib import Path
-from typing import Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
 from mtkit.batcher import Batcher, QueueFull
 from mtkit.config import ServeLimits
 from mtkit.errors import MtkitError
+from mtkit.segments import Segment, with_parallel
 
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish",
@@ -57,9 +58,40 @@ class Options(BaseModel):
     )
 
 
+class SegmentIn(BaseModel):
+    """A sentence with its decoding instructions (docs/decoding.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr = Field(..., description="The sentence to translate.")
+    prefix: Optional[StrictStr] = Field(None, description="The translation starts with this text.")
+    constraints: list[StrictStr] = Field([], description="Phrases the translation must contain.")
+    avoid: list[StrictStr] = Field([], description="Phrases the translation must not contain.")
+
+
+def _items(value: Any) -> Any:
+    """A sentence or an object alone is a list of one; a sentence is an object with only ``text``."""
+    if isinstance(value, (str, dict)):
+        value = [value]
+    return [{"text": x} if isinstance(x, str) else x for x in value] if isinstance(value, list) else value
+
+
+Sentences = Annotated[
+    list[SegmentIn], BeforeValidator(_items, json_schema_input_type=Union[str, SegmentIn, list[Union[str, SegmentIn]]])
+]
+
+
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    text: Union[StrictStr, list[StrictStr]] = Field(..., description="A sentence or a list of sentences.")
+    text: Sentences = Field(
+        ..., description="A sentence or a list of sentences; each a string or an object with its instructions."
+    )
+    prefix: Optional[list[Optional[StrictStr]]] = Field(None, description="One prefix (or null) per sentence.")
+    constraints: Optional[list[Optional[list[StrictStr]]]] = Field(
+        None, description="One list of phrases to include (or null) per sentence."
+    )
+    avoid: Optional[list[Optional[list[StrictStr]]]] = Field(
+        None, description="One list of phrases to avoid (or null) per sentence."
+    )
     options: Options = Field(default_factory=Options)
 
 
@@ -183,16 +215,23 @@ def create_app(
         return request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else None)
 
     async def run(
-        request: Request, lines: list[str], nbest: Optional[int] = None, scores: bool = False, alignments: bool = False
+        request: Request, lines: list, nbest: Optional[int] = None, scores: bool = False, alignments: bool = False
     ) -> list:
-        """The results of ``lines``, translated by the batcher; their sentences leave the queue when the request
-        times out (504) or its client disconnects."""
+        """The results of ``lines`` (str, or ``Segment`` with instructions, each checked here: a bad one is a 422),
+        translated by the batcher; their sentences leave the queue when the request times out (504) or its client
+        disconnects."""
         most = min(limits.max_sentences, limits.queue_size)
         if len(lines) > most:
             raise ApiError(413, f"{len(lines)} sentences in one request; at most {most}")
-        chars = sum(len(line) for line in lines)
+        chars = sum(_chars(line) for line in lines)
         if chars > limits.max_chars:
             raise ApiError(413, f"{chars} characters in one request; at most {limits.max_chars}")
+        for i, line in enumerate(lines):
+            if isinstance(line, Segment):
+                try:
+                    model.check(line)
+                except MtkitError as err:
+                    raise ApiError(422, f"text item {i + 1}: {err}") from None
         beam = getattr(model.options, "beam_size", None)
         if nbest is not None and beam is not None and nbest > beam and not getattr(model.options, "sampling", False):
             raise ApiError(422, f"options.nbest {nbest} is larger than the beam size {beam}")
@@ -236,8 +275,16 @@ def create_app(
         dependencies=[Depends(require_key)],
     )
     async def v1_translate(body: TranslateRequest, request: Request) -> TranslateResponse:
-        """Translate a sentence or a list of sentences: one translation per sentence, in order."""
-        lines = [body.text] if isinstance(body.text, str) else body.text
+        """Translate a sentence or a list of sentences: one translation per sentence, in order. A sentence may carry
+        instructions: a prefix its translation starts with, phrases it must contain (constraints) or avoid; in the
+        sentence's object or in the parallel lists ``prefix``, ``constraints``, ``avoid``."""
+        try:
+            segments = with_parallel(
+                [x.model_dump() for x in body.text], body.prefix, body.constraints, body.avoid, "text item"
+            )
+        except MtkitError as err:
+            raise ApiError(422, str(err)) from None
+        lines = [s.text if s.plain else s for s in segments]  # plain sentences as the plain strings they are
         o = body.options
         results = await run(request, lines, o.nbest, o.scores, o.alignments)
         return TranslateResponse(translations=[translation_out(r, o) for r in results])
@@ -277,6 +324,12 @@ def create_app(
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _chars(line) -> int:
+    if isinstance(line, Segment):
+        return len(line.text) + len(line.prefix or "") + sum(map(len, line.constraints + line.avoid))
+    return len(line)
 
 
 def translation_out(result, options: Options) -> TranslationOut:

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
 import torch
 
 from mtkit import sampling, search
+from mtkit.constraints import Guidance, Guide
 from mtkit.engine import Engine, Options, batches
+from mtkit.errors import MtkitError
 from mtkit.models import EOS, PAD, Seq2Seq, State
+from mtkit.segments import Segment
+from mtkit.tokenizer import NUM_SPECIAL
 
 
 @dataclasses.dataclass
@@ -46,25 +51,48 @@ class Ensemble(Seq2Seq):
 
 
 class Translator(Engine):
-    """The torch engine: a model (or an ensemble, or a shortlisted model) decoded by ``mtkit.search``."""
+    """The torch engine: a model (or an ensemble, or a shortlisted model) decoded by ``mtkit.search``.
+
+    Lines with instructions share batches with plain ones. A batch with a constraint runs beam search: with
+    ``beam_size`` 1 that is the constrained beam search with one beam, which meets the constraints but places them
+    as early as it can (sampling refuses constraints). A batch with prefixes or avoided phrases only runs the
+    configured search (greedy, beam or sampling) with them.
+    """
 
     def __init__(self, model: Seq2Seq, tokenizer, options: Options, device: torch.device):
         super().__init__(tokenizer, options, model.max_positions)
         self.model, self.device = model, device
         self.generator = torch.Generator(device="cpu").manual_seed(options.seed) if options.sampling else None
+        self._glue: Optional[torch.Tensor] = None
+
+    def guidance(self, segment: Segment) -> Optional[Guidance]:
+        if segment.constraints and getattr(self.model, "lexicon", None) is not None:
+            raise MtkitError("constraints need the whole target vocabulary; drop --shortlist")
+        return super().guidance(segment)
+
+    def glue(self) -> torch.Tensor:
+        """(vocab,) bool: the target subwords that continue a word: no leading U+2581, a letter or digit first
+        (punctuation may follow a word)."""
+        if self._glue is None:
+            pieces = self.tokenizer.tgt_pieces(range(self.tokenizer.tgt_vocab_size))
+            self._glue = torch.tensor([i >= NUM_SPECIAL and p[:1].isalnum() for i, p in enumerate(pieces)])
+        return self._glue
 
     @torch.inference_mode()
-    def translate_ids(self, ids: list[list[int]]) -> list[list]:
+    def translate_ids(self, ids: list[list[int]], guidance: Optional[list[Optional[Guidance]]] = None) -> list[list]:
         results: list[list] = [[] for _ in ids]  # empty inputs give empty outputs without a model call
         o = self.opt
         for idx in batches(ids, o):
+            items = [guidance[i] for i in idx] if guidance is not None else []
+            guide = Guide(items, self.device, self.glue()) if any(items) else None
+            constrained = guide is not None and guide.has_constraints
             width = max(len(ids[i]) for i in idx) + 1
             src = torch.full((len(idx), width), PAD, dtype=torch.long)
             for row, i in enumerate(idx):
                 src[row, : len(ids[i])] = torch.tensor(ids[i], dtype=torch.long)
                 src[row, len(ids[i])] = EOS
             src = src.to(self.device)
-            common = dict(max_len_a=o.max_len_a, max_len_b=o.max_len_b)
+            common = dict(max_len_a=o.max_len_a, max_len_b=o.max_len_b, need_attention=o.need_attention, guide=guide)
             if o.sampling:
                 out = sampling.sample(
                     self.model,
@@ -75,13 +103,10 @@ class Translator(Engine):
                     generator=self.generator,
                     nbest=o.nbest,
                     length_penalty=o.length_penalty,
-                    need_attention=o.need_attention,
                     **common,
                 )
-            elif o.beam_size == 1 and o.nbest == 1:
-                out = search.greedy(
-                    self.model, src, length_penalty=o.length_penalty, need_attention=o.need_attention, **common
-                )
+            elif o.beam_size == 1 and o.nbest == 1 and not constrained:
+                out = search.greedy(self.model, src, length_penalty=o.length_penalty, **common)
             else:
                 out = search.beam_search(
                     self.model,
@@ -90,7 +115,6 @@ class Translator(Engine):
                     length_penalty=o.length_penalty,
                     nbest=o.nbest,
                     stopping=o.stopping,
-                    need_attention=o.need_attention,
                     **common,
                 )
             for i, hyps in zip(idx, out):

@@ -1,7 +1,8 @@
 """`mtkit translate`: a streaming stdin -> stdout pipeline, one output line per input line, always.
 
 Lines are read lazily in chunks, each chunk is sorted by length and cut into batches for speed, and the
-translations are written back in input order and flushed, so the command works inside a pipe. The model is the
+translations are written back in input order and flushed, so the command works inside a pipe. With
+``--input-format jsonl`` each line is a JSON object with its decoding instructions (``segments.parse_jsonl``). The model is the
 one ``mtkit.load`` returns (``api.TranslationModel``, over the torch engine or CTranslate2's); the reading of
 the input, the output formats (text, jsonl) and the wiring of ``mtkit translate`` are here.
 """
@@ -26,6 +27,7 @@ from mtkit.errors import MtkitError
 from mtkit.files import atomic_open
 from mtkit.plots import plot_attention
 from mtkit.results import Translation
+from mtkit.segments import Segment, parse_jsonl
 
 
 # -------------------------------------------------------------------------------------------- input
@@ -123,7 +125,8 @@ def format_text(translation: Translation, nbest: int) -> str:
     return "".join(line + "\n" for line in lines) + "\n" * (nbest - len(lines))
 
 
-def format_jsonl(translation: Translation, alignments: bool) -> str:
+def format_jsonl(translation: Translation, alignments: bool, error: Optional[str] = None) -> str:
+    """One JSON record; ``error``: why the input line was skipped (``--skip-bad-lines``)."""
     best = translation.best
     record = {
         "source": translation.source,
@@ -135,6 +138,8 @@ def format_jsonl(translation: Translation, alignments: bool) -> str:
     }
     if alignments:
         record["alignment"] = best.alignment if best is not None and best.alignment is not None else []
+    if error is not None:
+        record["error"] = error
     return json.dumps(record, ensure_ascii=False) + "\n"
 
 
@@ -152,24 +157,68 @@ def translate_stream(translator: Translatable, lines: Iterable[str], out: IO[str
     return translate_chunks(model, chunks(lines, model.options.chunk_size), out, **kw)
 
 
+class JsonlReader:
+    """``--input-format jsonl``: each chunk of lines as ``Segment``s, a bad line (not a JSON object of the right
+    shape, or instructions the model cannot follow) an ``MtkitError`` naming ``where`` and the line number, or
+    with ``skip_bad`` None plus a warning on stderr (its output line is then empty)."""
+
+    def __init__(self, model: api.TranslationModel, where: str, skip_bad: bool):
+        self.model, self.where, self.skip_bad = model, where, skip_bad
+        self.line = 0
+        self.errors: dict[int, str] = {}  # line number -> why it was skipped
+
+    def segment(self, text: str) -> Optional[Segment]:
+        self.line += 1
+        try:
+            if not text.strip():
+                raise MtkitError("empty line; each line must be a JSON object with a 'text' key")
+            segment = parse_jsonl(text)
+            self.model.check(segment)
+            return segment
+        except MtkitError as err:
+            if not self.skip_bad:
+                raise MtkitError(
+                    f"{self.where} line {self.line}: {err} (fix the line, or pass --skip-bad-lines to give it an "
+                    "empty output line)"
+                ) from None
+            self.errors[self.line] = str(err)
+            print(f"mtkit: warning: {self.where} line {self.line} skipped: {err}", file=sys.stderr)
+            return None
+
+    def chunks(self, line_chunks: Iterable[list[str]]) -> Iterator[list[Optional[Segment]]]:
+        for chunk in line_chunks:
+            yield [self.segment(text) for text in chunk]
+
+
 def translate_chunks(
     translator: Translatable,
-    line_chunks: Iterable[list[str]],
+    line_chunks: Iterable[list],
     out: IO[str],
     *,
     fmt: str = "text",
     alignments: bool = False,
     plot_dir: Optional[Path] = None,
+    errors: Optional[dict[int, str]] = None,
 ) -> int:
-    """Translate each chunk of lines (sorted by length inside) to ``out`` in input order, flushing after each."""
+    """Translate each chunk of lines (sorted by length inside) to ``out`` in input order, flushing after each.
+
+    A line is a str or a ``Segment``; None stands for a skipped line (an empty output line; with jsonl output a
+    record whose ``error`` is ``errors[line number]``)."""
     model = as_model(translator)
     nbest = model.options.nbest
     scores = fmt == "jsonl" or nbest > 1  # shown: CTranslate2 rescores for them
     attention = alignments or plot_dir is not None
     written = 0
+    skipped = Translation(source="", source_tokens=(), hypotheses=())
     for chunk in line_chunks:
-        for translation in model.translate_batch(chunk, scores=scores, alignments=attention):
-            out.write(format_jsonl(translation, alignments) if fmt == "jsonl" else format_text(translation, nbest))
+        found = iter(model.translate_batch([x for x in chunk if x is not None], scores=scores, alignments=attention))
+        for line in chunk:
+            translation = skipped if line is None else next(found)
+            if fmt == "jsonl":
+                error = (errors or {}).get(written + 1) if line is None else None
+                out.write(format_jsonl(translation, alignments, error))
+            else:
+                out.write(format_text(translation, nbest))
             best = translation.best
             if plot_dir is not None and best is not None and best.alignment is not None:
                 plot_attention(
@@ -193,11 +242,14 @@ def translate_main(
     alignments: bool,
     plot_attention: Optional[Path],
     engine: str,
+    input_format: str = "text",
+    skip_bad_lines: bool = False,
     **options,
 ) -> None:
     """``mtkit translate``: ``options`` are ``mtkit.load``'s decoding and sampling options; ``--engine
-    ctranslate2``, or a dir written by ``mtkit export``, translates through CTranslate2."""
-    cfgmod.check_flags(format=fmt, engine=engine)
+    ctranslate2``, or a dir written by ``mtkit export``, translates through CTranslate2; ``input_format``
+    jsonl reads a JSON object with instructions per line (``skip_bad_lines``: a bad one gives an empty line)."""
+    cfgmod.check_flags(format=fmt, engine=engine, input_format=input_format)
     if input is not None and not Path(input).is_file():
         raise MtkitError(f"{input}: input file not found")
     model = api.load(
@@ -208,7 +260,14 @@ def translate_main(
         **options,
     )
     _write_translations(
-        model, input=input, output=output, fmt=fmt, alignments=alignments, plot_attention=plot_attention
+        model,
+        input=input,
+        output=output,
+        fmt=fmt,
+        alignments=alignments,
+        plot_attention=plot_attention,
+        input_format=input_format,
+        skip_bad_lines=skip_bad_lines,
     )
 
 
@@ -219,6 +278,13 @@ def _is_regular_file(stream) -> bool:
         return True
 
 
+def _seekable(stream) -> bool:
+    try:
+        return stream.seekable()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _write_translations(
     translator: api.TranslationModel,
     *,
@@ -227,6 +293,8 @@ def _write_translations(
     fmt: str,
     alignments: bool,
     plot_attention: Optional[Path],
+    input_format: str = "text",
+    skip_bad_lines: bool = False,
 ) -> None:
     if plot_attention is not None:
         try:
@@ -248,11 +316,31 @@ def _write_translations(
             sink = sys.stdout
         src = stack.enter_context(open(input, "rb")) if input is not None else sys.stdin.buffer
         max_bytes = 4 * translator.max_chars  # UTF-8: at most 4 bytes per character
-        if input is None and not _is_regular_file(src):  # a pipe or terminal: answer each pause at once
+        if input_format == "jsonl":
+            max_bytes *= 8  # room for the instructions and JSON escapes
+        piped = input is None and not _is_regular_file(src)
+        reader = JsonlReader(translator, str(input) if input is not None else "stdin", skip_bad_lines)
+        if input_format == "jsonl" and not piped and not skip_bad_lines and _seekable(src):
+            # a file: every line is checked before anything is written (a pipe is checked chunk by chunk)
+            for text in read_lines(src, max_bytes):
+                reader.segment(text)
+            src.seek(0)
+            reader.line = 0
+        if piped:  # a pipe or terminal: answer each pause at once
             line_chunks = pipe_chunks(src.fileno(), translator.options.chunk_size, max_bytes)
         else:
             line_chunks = chunks(read_lines(src, max_bytes), translator.options.chunk_size)
-        translate_chunks(translator, line_chunks, sink, fmt=fmt, alignments=alignments, plot_dir=plot_attention)
+        if input_format == "jsonl":
+            line_chunks = reader.chunks(line_chunks)
+        translate_chunks(
+            translator,
+            line_chunks,
+            sink,
+            fmt=fmt,
+            alignments=alignments,
+            plot_dir=plot_attention,
+            errors=reader.errors,
+        )
     if translator.truncated:
         print(
             f"mtkit: warning: {translator.truncated} input line(s) longer than the model's limit of "

@@ -179,3 +179,27 @@ def test_bench_positions_prepares_once_and_prints_a_row_per_scheme(tmp_path):
                 assert 0 <= bleu <= 100 and 0 <= chrf <= 100
             else:
                 assert cell.strip() == "-"
+
+
+def test_bench_constraints_meets_every_constraint_and_prefix(bench_run):
+    _, run_dir, _ = bench_run
+    out = run_script(
+        ROOT / "scripts" / "bench_constraints.py",
+        run_dir,
+        "--limit",
+        "12",
+        "--beam",
+        "3",
+        "--threads",
+        "1",
+        "--warmup",
+        "2",
+        cwd=run_dir.parent,
+    )
+    met, asked = re.search(r"^coverage: (\d+)/(\d+) sentences meet all their constraints", out, re.MULTILINE).groups()
+    assert met == asked and int(asked) > 0, out
+    assert "not met" not in out
+    for name in ("plain", "constrained"):
+        assert 0 <= figure(rf"^{name}\s+BLEU\s+" + NUMBER, out) <= 100
+        assert figure(rf"^{name}\s+BLEU.*chrF\s+" + NUMBER + r"\s+" + NUMBER + " sent/s", out) >= 0
+    assert re.search(r"^prefix \(first 1-3 reference words\): 12/12 outputs start with it", out, re.MULTILINE), out

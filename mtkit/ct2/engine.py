@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Optional
 
+from mtkit.constraints import Guidance
 from mtkit.ct2.export import import_ctranslate2
 from mtkit.engine import Engine, Options, batches
 from mtkit.errors import MtkitError
@@ -32,6 +33,11 @@ class Ct2Translator(Engine):
     With ``exact_scores`` the kept hypotheses are rescored by a teacher-forced pass (``score_batch``): their
     ``score``/``log_prob`` are then the model's and ``token_log_probs`` is filled (otherwise it is empty).
     ``api.TranslationModel`` asks for it where scores are wanted (``mtkit translate``: n-best lists, jsonl).
+
+    Instructions: a prefix is CTranslate2's ``target_prefix`` (its hypotheses are always rescored, so that score
+    and log-prob are those of the continuation, as in the torch engine; the subword after a prefix that ends in a
+    space is not required to start a word here); avoided phrases are its ``suppress_sequences`` (one call per set
+    of them); constraints are refused (CTranslate2 has no constrained decoding).
     """
 
     # CTranslate2's beam search stops at beam_size finished hypotheses (our beam_full rule) only under a length
@@ -41,6 +47,7 @@ class Ct2Translator(Engine):
     # than CTranslate2's length ** alpha, which favours hypotheses cut at the length limit.
     _NEUTRAL_PENALTY = 1e-6
     attention = False
+    constraints = False
 
     def __init__(
         self,
@@ -78,18 +85,34 @@ class Ct2Translator(Engine):
         o = self.opt
         return min(max(math.ceil(o.max_len_a * src_len + o.max_len_b - 1e-6), 0), self.max_len_cap)
 
-    def translate_ids(self, ids: list[list[int]]) -> list[list]:
+    def translate_ids(self, ids: list[list[int]], guidance: Optional[list[Optional[Guidance]]] = None) -> list[list]:
         results: list[list] = [[] for _ in ids]  # empty in, empty out
         for idx in batches(ids, self.opt):  # batches of similar length, so of similar limits
-            sources = [[self.src_vocab[t] for t in ids[i]] for i in idx]  # CTranslate2 appends </s>
-            limits = [self.max_length(len(ids[i]) + 1) for i in idx]
-            for i, hyps in zip(idx, self._search(sources, limits)):
-                results[i] = hyps
+            groups: dict[tuple, list[int]] = {}  # sentences with the same avoided phrases share a call
+            for i in idx:
+                g = guidance[i] if guidance is not None else None
+                groups.setdefault(g.avoid if g else (), []).append(i)
+            for avoid, group in groups.items():
+                prefixes = [guidance[i].prefix if guidance is not None and guidance[i] else () for i in group]
+                sources = [[self.src_vocab[t] for t in ids[i]] for i in group]  # CTranslate2 appends </s>
+                limits = [max(self.max_length(len(ids[i]) + 1), len(p)) for i, p in zip(group, prefixes)]
+                suppress = self.banned + [[self.tgt_vocab[t] for t in phrase] for phrase in avoid]
+                target_prefix = [[self.tgt_vocab[t] for t in p] for p in prefixes] if any(prefixes) else None
+                for i, hyps in zip(group, self._search(sources, limits, target_prefix, suppress)):
+                    results[i] = hyps
         return results
 
-    def _search(self, sources: list[list[str]], limits: list[int]) -> list[list]:
-        """The n-best hypotheses of each source, each under its own output limit."""
-        found = self._candidates(sources, max(limits))
+    def _search(
+        self,
+        sources: list[list[str]],
+        limits: list[int],
+        prefixes: Optional[list[list[str]]] = None,
+        suppress: Optional[list[list[str]]] = None,
+    ) -> list[list]:
+        """The n-best hypotheses of each source, each under its own output limit (and after its prefix, without
+        the suppressed sequences)."""
+        suppress = self.banned if suppress is None else suppress
+        found = self._candidates(sources, max(limits), prefixes, suppress)
         again: dict[int, list[int]] = {}  # limit -> sources whose beam search must run again under it
         for s, limit in enumerate(limits):
             if any(len(pieces) > limit for pieces, _ in found[s]):
@@ -101,11 +124,21 @@ class Ct2Translator(Engine):
                 else:
                     again.setdefault(limit, []).append(s)
         for limit, group in again.items():
-            for s, cands in zip(group, self._candidates([sources[s] for s in group], limit)):
+            subset = [prefixes[s] for s in group] if prefixes is not None else None
+            for s, cands in zip(group, self._candidates([sources[s] for s in group], limit, subset, suppress)):
                 found[s] = cands
-        return self._ranked(sources, found)
+        forced = [len(p) for p in prefixes] if prefixes is not None else [0] * len(sources)
+        if prefixes is not None:  # rescored: the continuation's log-prob, not CTranslate2's whole-output score
+            found = [[(pieces, None) for pieces, _ in cands] for cands in found]
+        return self._ranked(sources, found, forced)
 
-    def _candidates(self, sources: list[list[str]], limit: int) -> list[list[tuple[list[str], Optional[float]]]]:
+    def _candidates(
+        self,
+        sources: list[list[str]],
+        limit: int,
+        prefixes: Optional[list[list[str]]] = None,
+        suppress: Optional[list[list[str]]] = None,
+    ) -> list[list[tuple[list[str], Optional[float]]]]:
         """Per source: CTranslate2's hypotheses under one output limit, as (pieces, log-prob), where the
         log-prob is None when CTranslate2 gives no usable one (``_ranked`` rescores those)."""
         o = self.opt
@@ -129,13 +162,14 @@ class Ct2Translator(Engine):
             out = self._run(
                 self.engine.translate_batch,
                 sources,
+                prefixes,
                 max_batch_size=o.batch_size,
                 length_penalty=ct2_penalty,
                 max_decoding_length=limit,
                 min_decoding_length=0,
                 max_input_length=0,
                 return_scores=True,
-                suppress_sequences=self.banned,
+                suppress_sequences=self.banned if suppress is None else suppress,
                 **kwargs,
             )
             for result in out:
@@ -155,20 +189,25 @@ class Ct2Translator(Engine):
                 )
         return found
 
-    def _ranked(self, sources: list[list[str]], found: list[list[tuple[list[str], Optional[float]]]]) -> list[list]:
-        """Hypotheses from ``_candidates``' output: missing log-probs filled in, GNMT-penalised, best first."""
+    def _ranked(
+        self, sources: list[list[str]], found: list[list[tuple[list[str], Optional[float]]]], forced: list[int]
+    ) -> list[list]:
+        """Hypotheses from ``_candidates``' output: missing log-probs filled in, GNMT-penalised, best first.
+        ``forced``: the prefix length of each source (its tokens cost nothing and are not counted)."""
         o = self.opt
         missing = [(s, c) for s, cands in enumerate(found) for c, (_, lp) in enumerate(cands) if lp is None]
         if missing:
-            scored = self._score([sources[s] for s, _ in missing], [found[s][c][0] for s, c in missing])
+            scored = self._score(
+                [sources[s] for s, _ in missing], [found[s][c][0] for s, c in missing], [forced[s] for s, _ in missing]
+            )
             for (s, c), (log_prob, _) in zip(missing, scored):
                 found[s][c] = (found[s][c][0], log_prob)
         results = []
-        for cands in found:
+        for cands, skip in zip(found, forced):
             hyps = [
                 Hypothesis(
                     [self.tgt_ids.get(p, UNK) for p in pieces],
-                    log_prob / length_penalty_of(len(pieces) + 1, o.length_penalty),
+                    log_prob / length_penalty_of(len(pieces) + 1 - skip, o.length_penalty),
                     log_prob,
                     [],
                 )
@@ -179,10 +218,10 @@ class Ct2Translator(Engine):
         if self.exact_scores:
             kept = [(s, h) for s, hyps in enumerate(results) for h in hyps]
             targets = [[self.tgt_vocab[t] for t in h.tokens] for _, h in kept]
-            scored = self._score([sources[s] for s, _ in kept], targets)
-            for (_, h), (log_prob, token_log_probs) in zip(kept, scored):
+            scored = self._score([sources[s] for s, _ in kept], targets, [forced[s] for s, _ in kept])
+            for (s, h), (log_prob, token_log_probs) in zip(kept, scored):
                 h.log_prob, h.token_log_probs = log_prob, token_log_probs
-                h.score = log_prob / length_penalty_of(len(h.tokens) + 1, o.length_penalty)
+                h.score = log_prob / length_penalty_of(len(h.tokens) + 1 - forced[s], o.length_penalty)
             for hyps in results:
                 hyps.sort(key=lambda h: h.score, reverse=True)
         return results
@@ -199,9 +238,16 @@ class Ct2Translator(Engine):
                 "or --engine torch"
             ) from None
 
-    def _score(self, sources: list[list[str]], targets: list[list[str]]) -> list[tuple[float, list[float]]]:
-        """(log-prob, token log-probs with EOS's last) of each target given its source: the model's own numbers."""
+    def _score(
+        self, sources: list[list[str]], targets: list[list[str]], forced: Optional[list[int]] = None
+    ) -> list[tuple[float, list[float]]]:
+        """(log-prob, token log-probs with EOS's last) of each target given its source: the model's own numbers,
+        but 0.0 for the first ``forced`` tokens of each (a prefix's)."""
         scored = self._run(
             self.engine.score_batch, sources, targets, max_batch_size=self.opt.batch_size, max_input_length=0
         )
-        return [(math.fsum(r.log_probs), list(r.log_probs)) for r in scored]
+        out = []
+        for r, skip in zip(scored, forced or [0] * len(targets)):
+            token_log_probs = [0.0] * skip + list(r.log_probs)[skip:]
+            out.append((math.fsum(token_log_probs), token_log_probs))
+        return out

@@ -1,0 +1,313 @@
+"""Per-sentence decoding instructions for ``mtkit.search``: a forced target prefix, lexical constraints (phrases the
+output must contain) and avoided phrases (phrases it must not contain), all as target token ids.
+
+``Guidance`` holds one sentence's instructions; ``Guide`` holds a batch's as tensors, with the state of every
+hypothesis, and is what ``search.single_path`` / ``search.beam_search`` consult when given one (without one they run
+their unconstrained code, unchanged).
+
+Phrase tracking. Each constraint and each avoided phrase is followed by its own small automaton (Knuth-Morris-Pratt):
+a hypothesis's state for a phrase is the length of the longest start of the phrase that the hypothesis ends with.
+A constraint is met once its state reaches its length, and stays met; an avoided phrase's last token is banned
+while the hypothesis ends with the phrase's other tokens (so it never appears after the prefix). The automata's
+transitions for every (state, phrase token) are tabled once per batch, so a step is a few gathers over all rows.
+
+Prefix. The prefix's tokens are forced one per step; a forced token adds nothing to a hypothesis's log-prob (its
+``token_log_probs`` entry is 0.0) and the length penalty counts only the tokens after the prefix (EOS included):
+score and log-prob are those of the continuation given the prefix. Avoided phrases are not checked inside the
+prefix (it is taken as given), constraints are (a constraint the prefix contains is met).
+
+Constrained beam search (dynamic beam allocation, Post & Vilar 2018, vectorised as Hu et al. 2019). Each beam
+proposes its ``2k`` best tokens plus the next token of every constraint it has not met; each candidate's number of
+met constraint tokens puts it in a bank; the ``2k`` candidates kept are taken from the banks in turn, the most
+advanced bank first (the best of each bank, then the second best of each, ...), so hypotheses that honour
+constraints are not crowded out by likelier ones that do not. A hypothesis may end (EOS) only once it has met all
+its constraints, and a candidate is dropped when the tokens its unmet constraints still need no longer fit in its
+length limit (finishing the most advanced constraint, then writing the others out: an upper bound on what it
+needs). The output limit of a sentence is raised to at least its prefix plus its constraints, so some hypothesis
+can always meet them all: every finished hypothesis meets every constraint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from mtkit.models.base import EOS
+
+NEG_INF = float("-inf")
+Phrase = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """One sentence's instructions as target token ids.
+
+    ``new_word``: the token after the prefix must start a word (the prefix text ended in a space), or be EOS.
+    """
+
+    prefix: Phrase = ()
+    constraints: tuple[Phrase, ...] = ()
+    avoid: tuple[Phrase, ...] = ()
+    new_word: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.prefix or self.constraints or self.avoid)
+
+
+def transitions(phrase: Phrase, absorbing: bool) -> list[list[int]]:
+    """KMP table: entry [q][j] is the state after token ``phrase[j]`` in state q (0 <= q <= len(phrase)).
+
+    ``absorbing``: the full state (phrase met) is kept whatever follows."""
+    n = len(phrase)
+    table = []
+    for q in range(n + 1):
+        row = []
+        for j in range(n):
+            if absorbing and q == n:
+                row.append(n)
+                continue
+            text = phrase[:q] + (phrase[j],)
+            length = min(n, len(text))
+            while length and phrase[:length] != text[len(text) - length :]:
+                length -= 1
+            row.append(length)
+        table.append(row)
+    return table
+
+
+class _Phrases:
+    """One kind of phrase (constraints or avoided) for a batch: (sentences, phrases, tokens) tensors."""
+
+    def __init__(self, per_sentence: Sequence[Sequence[Phrase]], absorbing: bool, device: torch.device):
+        self.count = max((len(p) for p in per_sentence), default=0)  # phrases per sentence (padded)
+        width = max((len(x) for p in per_sentence for x in p), default=0) or 1
+        size = (len(per_sentence), self.count)
+        self.tokens = torch.full((*size, width), -1, dtype=torch.long)  # -1 pads: equals no token
+        self.lengths = torch.zeros(size, dtype=torch.long)  # 0 for a padding phrase
+        self.table = torch.zeros((*size, width + 1, width), dtype=torch.long)
+        for s, phrases in enumerate(per_sentence):
+            for c, phrase in enumerate(phrases):
+                n = len(phrase)
+                self.tokens[s, c, :n] = torch.tensor(phrase)
+                self.lengths[s, c] = n
+                self.table[s, c, : n + 1, :n] = torch.tensor(transitions(tuple(phrase), absorbing)).view(n + 1, n)
+        self.tokens, self.lengths, self.table = self.tokens.to(device), self.lengths.to(device), self.table.to(device)
+        self.absorbing = absorbing
+
+    def step(self, state: Tensor, sent: Tensor, tokens: Tensor) -> Tensor:
+        """States (rows, P) and candidate tokens (rows, W) -> states after each candidate (rows, W, P)."""
+        width = self.tokens.size(2)
+        table = self.table[sent]  # (rows, P, L + 1, L)
+        after = table.gather(2, state[:, :, None, None].expand(-1, -1, 1, width)).squeeze(2)  # (rows, P, L)
+        hit = tokens[:, :, None, None].eq(self.tokens[sent][:, None])  # (rows, W, P, L)
+        new = (hit * after[:, None]).amax(dim=3)  # (rows, W, P)
+        if self.absorbing:
+            lengths = self.lengths[sent][:, None]  # (rows, 1, P)
+            new = torch.where(state[:, None].eq(lengths), lengths, new)
+        return new
+
+
+class Guide:
+    """A batch's instructions and the phrase states of its hypotheses (rows), for one search call.
+
+    ``glue``: (vocab,) bool, the tokens that continue a word. Where given, the token after a prefix that ended in
+    a space (``new_word``) and the token after a constraint's last one must not continue the word: a constraint
+    "Rad" is then met by the word "Rad", not by the start of "Radfahrer".
+    """
+
+    def __init__(self, items: Sequence[Optional[Guidance]], device: torch.device, glue: Optional[Tensor] = None):
+        items = [g or Guidance() for g in items]
+        width = max((len(g.prefix) for g in items), default=0)
+        self.prefix = torch.zeros(len(items), max(width, 1), dtype=torch.long)
+        for s, g in enumerate(items):
+            self.prefix[s, : len(g.prefix)] = torch.tensor(g.prefix, dtype=torch.long)
+        self.prefix = self.prefix.to(device)
+        self.prefix_len = torch.tensor([len(g.prefix) for g in items], dtype=torch.long, device=device)
+        self.longest_prefix = width
+        self.new_word = torch.tensor([g.new_word for g in items], dtype=torch.bool, device=device)
+        self.constraints = _Phrases([g.constraints for g in items], True, device)
+        wanted = bool(self.new_word.any()) or self.constraints.count > 0
+        self.glue = glue.to(device) if glue is not None and wanted else None
+        self.avoid = _Phrases([g.avoid for g in items], False, device)
+        self.needs = self.prefix_len + self.constraints.lengths.sum(dim=1)  # (batch,) tokens the output must hold
+        self.banks = int(self.constraints.lengths.sum(dim=1).max()) if items else 0  # most constraint tokens
+
+    @property
+    def has_constraints(self) -> bool:
+        return self.constraints.count > 0
+
+    # ----------------------------------------------------------------------------------------- setup, rows
+    def start(self, max_len: Tensor, cap: Optional[int], copies: int, beam: bool = True) -> Tensor:
+        """The output limits (batch,), raised to fit each prefix and its constraints; rows: ``copies`` per sentence.
+
+        ``beam``: the search is a beam search (the others cannot honour constraints)."""
+        if self.has_constraints and not beam:
+            raise ValueError("lexical constraints need beam search (greedy and sampling cannot honour them)")
+        if cap is not None and bool(self.needs.gt(cap).any()):
+            s = int(self.needs.gt(cap).nonzero()[0])
+            raise ValueError(
+                f"sentence {s + 1}: its prefix and constraints take {int(self.needs[s])} target tokens, "
+                f"more than the model's limit of {cap}"
+            )
+        device = max_len.device
+        self.live = torch.arange(max_len.numel(), device=device)  # (live,) sentence of each live group of rows
+        self.copies = copies
+        self.sent = self.live.repeat_interleave(copies)  # (rows,) sentence of each row
+        rows = self.sent.numel()
+        self.con_state = torch.zeros(rows, self.constraints.count, dtype=torch.long, device=device)
+        self.avoid_state = torch.zeros(rows, self.avoid.count, dtype=torch.long, device=device)
+        self.word_end = torch.zeros(rows, dtype=torch.bool, device=device)  # a constraint just ended: a new word
+        return torch.maximum(max_len, self.needs)
+
+    def keep(self, index: Tensor) -> None:
+        """Single path: keep these rows (paths that have not ended)."""
+        self.sent, self.avoid_state, self.word_end = self.sent[index], self.avoid_state[index], self.word_end[index]
+
+    def penalty(self, length, alpha: float) -> Tensor:
+        """(live,) GNMT penalty of hypotheses of ``length`` tokens (EOS included), the prefix not counted."""
+        return (((5.0 + length - self.prefix_len[self.live]).double() / 6.0) ** alpha).float()
+
+    def prefix_lengths(self) -> list[int]:
+        return self.prefix_len.tolist()
+
+    # ------------------------------------------------------------------------------------------ masking
+    def _ban(self, log_probs: Tensor, t: int) -> None:
+        """In place: avoided phrases' last tokens where the rest was just written; word continuations after a
+        prefix that ended in a space."""
+        if self.avoid.count:
+            lengths = self.avoid.lengths[self.sent]  # (rows, A)
+            hit = self.avoid_state.eq(lengths - 1) & lengths.gt(0)  # (rows, A)
+            last = self.avoid.tokens[self.sent].gather(2, (lengths - 1).clamp(min=0).unsqueeze(2)).squeeze(2)
+            ban = torch.where(hit, NEG_INF, float("inf"))  # amin with +inf leaves a log-prob as it is
+            log_probs.scatter_reduce_(1, last.clamp(min=0), ban.to(log_probs.dtype), reduce="amin")
+        if self.glue is not None:
+            new_word = self.word_end
+            if t <= self.longest_prefix:
+                new_word = new_word | (self.prefix_len[self.sent].eq(t) & self.new_word[self.sent])  # (rows,)
+            log_probs.masked_fill_(new_word.unsqueeze(1) & self.glue, NEG_INF)
+
+    def _forced(self, t: int) -> tuple[Optional[Tensor], Optional[Tensor]]:
+        """(rows,) whether each row writes a prefix token at step t, and which; (None, None) past every prefix."""
+        if t >= self.longest_prefix:
+            return None, None
+        return self.prefix_len[self.sent].gt(t), self.prefix[self.sent, t]
+
+    def mask(self, scores: Tensor, t: int) -> tuple[Tensor, Optional[Tensor]]:
+        """Single path: scores (rows, vocab) with bans applied and prefix tokens forced (as the only finite
+        score); also the (rows,) forced mask (None past every prefix)."""
+        self._ban(scores, t)
+        forced, tokens = self._forced(t)
+        if forced is not None:
+            only = torch.full_like(scores, NEG_INF).scatter_(1, tokens.unsqueeze(1), 0.0)
+            scores = torch.where(forced.unsqueeze(1), only, scores)
+        return scores, forced
+
+    def advance(self, tokens: Tensor) -> None:
+        """Single path: every row wrote ``tokens`` (rows,)."""
+        if self.avoid.count:
+            self.avoid_state = self.avoid.step(self.avoid_state, self.sent, tokens.unsqueeze(1)).squeeze(1)
+
+    # ------------------------------------------------------------------------------------- beam search
+    def candidates(
+        self, log_probs: Tensor, beam_scores: Tensor, t: int, live_max_len: Tensor, k: int
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Beam search's ``2k`` candidates per live sentence (see the module docstring), in the order the search
+        takes them: (scores, beam within the sentence, tokens, token log-probs), each (live, 2k)."""
+        rows, _ = log_probs.shape
+        live = rows // k
+        self._ban(log_probs, t)
+        row_log_probs, row_tokens = log_probs.topk(min(2 * k, log_probs.size(1)), dim=1)  # (rows, width)
+        if self.has_constraints:  # the next token of every unmet constraint, once per row
+            lengths = self.constraints.lengths[self.sent]  # (rows, C)
+            position = self.con_state.clamp(max=self.constraints.tokens.size(2) - 1).unsqueeze(2)
+            nxt = self.constraints.tokens[self.sent].gather(2, position).squeeze(2)  # (rows, C)
+            nxt = nxt.masked_fill(self.con_state.ge(lengths), -1)
+            earlier = torch.ones(nxt.size(1), nxt.size(1), dtype=torch.bool, device=nxt.device).tril(-1)
+            dup = nxt.unsqueeze(2).eq(row_tokens.unsqueeze(1)).any(2)
+            dup |= (nxt.unsqueeze(2).eq(nxt.unsqueeze(1)) & earlier).any(2)
+            nxt = nxt.masked_fill(dup, -1)
+            nxt_log_probs = log_probs.gather(1, nxt.clamp(min=0)).masked_fill(nxt.lt(0), NEG_INF)
+            row_tokens = torch.cat([row_tokens, nxt.clamp(min=0)], dim=1)  # (rows, W)
+            row_log_probs = torch.cat([row_log_probs, nxt_log_probs], dim=1)
+        only_first = torch.full_like(row_log_probs, NEG_INF)
+        forced, prefix_tokens = self._forced(t)
+        if forced is not None:  # a prefix token is the only candidate, at no cost
+            only_first[:, 0] = 0.0
+            row_log_probs = torch.where(forced.unsqueeze(1), only_first, row_log_probs)
+            row_tokens = torch.where(forced.unsqueeze(1), prefix_tokens.unsqueeze(1), row_tokens)
+        limit = live_max_len.repeat_interleave(k)  # (rows,)
+        at_limit = limit.le(t).unsqueeze(1)  # only EOS may follow
+        only_first[:, 0] = log_probs[:, EOS]
+        row_log_probs = torch.where(at_limit, only_first, row_log_probs)
+        row_tokens = row_tokens.masked_fill(at_limit, EOS)
+        width = row_tokens.size(1)
+
+        con_after = ends_word = None
+        if self.has_constraints:
+            con_after = self.constraints.step(self.con_state, self.sent, row_tokens)  # (rows, W, C)
+            lengths = self.constraints.lengths[self.sent].unsqueeze(1)  # (rows, 1, C)
+            unmet = con_after.lt(lengths)
+            ends_word = (~unmet & self.con_state.lt(lengths.squeeze(1)).unsqueeze(1)).any(2)  # (rows, W)
+            needs = (lengths * unmet).sum(2) - (con_after * unmet).amax(2)  # (rows, W) tokens still needed
+            allowed = torch.where(row_tokens.eq(EOS), needs.eq(0), needs.le((limit - t - 1).unsqueeze(1)))
+            row_log_probs = row_log_probs.masked_fill(~allowed, NEG_INF)
+        avoid_after = self.avoid.step(self.avoid_state, self.sent, row_tokens) if self.avoid.count else None
+
+        cand = (row_log_probs + beam_scores.view(-1, 1)).view(live, k * width)  # (live, k * W) cumulative
+        n = min(2 * k, k * width)
+        if con_after is None:
+            top_scores, index = cand.topk(n, dim=1)
+        else:  # banks in turn: rank within the bank first, then the more advanced bank
+            order = cand.argsort(dim=1, descending=True, stable=True)  # (live, kW)
+            bank = con_after.sum(2).view(live, k * width).gather(1, order)
+            one_hot = F.one_hot(bank, self.banks + 1)  # (live, kW, banks + 1)
+            rank = (one_hot.cumsum(1) * one_hot).sum(2) - 1  # place within its bank, by score
+            key = rank * (self.banks + 1) + (self.banks - bank)
+            spare = torch.arange(k * width, device=key.device) + (k * width) * (self.banks + 1)
+            key = torch.where(cand.gather(1, order).gt(NEG_INF), key, spare)  # dead candidates last
+            index = order.gather(1, key.topk(n, dim=1, largest=False).indices)  # (live, n)
+            top_scores = cand.gather(1, index)
+        self._chosen_index = index
+        self._con_after = None if con_after is None else con_after.view(live, k * width, -1)
+        self._avoid_after = None if avoid_after is None else avoid_after.view(live, k * width, -1)
+        self._ends_word = None if ends_word is None else ends_word.view(live, k * width, 1)
+        top_tokens = row_tokens.view(live, k * width).gather(1, index)
+        top_token_log_probs = row_log_probs.view(live, k * width).gather(1, index)
+        return top_scores, index // width, top_tokens, top_token_log_probs
+
+    def choose(self, top_scores: Tensor, top_is_eos: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """The candidates that continue: the first ``k`` non-EOS ones in the order taken (live, k) with their
+        cumulative scores (-inf: no candidate left)."""
+        if not self.has_constraints:  # the order is by score: the search's own rule
+            return top_scores.masked_fill(top_is_eos, NEG_INF).topk(k, dim=1)
+        ok = ~top_is_eos & top_scores.gt(NEG_INF)  # (live, 2k)
+        place = torch.arange(ok.size(1), device=ok.device)
+        chosen = torch.where(ok, place, place + ok.size(1)).topk(k, dim=1, largest=False).indices  # (live, k)
+        return top_scores.gather(1, chosen).masked_fill(~ok.gather(1, chosen), NEG_INF), chosen
+
+    def follow(self, chosen: Tensor, keep: Optional[Tensor]) -> None:
+        """Beam search: the rows continue with ``chosen`` candidates (live, k) of ``candidates``; ``keep``: the
+        live sentences that go on (None: all)."""
+        picked = self._chosen_index.gather(1, chosen)  # (live, k) into the k * W candidates
+        if keep is not None:
+            picked, self.live = picked[keep], self.live[keep]
+        self.sent = self.live.repeat_interleave(self.copies)
+        rows = self.sent.numel()
+        for name, after in (("con_state", self._con_after), ("avoid_state", self._avoid_after)):
+            setattr(self, name, _follow(after, picked, keep, rows))
+        ends_word = _follow(self._ends_word, picked, keep, rows)
+        self.word_end = ends_word.squeeze(1) if ends_word.size(1) else self.word_end.new_zeros(rows)
+
+
+def _follow(after: Optional[Tensor], picked: Tensor, keep: Optional[Tensor], rows: int) -> Tensor:
+    """The (rows, P) states of the picked candidates (live, k) from per-candidate states (live, kW, P); (rows, 0)
+    where there are none."""
+    if after is None:
+        return picked.new_zeros(rows, 0)
+    if keep is not None:
+        after = after[keep]
+    return after.gather(1, picked.unsqueeze(2).expand(-1, -1, after.size(2))).reshape(rows, after.size(2))
