@@ -50,6 +50,30 @@ class TokenCounter:
         model.engine.translate_ids = counting
 
 
+def direct_ct2(model, sources: list[str]) -> list[str]:
+    """The test set through the CTranslate2 library alone: SentencePiece, ``translate_batch``, SentencePiece, with
+    the batches, beam and output limit mtkit's engine uses (length-sorted batches; a batch's longest limit)."""
+    from mtkit.engine import batches
+
+    engine = model.engine
+    sp_src, sp_tgt = engine.tokenizer._src, engine.tokenizer._tgt
+    pieces = sp_src.encode(sources, out_type=str)
+    ids = [[0] * len(p) for p in pieces]  # batches() looks at lengths only
+    out = [""] * len(sources)
+    beam = max(engine.opt.beam_size, engine.opt.nbest)
+    for idx in batches(ids, engine.opt):
+        results = engine.engine.translate_batch(
+            [pieces[i] for i in idx],
+            beam_size=beam,
+            max_batch_size=engine.opt.batch_size,
+            max_decoding_length=max(engine.max_length(len(pieces[i]) + 1) for i in idx),
+            max_input_length=0,
+        )
+        for i, text in zip(idx, sp_tgt.decode([r.hypotheses[0] for r in results])):
+            out[i] = text
+    return out
+
+
 def build(
     run: Path,
     engine: str,
@@ -113,6 +137,11 @@ def main() -> None:
     )
     parser.add_argument("--split", default="test_2016_flickr", help="test_2016_flickr, or val to tune options")
     parser.add_argument("--warmup", type=int, default=20, help="sentences translated untimed before each row")
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="ctranslate2: after each row, the same model, batches, beam and limit through the library alone",
+    )
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
@@ -125,6 +154,8 @@ def main() -> None:
     compute_types = args.compute_type or (["float32", "int8"] if args.engine == "ctranslate2" else ["float32"])
     if args.engine == "ctranslate2" and args.shortlist != [None]:
         parser.error("--shortlist is for the torch engine")
+    if args.direct and args.engine != "ctranslate2":
+        parser.error("--direct compares with CTranslate2 called directly: use --engine ctranslate2")
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {describe()}")
     print(f"{args.run}: {len(sources)} sentences of {args.split}, engine {args.engine}, {args.threads} threads")
     print(
@@ -166,6 +197,18 @@ def main() -> None:
                     f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}",
                     flush=True,
                 )
+                if args.direct:
+                    direct_ct2(translator, sources[: args.warmup])
+                    start = time.perf_counter()
+                    hyps = direct_ct2(translator, sources)
+                    seconds = time.perf_counter() - start
+                    scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
+                    print(
+                        f"{'ct2 direct':<12} {compute_type:<13} {beam:>4} {'':>9} {seconds:>8.2f} "
+                        f"{len(sources) / seconds:>8.1f} {'':>10} {scores['bleu']['score']:>6.2f} "
+                        f"{scores['chrf']['score']:>6.2f}",
+                        flush=True,
+                    )
     for name, signature in signatures.items():
         print(f"{name}: {signature}")
 
