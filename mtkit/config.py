@@ -71,9 +71,7 @@ class DataConfig(Section):
     subword_samples: int = Field(0, ge=0, le=1000, description="sampled copies of train; epoch e reads copy (e-1) % n")
 
     @model_validator(mode="after")
-    def _has_train(self):
-        if self.hf is None and "train" not in self.splits:
-            raise ValueError("needs splits.train (src and tgt files) or an hf section")
+    def _consistent(self):
         sampling = self.src_subword_alpha > 0 or self.tgt_subword_alpha > 0
         if sampling and not self.subword_samples:
             raise ValueError(
@@ -93,7 +91,7 @@ class TransformerConfig(Section):
     encoder_layers: int = Field(6, ge=1)
     decoder_layers: int = Field(6, ge=1)
     ffn_dim: int = Field(2048, gt=0)
-    activation: Literal["relu", "gelu"] = "relu"
+    activation: Literal["relu", "gelu", "swish"] = "relu"
     norm: Literal["post", "pre"] = "post"
     positions: Literal["sinusoidal", "learned", "relative", "rope"] = "sinusoidal"
     max_relative_distance: int = Field(16, ge=1, description="k of Shaw et al. (positions: relative)")
@@ -102,6 +100,15 @@ class TransformerConfig(Section):
     attention_dropout: float = Field(0.0, ge=0, lt=1)
     activation_dropout: float = Field(0.0, ge=0, lt=1)
     tie_embeddings: bool = True
+    # what Marian models (mtkit import-hf) need; the defaults are mtkit's own Transformer
+    scale_embedding: bool = Field(True, description="multiply the token embeddings by sqrt(d_model)")
+    sinusoidal_layout: Literal["interleaved", "halves"] = Field(
+        "interleaved", description="sin and cos on alternate channels, or sin in the first half and cos in the second"
+    )
+    final_logits_bias: bool = Field(False, description="a fixed (untrained) bias added to the output logits")
+    init_from: Optional[str] = Field(
+        None, description="a run directory whose weights and vocabulary a new run starts from"
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self):
@@ -120,6 +127,9 @@ class _RNNConfig(Section):
     dropout: float = Field(0.2, ge=0, lt=1)
     max_positions: int = Field(1024, ge=8)
     tie_embeddings: bool = True
+    init_from: Optional[str] = Field(
+        None, description="a run directory whose weights and vocabulary a new run starts from"
+    )
     param_init: float = Field(
         0.1, ge=0, description="parameters start uniform in [-param_init, param_init]; 0 keeps PyTorch's defaults"
     )
@@ -252,7 +262,7 @@ class OutputOptions(Section):
 
     format: Literal["text", "jsonl"] = "text"
     engine: Literal["torch", "ctranslate2"] = "torch"
-    export_format: Literal["ctranslate2"] = "ctranslate2"
+    export_format: Literal["ctranslate2", "hf"] = "ctranslate2"
 
 
 FLAGS = {"format": "--format", "engine": "--engine", "export_format": "--format"}
