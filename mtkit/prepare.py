@@ -47,6 +47,8 @@ def prepare(data_cfg, *, force: bool = False) -> dict:
     """
     started = time.perf_counter()
     out_dir = Path(data_cfg.dir)
+    if data_cfg.hf is None and "train" not in data_cfg.splits:
+        raise MtkitError("data: needs splits.train (src and tgt files) or an hf section")
     if data_cfg.src_lang == data_cfg.tgt_lang:
         raise MtkitError(f"data.src_lang and data.tgt_lang are both {data_cfg.src_lang!r}; they must differ")
     inputs = _input_files(data_cfg)

@@ -378,8 +378,7 @@ class Trainer:
                 )
         if d.is_main:
             atomic_write_text(self.run_dir / "config.yaml", cfgmod.dump(self.cfg))
-            for side, blob in self.tokenizer.model_bytes().items():
-                atomic_write_bytes(self.run_dir / f"spm.{side}.model", blob)
+            self.tokenizer.save(self.run_dir, atomic_write_bytes)
             if self.resuming:
                 trim_metrics(self.run_dir / "metrics.jsonl", self.update)
             print_summary(self.cfg, self.model, self.manifest, self.dist)
