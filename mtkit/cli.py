@@ -90,7 +90,7 @@ def prepare(
     from mtkit.prepare import prepare as run_prepare
 
     cfg = load(config, set_ or [])
-    run_prepare(cfg.data, force=force)
+    run_prepare(cfg.data, force=force, init_from=cfg.model.init_from)
 
 
 @_command

@@ -116,7 +116,7 @@ def check_expressible(model_cfg, where: str) -> None:
         raise MtkitError(f"{where}: model.activation = {model_cfg.activation!r} cannot be expressed in Marian")
 
 
-def config_json(model_cfg, *, vocab_size: int, pad: int, eos: int, start: int, num_beams: int) -> dict:
+def config_json(model_cfg, *, vocab_size: int, pad: int, eos: int, start: int) -> dict:
     """A Marian config.json for ``model_cfg`` (checked by ``check_expressible``)."""
     return {
         "architectures": ["MarianMTModel"],
@@ -142,9 +142,6 @@ def config_json(model_cfg, *, vocab_size: int, pad: int, eos: int, start: int, n
         "eos_token_id": eos,
         "forced_eos_token_id": eos,
         "decoder_start_token_id": start,
-        "bad_words_ids": [[pad]] if start == pad else [[pad], [start]],
-        "num_beams": num_beams,
-        "max_length": model_cfg.max_positions,
         "is_encoder_decoder": True,
     }
 
