@@ -395,7 +395,37 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Config:
     if not isinstance(tree, dict):
         raise MtkitError(f"{path}: the config must be a mapping with sections data, model, training, decoding")
     tree = apply_overrides(tree, overrides or [])
-    return from_dict(tree, str(path))
+    return from_dict(_with_init_from(tree, str(path)), str(path))
+
+
+INIT_FROM_OWN_KEYS = ("init_from", "dropout", "attention_dropout", "activation_dropout")
+
+
+def _with_init_from(tree: dict, where: str) -> dict:
+    """A model section with ``init_from: RUN`` is RUN's model section (its config.yaml); of its own it may only set
+    the dropouts, or repeat RUN's values. A run's saved config (complete, with ``arch``) also reads without RUN."""
+    model = tree.get("model")
+    if not isinstance(model, dict) or not model.get("init_from"):
+        return tree
+    saved = Path(str(model["init_from"])) / "config.yaml"
+    try:
+        base = yaml.safe_load(saved.read_text(encoding="utf-8"))["model"]
+        if not isinstance(base, dict):
+            raise TypeError
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        if "arch" in model:
+            return tree
+        raise MtkitError(
+            f"{where}: model.init_from: {saved.parent} is not a run directory (no readable config.yaml); give one "
+            "written by mtkit train or mtkit import-hf"
+        ) from None
+    for key, value in model.items():
+        if key not in INIT_FROM_OWN_KEYS and key in base and base[key] != value:
+            raise MtkitError(
+                f"{where}: model.{key} = {value!r} differs from {base[key]!r} in {saved}; with model.init_from "
+                "the architecture is that run's: remove model.{key}".replace("{key}", key)
+            )
+    return {**tree, "model": {**base, **model}}
 
 
 def to_dict(cfg: Config) -> dict:

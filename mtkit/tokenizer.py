@@ -178,13 +178,21 @@ class Tokenizer:
         manifest = read_manifest(data_dir)
         try:
             files = manifest["tokenizer"]
-            src, tgt = files["src"], files["tgt"]
+            if not {"src", "tgt"} <= set(files):
+                raise KeyError
         except (KeyError, TypeError):
             raise MtkitError(
                 f"{data_dir / 'manifest.json'}: unreadable manifest; rerun `mtkit prepare CONFIG --force`"
             ) from None
+        return cls.from_files(data_dir, files)
+
+    @classmethod
+    def from_files(cls, directory: PathLike, files: dict[str, str]) -> "Tokenizer":
+        """The tokenizer of {"src": name, "tgt": name[, "vocab": name]} in ``directory`` (``save``'s answer)."""
         vocab = files.get("vocab")
-        return cls(data_dir / src, data_dir / tgt, data_dir / vocab if vocab else None)
+        return cls(
+            Path(directory) / files["src"], Path(directory) / files["tgt"], Path(directory) / vocab if vocab else None
+        )
 
     @classmethod
     def from_run(cls, run_dir: PathLike, where: str = "model.init_from") -> "Tokenizer":
@@ -277,8 +285,9 @@ def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]], vocab:
     for seq in ids:
         seq = seq.tolist() if hasattr(seq, "tolist") else seq  # numpy arrays / torch tensors
         kept.append([int(i) for i in seq if NUM_SPECIAL <= int(i) < size])
-    if vocab is not None:
-        return [sp.decode_pieces([vocab.pieces[i] for i in seq if vocab.pieces[i] is not None]) for seq in kept]
+    if vocab is not None:  # as MarianTokenizer: the word-start marks of pieces the model lacks become spaces too
+        pieces = [[vocab.pieces[i] for i in seq if vocab.pieces[i] is not None] for seq in kept]
+        return [sp.decode_pieces(seq).replace("\u2581", " ").strip() for seq in pieces]
     return sp.decode(kept) if kept else []
 
 

@@ -30,6 +30,7 @@ from mtkit.data import ParallelData, collate, make_batches, shard_batches
 from mtkit.distributed import is_out_of_memory
 from mtkit.errors import MtkitError
 from mtkit.files import RunLock, atomic_write_bytes, atomic_write_text, remove_stale_temps
+from mtkit.finetune import start_from
 from mtkit.loss import fused_output_loss, label_smoothed_loss
 from mtkit.manifest import MANIFEST, read_manifest
 from mtkit.models import PAD, build_model
@@ -371,6 +372,8 @@ class Trainer:
         t, d = self.t, self.dist
         if self.resuming:
             self.restore()
+        elif self.cfg.model.init_from:
+            start_from(self.cfg, self.model, self.tokenizer)
             if not distmod.same_on_all_ranks(self.update, d):
                 raise MtkitError(
                     f"{self.ckpt_dir}: the {d.world_size} processes found different latest checkpoints; "
