@@ -15,7 +15,7 @@ from typing import List, Optional
 import typer
 
 from mtkit import __version__
-from mtkit.config import OutputOptions, SamplingOptions, ServeLimits, serve_limits
+from mtkit.config import OutputOptions, SamplingOptions, ServeLimits, check_flags, serve_limits
 from mtkit.errors import MtkitError
 
 _SAMPLING, _OUTPUT, _LIMITS = SamplingOptions(), OutputOptions(), ServeLimits()  # the defaults of the flags below
@@ -90,7 +90,7 @@ def prepare(
     from mtkit.prepare import prepare as run_prepare
 
     cfg = load(config, set_ or [])
-    run_prepare(cfg.data, force=force)
+    run_prepare(cfg.data, force=force, init_from=cfg.model.init_from)
 
 
 @_command
@@ -269,20 +269,47 @@ def export(
     run: Path = typer.Argument(..., help="Run directory or checkpoint file (the checkpoint translate would use)."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the exported model to."),
     fmt: str = typer.Option(
-        _OUTPUT.export_format, "--format", help='ctranslate2 (needs the extra: pip install "mtkit\\[ct2]")'
+        _OUTPUT.export_format,
+        "--format",
+        help='ctranslate2 (needs the extra: pip install "mtkit\\[ct2]") or hf (a MarianMT directory for transformers)',
     ),
     quantization: Optional[str] = typer.Option(
         None, "--quantization", "-q", help="int8, int16, float16, bfloat16 (or int8_float32, ...); default float32."
     ),
     force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
 ):
-    """Export a trained Transformer for CTranslate2, with its SentencePiece models and config.
+    """Export a trained Transformer for CTranslate2, or as a Hugging Face MarianMT directory, with its tokenizer.
 
-    Example: mtkit export runs/demo --out runs/demo-ct2 --quantization int8 && mtkit translate runs/demo-ct2
+    Examples: mtkit export runs/demo --out runs/demo-ct2 --quantization int8 && mtkit translate runs/demo-ct2
+              mtkit export runs/demo --format hf --out runs/demo-hf
     """
+    if check_flags(export_format=fmt).export_format == "hf":
+        from mtkit.hf.exporter import export_main as export_hf
+
+        if quantization is not None:
+            raise MtkitError("--quantization is for --format ctranslate2; --format hf writes float32 weights")
+        export_hf(run=run, out=out, force=force)
+        return
     from mtkit.ct2 import export_main
 
     export_main(run=run, fmt=fmt, out=out, quantization=quantization, force=force)
+
+
+@_command
+def import_hf(
+    hf_dir: Path = typer.Argument(..., help="A local MarianMT (OPUS-MT) directory written by save_pretrained."),
+    out: Path = typer.Option(..., "--out", "-o", help="The run directory to write."),
+    src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Default: from an opus-mt-SRC-TGT name."),
+    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Default: from an opus-mt-SRC-TGT name."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier run directory in --out."),
+):
+    """Import a Hugging Face MarianMT model as an mtkit run directory (translate, serve, fine-tune with init_from).
+
+    Example: mtkit import-hf opus-mt-en-de --out runs/opus-mt-en-de && echo "Hello." | mtkit translate runs/opus-mt-en-de
+    """
+    from mtkit.hf.importer import import_main
+
+    import_main(hf_dir, out, src_lang=src_lang, tgt_lang=tgt_lang, force=force)
 
 
 @_command

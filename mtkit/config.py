@@ -71,9 +71,7 @@ class DataConfig(Section):
     subword_samples: int = Field(0, ge=0, le=1000, description="sampled copies of train; epoch e reads copy (e-1) % n")
 
     @model_validator(mode="after")
-    def _has_train(self):
-        if self.hf is None and "train" not in self.splits:
-            raise ValueError("needs splits.train (src and tgt files) or an hf section")
+    def _consistent(self):
         sampling = self.src_subword_alpha > 0 or self.tgt_subword_alpha > 0
         if sampling and not self.subword_samples:
             raise ValueError(
@@ -93,7 +91,7 @@ class TransformerConfig(Section):
     encoder_layers: int = Field(6, ge=1)
     decoder_layers: int = Field(6, ge=1)
     ffn_dim: int = Field(2048, gt=0)
-    activation: Literal["relu", "gelu"] = "relu"
+    activation: Literal["relu", "gelu", "swish"] = "relu"
     norm: Literal["post", "pre"] = "post"
     positions: Literal["sinusoidal", "learned", "relative", "rope", "alibi"] = "sinusoidal"
     max_relative_distance: int = Field(16, ge=1, description="k of Shaw et al. (positions: relative)")
@@ -102,6 +100,15 @@ class TransformerConfig(Section):
     attention_dropout: float = Field(0.0, ge=0, lt=1)
     activation_dropout: float = Field(0.0, ge=0, lt=1)
     tie_embeddings: bool = True
+    # what Marian models (mtkit import-hf) need; the defaults are mtkit's own Transformer
+    scale_embedding: bool = Field(True, description="multiply the token embeddings by sqrt(d_model)")
+    sinusoidal_layout: Literal["interleaved", "halves"] = Field(
+        "interleaved", description="sin and cos on alternate channels, or sin in the first half and cos in the second"
+    )
+    final_logits_bias: bool = Field(False, description="a fixed (untrained) bias added to the output logits")
+    init_from: Optional[str] = Field(
+        None, description="a run directory whose weights and vocabulary a new run starts from"
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self):
@@ -131,6 +138,9 @@ class _RNNConfig(Section):
     dropout: float = Field(0.2, ge=0, lt=1)
     max_positions: int = Field(1024, ge=8)
     tie_embeddings: bool = True
+    init_from: Optional[str] = Field(
+        None, description="a run directory whose weights and vocabulary a new run starts from"
+    )
     param_init: float = Field(
         0.1, ge=0, description="parameters start uniform in [-param_init, param_init]; 0 keeps PyTorch's defaults"
     )
@@ -264,7 +274,7 @@ class OutputOptions(Section):
     format: Literal["text", "jsonl"] = "text"
     input_format: Literal["text", "jsonl"] = "text"
     engine: Literal["torch", "ctranslate2"] = "torch"
-    export_format: Literal["ctranslate2"] = "ctranslate2"
+    export_format: Literal["ctranslate2", "hf"] = "ctranslate2"
 
 
 FLAGS = {"format": "--format", "input_format": "--input-format", "engine": "--engine", "export_format": "--format"}
@@ -397,7 +407,37 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Config:
     if not isinstance(tree, dict):
         raise MtkitError(f"{path}: the config must be a mapping with sections data, model, training, decoding")
     tree = apply_overrides(tree, overrides or [])
-    return from_dict(tree, str(path))
+    return from_dict(_with_init_from(tree, str(path)), str(path))
+
+
+INIT_FROM_OWN_KEYS = ("init_from", "dropout", "attention_dropout", "activation_dropout")
+
+
+def _with_init_from(tree: dict, where: str) -> dict:
+    """A model section with ``init_from: RUN`` is RUN's model section (its config.yaml); of its own it may only set
+    the dropouts, or repeat RUN's values. A run's saved config (complete, with ``arch``) also reads without RUN."""
+    model = tree.get("model")
+    if not isinstance(model, dict) or not model.get("init_from"):
+        return tree
+    saved = Path(str(model["init_from"])) / "config.yaml"
+    try:
+        base = yaml.safe_load(saved.read_text(encoding="utf-8"))["model"]
+        if not isinstance(base, dict):
+            raise TypeError
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        if "arch" in model:
+            return tree
+        raise MtkitError(
+            f"{where}: model.init_from: {saved.parent} is not a run directory (no readable config.yaml); give one "
+            "written by mtkit train or mtkit import-hf"
+        ) from None
+    for key, value in model.items():
+        if key not in INIT_FROM_OWN_KEYS and key in base and base[key] != value:
+            raise MtkitError(
+                f"{where}: model.{key} = {value!r} differs from {base[key]!r} in {saved}; with model.init_from "
+                "the architecture is that run's: remove model.{key}".replace("{key}", key)
+            )
+    return {**tree, "model": {**base, **model}}
 
 
 def to_dict(cfg: Config) -> dict:

@@ -40,17 +40,21 @@ LATER_KEYS = ("src_subword_alpha", "tgt_subword_alpha", "subword_samples")  # se
 FILTER_REASONS = ("empty", "max_chars", "duplicate", "max_tokens", "length_ratio")  # train only
 
 
-def prepare(data_cfg, *, force: bool = False) -> dict:
-    """Build ``data_cfg.dir`` from the configured corpus and return its manifest.
+def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -> dict:
+    """Build ``data_cfg.dir`` from the configured corpus and return its manifest; with ``init_from`` (a run dir,
+    model.init_from) the corpus is encoded with that run's tokenizer instead of new SentencePiece models.
 
     A rerun with unchanged inputs and data config does nothing (unless ``force``).
     """
+    tokenizer = Tokenizer.from_run(init_from) if init_from else None
     started = time.perf_counter()
     out_dir = Path(data_cfg.dir)
+    if data_cfg.hf is None and "train" not in data_cfg.splits:
+        raise MtkitError("data: needs splits.train (src and tgt files) or an hf section")
     if data_cfg.src_lang == data_cfg.tgt_lang:
         raise MtkitError(f"data.src_lang and data.tgt_lang are both {data_cfg.src_lang!r}; they must differ")
     inputs = _input_files(data_cfg)
-    fingerprint = _inputs_fingerprint(data_cfg, inputs)
+    fingerprint = _inputs_fingerprint(data_cfg, inputs, tokenizer.fingerprint() if tokenizer else None)
     if not force:
         current = _current_manifest(out_dir, fingerprint)
         if current is not None:
@@ -63,7 +67,7 @@ def prepare(data_cfg, *, force: bool = False) -> dict:
     try:
         os.chmod(build_dir, 0o777 & ~current_umask())  # mkdtemp makes it private; the data dir should not be
         (build_dir / BUILD_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
-        manifest = _build(data_cfg, build_dir, fingerprint)
+        manifest = _build(data_cfg, build_dir, fingerprint, tokenizer)
         (build_dir / BUILD_OWNER).unlink()
         fsync_tree(build_dir)
         replace_dir(build_dir, out_dir)
@@ -129,7 +133,7 @@ class SplitStats:
         )
 
 
-def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
+def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer]) -> dict:
     src, tgt = cfg.src_lang, cfg.tgt_lang
     sources, described = open_sources(cfg, build_dir / ".hf_cache")
     stats = {split: SplitStats() for split in sources}
@@ -155,7 +159,9 @@ def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
         input_sentence_size=cfg.spm_input_sentence_size,
     )
     train_src, train_tgt = text_files["train"]
-    if cfg.joint_vocab:
+    if tokenizer is not None:
+        tokenizer_files = tokenizer.save(build_dir)
+    elif cfg.joint_vocab:
         model = train_sentencepiece([train_src, train_tgt], build_dir / "spm", **common)
         tokenizer_files = {"src": model.name, "tgt": model.name}
     else:
@@ -166,7 +172,7 @@ def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
             [train_tgt], build_dir / f"spm.{tgt}", corpus_name="the target training text", **common
         )
         tokenizer_files = {"src": src_model.name, "tgt": tgt_model.name}
-    tokenizer = Tokenizer(build_dir / tokenizer_files["src"], build_dir / tokenizer_files["tgt"])
+    tokenizer = Tokenizer.from_files(build_dir, tokenizer_files)
     dtypes = {"src": _token_dtype(tokenizer.src_vocab_size), "tgt": _token_dtype(tokenizer.tgt_vocab_size)}
 
     # pass 2: encode every split into token arrays (train: also the subword-length filters)
@@ -194,7 +200,7 @@ def _build(cfg, build_dir: Path, fingerprint: str) -> dict:
         "version": FORMAT_VERSION,
         "src_lang": src,
         "tgt_lang": tgt,
-        "joint_vocab": cfg.joint_vocab,
+        "joint_vocab": tokenizer.joint,
         "tokenizer": tokenizer_files,
         "tokenizer_fingerprint": tokenizer.fingerprint(),
         "vocab_size": {"src": tokenizer.src_vocab_size, "tgt": tokenizer.tgt_vocab_size},
@@ -401,14 +407,15 @@ def _input_files(cfg) -> list[Path]:
     return files
 
 
-def _inputs_fingerprint(cfg, files: list[Path]) -> str:
+def _inputs_fingerprint(cfg, files: list[Path], tokenizer: Optional[str] = None) -> str:
     config = cfg.model_dump(mode="json")
     config.pop("dir", None)
     for key in LATER_KEYS:  # keys added after FORMAT_VERSION 1: at 0 they change nothing, so data dirs stay valid
         if not config.get(key):
             config.pop(key, None)
     stamp = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    blob = json.dumps({"version": FORMAT_VERSION, "config": config, "files": stamp}, sort_keys=True)
+    inputs = {"version": FORMAT_VERSION, "config": config, "files": stamp}
+    blob = json.dumps(inputs | ({"tokenizer": tokenizer} if tokenizer else {}), sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 

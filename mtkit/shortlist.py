@@ -195,6 +195,8 @@ def check_model(model) -> None:
         raise MtkitError(
             f"--shortlist works with one Transformer model, not {name}; translate without it (--shortlist 0)"
         )
+    if model.logits_bias is not None:
+        raise MtkitError("--shortlist does not support model.final_logits_bias; translate without it (--shortlist 0)")
 
 
 @dataclass

@@ -8,10 +8,11 @@ This module never imports torch.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union
 
 import sentencepiece as spm
 
@@ -84,31 +85,91 @@ def _explain_training_error(message: str, vocab_size: int, corpus_name: str) -> 
     return f"SentencePiece training failed: {last}"
 
 
+# a run dir's (and an imported data dir's) copy of each ``model_bytes`` entry
+FILES = {"src": "spm.src.model", "tgt": "spm.tgt.model", "vocab": "vocab.marian.json"}
+
+
+def marian_order(size: int, pad: int, unk: int, eos: int, start: int) -> list[Optional[int]]:
+    """The Marian id of each mtkit id: PAD, UNK, BOS (Marian's decoder start), EOS, then every other id in order.
+
+    mtkit's special ids are one fixed convention shared by the data, the models and every search, so a Marian
+    vocabulary is permuted into it rather than the convention made per run. Marian needs only three special
+    rows where its decoder starts with the padding token (OPUS-MT's ``decoder_start_token_id == pad_token_id``):
+    then that row becomes BOS and mtkit's PAD is a row of its own (None here), which the model never predicts
+    (``hf.marian.PAD_LOGIT``).
+    """
+    head = [None if start == pad else pad, unk, start, eos]
+    specials = {pad, unk, eos, start}
+    return head + [i for i in range(size) if i not in specials]
+
+
+class Vocab:
+    """A Marian ``vocab.json`` (piece -> Marian id) shared by the source and target SentencePiece models, with
+    its special ids, in mtkit's id order (``marian_order``): text is cut into pieces by SentencePiece and the
+    pieces are looked up here (unknown ones are UNK), as Marian's tokenizer does."""
+
+    def __init__(self, blob: bytes, name: str):
+        try:
+            data = json.loads(blob.decode("utf-8"))
+            vocab, special = data["vocab"], data["special"]
+            by_id = {int(i): piece for piece, i in vocab.items()}
+            order = marian_order(len(vocab), special["pad"], special["unk"], special["eos"], special["start"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise MtkitError(f"{name}: unreadable vocabulary file; import the model again") from None
+        self.blob, self.marian_ids, self.special = blob, order, special
+        self.pieces = [None if i is None else by_id.get(i) for i in order]  # mtkit id -> piece
+        self.ids = {piece: i for i, piece in enumerate(self.pieces) if i >= NUM_SPECIAL and piece is not None}
+
+    @staticmethod
+    def encode_blob(vocab: dict[str, int], *, pad: int, unk: int, eos: int, start: int) -> bytes:
+        special = {"pad": pad, "unk": unk, "eos": eos, "start": start}
+        return json.dumps({"special": special, "vocab": vocab}, ensure_ascii=False, indent=0).encode("utf-8")
+
+    def lookup(self, lines: Sequence[str], pieces: list[list[str]]) -> list[list[int]]:
+        """Ids of each line's pieces; a leading language tag (``>>deu<<``) is one token, as in Marian."""
+        out = []
+        for line, line_pieces in zip(lines, pieces):
+            tag = _language_tag(line)
+            head = [self.ids.get(tag, UNK)] if tag else []
+            out.append(head + [self.ids.get(p, UNK) for p in line_pieces])
+        return out
+
+
+def _language_tag(line: str) -> str:
+    end = line.find("<<") if line.startswith(">>") else -1
+    return line[: end + 2] if end != -1 else ""
+
+
 class Tokenizer:
-    """One joint SentencePiece model, or a source and a target model.
+    """One joint SentencePiece model, or a source and a target model (whose ids may go through a shared
+    ``Vocab``, for imported Marian models).
 
     Ids are plain Python ints; ``encode_*`` adds no BOS/EOS (the batch collate does that).
     """
 
-    def __init__(self, src_model: PathLike, tgt_model: PathLike | None = None):
+    def __init__(self, src_model: PathLike, tgt_model: PathLike | None = None, vocab: PathLike | None = None):
         src_path = Path(src_model)
         tgt_path = Path(tgt_model) if tgt_model is not None else src_path
         src_bytes = _read_model(src_path)
         tgt_bytes = src_bytes if tgt_path.resolve() == src_path.resolve() else _read_model(tgt_path)
-        self._init(src_bytes, tgt_bytes, str(src_path), str(tgt_path))
+        vocab_bytes = _read_model(Path(vocab)) if vocab is not None else None
+        self._init(src_bytes, tgt_bytes, str(src_path), str(tgt_path), vocab_bytes)
 
     @classmethod
     def from_model_bytes(cls, blobs: dict[str, bytes]) -> "Tokenizer":
-        """Rebuild from ``model_bytes()`` (the models a checkpoint carries): {"src": ...[, "tgt": ...]}."""
+        """Rebuild from ``model_bytes()`` (the models a checkpoint carries): {"src": ...[, "tgt": ...][, "vocab": ...]}."""
         tokenizer = cls.__new__(cls)
-        tokenizer._init(blobs["src"], blobs.get("tgt", blobs["src"]), "checkpoint (src)", "checkpoint (tgt)")
+        src, tgt = blobs["src"], blobs.get("tgt", blobs["src"])
+        tokenizer._init(src, tgt, "checkpoint (src)", "checkpoint (tgt)", blobs.get("vocab"))
         return tokenizer
 
-    def _init(self, src_bytes: bytes, tgt_bytes: bytes, src_name: str, tgt_name: str):
-        self.joint = src_bytes == tgt_bytes
+    def _init(self, src_bytes: bytes, tgt_bytes: bytes, src_name: str, tgt_name: str, vocab_bytes=None):
+        self._same = src_bytes == tgt_bytes
+        self.vocab = None if vocab_bytes is None else Vocab(vocab_bytes, f"{src_name} (vocabulary)")
+        self.joint = self._same or self.vocab is not None  # one id space for both sides
         self._src_bytes, self._tgt_bytes = src_bytes, tgt_bytes
         self._src = _processor(src_bytes, src_name)
-        self._tgt = self._src if self.joint else _processor(tgt_bytes, tgt_name)
+        self._tgt = self._src if self._same else _processor(tgt_bytes, tgt_name)
 
     @classmethod
     def from_dir(cls, data_dir: PathLike) -> "Tokenizer":
@@ -117,55 +178,91 @@ class Tokenizer:
         manifest = read_manifest(data_dir)
         try:
             files = manifest["tokenizer"]
-            src, tgt = files["src"], files["tgt"]
+            if not {"src", "tgt"} <= set(files):
+                raise KeyError
         except (KeyError, TypeError):
             raise MtkitError(
                 f"{data_dir / 'manifest.json'}: unreadable manifest; rerun `mtkit prepare CONFIG --force`"
             ) from None
-        return cls(data_dir / src, data_dir / tgt)
+        return cls.from_files(data_dir, files)
+
+    @classmethod
+    def from_files(cls, directory: PathLike, files: dict[str, str]) -> "Tokenizer":
+        """The tokenizer of {"src": name, "tgt": name[, "vocab": name]} in ``directory`` (``save``'s answer)."""
+        vocab = files.get("vocab")
+        return cls(
+            Path(directory) / files["src"], Path(directory) / files["tgt"], Path(directory) / vocab if vocab else None
+        )
+
+    @classmethod
+    def from_run(cls, run_dir: PathLike, where: str = "model.init_from") -> "Tokenizer":
+        """The tokenizer a run dir holds (``save``: written by mtkit train and mtkit import-hf)."""
+        run_dir = Path(run_dir)
+        if not (run_dir / FILES["src"]).is_file():
+            raise MtkitError(
+                f"{where}: {run_dir} holds no {FILES['src']}; give a run directory of mtkit train or mtkit import-hf"
+            )
+        tgt, vocab = run_dir / FILES["tgt"], run_dir / FILES["vocab"]
+        return cls(run_dir / FILES["src"], tgt if tgt.is_file() else None, vocab if vocab.is_file() else None)
+
+    def save(self, directory: PathLike, write=None) -> dict[str, str]:
+        """Write the ``model_bytes`` files into ``directory`` (names: ``FILES``); {side: file name} as a data dir's
+        manifest lists them ("tgt" names the source model when there is one)."""
+        names = {}
+        for side, blob in self.model_bytes().items():
+            (write or _write)(Path(directory) / FILES[side], blob)
+            names[side] = FILES[side]
+        return {"tgt": FILES["src"], **names}
 
     def model_bytes(self) -> dict[str, bytes]:
-        """The SentencePiece model file(s): {"src": bytes} when joint, else {"src": ..., "tgt": ...}."""
-        return {"src": self._src_bytes} if self.joint else {"src": self._src_bytes, "tgt": self._tgt_bytes}
+        """The files: {"src": bytes} for one SentencePiece model, else {"src": ..., "tgt": ...}; plus "vocab"."""
+        blobs = {"src": self._src_bytes} if self._same else {"src": self._src_bytes, "tgt": self._tgt_bytes}
+        return blobs if self.vocab is None else {**blobs, "vocab": self.vocab.blob}
 
     # ------------------------------------------------------------------ sizes
     @property
     def src_vocab_size(self) -> int:
-        return self._src.get_piece_size()
+        return len(self.vocab.pieces) if self.vocab else self._src.get_piece_size()
 
     @property
     def tgt_vocab_size(self) -> int:
-        return self._tgt.get_piece_size()
+        return len(self.vocab.pieces) if self.vocab else self._tgt.get_piece_size()
 
     # --------------------------------------------------------------- encoding
     def encode_src(self, lines: Sequence[str], alpha: float = 0.0) -> list[list[int]]:
         """alpha > 0 samples a segmentation (see ``_encode``) instead of the usual one."""
-        return _encode(self._src, lines, alpha)
+        return _encode(self._src, lines, alpha, self.vocab)
 
     def encode_tgt(self, lines: Sequence[str], alpha: float = 0.0) -> list[list[int]]:
-        return _encode(self._tgt, lines, alpha)
+        return _encode(self._tgt, lines, alpha, self.vocab)
 
     def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Detokenize target id lists; ids outside the vocabulary and the special ids 0-3 are dropped."""
-        return _decode(self._tgt, ids)
+        return _decode(self._tgt, ids, self.vocab)
 
     def decode_src(self, ids: Sequence[Sequence[int]]) -> list[str]:
-        return _decode(self._src, ids)
+        return _decode(self._src, ids, self.vocab)
 
     # ------------------------------------------------------------ inspection
     def src_pieces(self, ids: Sequence[int]) -> list[str]:
         """Subword strings for one source id list (labels of attention plots)."""
-        return _pieces(self._src, ids)
+        return _pieces(self._src, ids, self.vocab)
 
     def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
-        return _pieces(self._tgt, ids)
+        return _pieces(self._tgt, ids, self.vocab)
 
     def fingerprint(self) -> str:
         """sha256 over the model file bytes: a checkpoint records it to detect a different vocabulary."""
         digest = hashlib.sha256(self._src_bytes)
-        if not self.joint:
+        if not self._same:
             digest.update(self._tgt_bytes)
+        if self.vocab is not None:
+            digest.update(self.vocab.blob)
         return digest.hexdigest()
+
+
+def _write(path: Path, blob: bytes) -> None:
+    path.write_bytes(blob)
 
 
 def _read_model(path: Path) -> bytes:
@@ -182,12 +279,15 @@ def _processor(blob: bytes, name: str) -> spm.SentencePieceProcessor:
         raise MtkitError(f"{name}: not a SentencePiece model; rerun `mtkit prepare CONFIG --force`") from None
 
 
-def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]]) -> list[str]:
-    size = sp.get_piece_size()
+def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]], vocab: Optional[Vocab] = None) -> list[str]:
+    size = len(vocab.pieces) if vocab else sp.get_piece_size()
     kept = []
     for seq in ids:
         seq = seq.tolist() if hasattr(seq, "tolist") else seq  # numpy arrays / torch tensors
         kept.append([int(i) for i in seq if NUM_SPECIAL <= int(i) < size])
+    if vocab is not None:  # as MarianTokenizer: the word-start marks of pieces the model lacks become spaces too
+        pieces = [[vocab.pieces[i] for i in seq if vocab.pieces[i] is not None] for seq in kept]
+        return [sp.decode_pieces(seq).replace("\u2581", " ").strip() for seq in pieces]
     # one call per sequence: SentencePiece's batch call starts threads each time, which costs a lone sentence
     # far more than decoding it (0.2-1.7 ms against microseconds, 2026-11-24, AMD EPYC)
     return [sp.decode(seq) for seq in kept]
@@ -198,7 +298,9 @@ def seed_sampling(seed: int) -> None:
     spm.set_random_generator_seed(seed)
 
 
-def _encode(sp: spm.SentencePieceProcessor, lines: Sequence[str], alpha: float = 0.0) -> list[list[int]]:
+def _encode(
+    sp: spm.SentencePieceProcessor, lines: Sequence[str], alpha: float = 0.0, vocab: Optional[Vocab] = None
+) -> list[list[int]]:
     """Deterministic segmentation, or with alpha > 0 a sampled one: BPE-dropout for bpe models (each merge
     skipped with probability alpha, Provilkov et al. 2020), subword regularisation for unigram models (a
     segmentation drawn from all of them, smoothed by alpha, Kudo 2018). Sampling runs on one thread, since
@@ -206,6 +308,10 @@ def _encode(sp: spm.SentencePieceProcessor, lines: Sequence[str], alpha: float =
     """
     if not lines:
         return []
+    if vocab is not None:  # SentencePiece cuts the text after any language tag; the vocabulary numbers the pieces
+        texts = [line[len(_language_tag(line)) :] for line in lines]
+        sampling = dict(enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1) if alpha > 0 else {}
+        return vocab.lookup(lines, sp.encode(texts, out_type=str, **({"num_threads": _threads()} | sampling)))
     if alpha > 0:
         return sp.encode(list(lines), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
     if len(lines) < BATCH_ENCODE_FROM:  # see _decode: threads cost more than they give on a few lines
@@ -224,6 +330,9 @@ def _threads() -> int:
         return os.cpu_count() or 1
 
 
-def _pieces(sp: spm.SentencePieceProcessor, ids: Sequence[int]) -> list[str]:
+def _pieces(sp: spm.SentencePieceProcessor, ids: Sequence[int], vocab: Optional[Vocab] = None) -> list[str]:
+    if vocab is not None:
+        size = len(vocab.pieces)
+        return [(vocab.pieces[int(i)] or "<pad>") if 0 <= int(i) < size else f"<{int(i)}>" for i in ids]
     size = sp.get_piece_size()
     return [sp.id_to_piece(int(i)) if 0 <= int(i) < size else f"<{int(i)}>" for i in ids]

@@ -30,6 +30,7 @@ from mtkit.data import ParallelData, collate, make_batches, shard_batches
 from mtkit.distributed import is_out_of_memory
 from mtkit.errors import MtkitError
 from mtkit.files import RunLock, atomic_write_bytes, atomic_write_text, remove_stale_temps
+from mtkit.finetune import start_from
 from mtkit.loss import fused_output_loss, label_smoothed_loss
 from mtkit.manifest import MANIFEST, read_manifest
 from mtkit.models import PAD, build_model
@@ -371,6 +372,8 @@ class Trainer:
         t, d = self.t, self.dist
         if self.resuming:
             self.restore()
+        elif self.cfg.model.init_from:
+            start_from(self.cfg, self.model, self.tokenizer)
             if not distmod.same_on_all_ranks(self.update, d):
                 raise MtkitError(
                     f"{self.ckpt_dir}: the {d.world_size} processes found different latest checkpoints; "
@@ -378,8 +381,7 @@ class Trainer:
                 )
         if d.is_main:
             atomic_write_text(self.run_dir / "config.yaml", cfgmod.dump(self.cfg))
-            for side, blob in self.tokenizer.model_bytes().items():
-                atomic_write_bytes(self.run_dir / f"spm.{side}.model", blob)
+            self.tokenizer.save(self.run_dir, atomic_write_bytes)
             if self.resuming:
                 trim_metrics(self.run_dir / "metrics.jsonl", self.update)
             print_summary(self.cfg, self.model, self.manifest, self.dist)

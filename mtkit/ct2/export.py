@@ -65,6 +65,13 @@ def check_exportable(model_cfg, where: str) -> None:
             f"{where}: model.positions is 'alibi'; CTranslate2's encoder-decoder Transformer has no linear "
             "attention biases in its encoder: translate this model with --engine torch"
         )
+    defaults = {"final_logits_bias": False, "sinusoidal_layout": "interleaved", "scale_embedding": True}
+    for key, value in defaults.items():
+        if getattr(model_cfg, key) != value:
+            raise MtkitError(
+                f"{where}: model.{key} = {getattr(model_cfg, key)!r} is not exported to CTranslate2 yet; "
+                "translate this model with --engine torch"
+            )
 
 
 # ------------------------------------------------------------------------------------------ the spec
@@ -102,7 +109,8 @@ def build_spec(model, tokenizer):
 
     cfg = model.cfg
     pre_norm, relative, rope = cfg.norm == "pre", cfg.positions == "relative", cfg.positions == "rope"
-    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation]
+    activations = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}
+    activation = getattr(common_spec.Activation, activations[cfg.activation])
     rotary = dict(rotary_dim=0, rotary_interleave=False, rotary_base=10000.0) if rope else {}
     try:
         encoder = transformer_spec.TransformerEncoderSpec(

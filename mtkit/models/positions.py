@@ -17,8 +17,14 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(length: int, dim: int) -> Tensor:
-    """(length, dim): sin on even, cos on odd channels, as in the paper."""
+def sinusoidal_table(length: int, dim: int, layout: str = "interleaved") -> Tensor:
+    """(length, dim): sin on even, cos on odd channels, as in the paper; ``layout="halves"``: the sines of all
+    frequencies in the first half of the channels, the cosines in the second (Marian's table, computed in float64
+    as Marian's converter does)."""
+    if layout == "halves":
+        position = torch.arange(length, dtype=torch.float64)[:, None]
+        angles = position / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (length, ceil(dim/2))
+        return torch.cat([angles.sin(), angles[:, : dim // 2].cos()], dim=1).float()
     position = torch.arange(length, dtype=torch.float32)[:, None]
     inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
     table = torch.zeros(length, dim)

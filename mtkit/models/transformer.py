@@ -136,7 +136,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(d_model, ffn_dim), nn.Linear(ffn_dim, d_model)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        self.activation = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}[activation]
         self.activation_dropout = activation_dropout
 
     def forward(self, x: Tensor) -> Tensor:
@@ -291,13 +291,16 @@ class Transformer(Seq2Seq):
         self.cfg = cfg
         self.src_vocab_size, self.tgt_vocab_size, self.max_positions = src_vocab_size, tgt_vocab_size, cfg.max_positions
         d = cfg.d_model
-        self.embed_scale = math.sqrt(d)
+        self.embed_scale = math.sqrt(d) if cfg.scale_embedding else 1.0
         self.tgt_embed = nn.Embedding(tgt_vocab_size, d, padding_idx=PAD)
         share_src = cfg.tie_embeddings and joint_vocab and src_vocab_size == tgt_vocab_size
         self.src_embed = self.tgt_embed if share_src else nn.Embedding(src_vocab_size, d, padding_idx=PAD)
         self.output = None if cfg.tie_embeddings else nn.Linear(d, tgt_vocab_size, bias=False)
+        if cfg.final_logits_bias:  # fixed, as Marian's: a buffer the checkpoint carries, not a parameter
+            self.register_buffer("final_logits_bias", torch.zeros(tgt_vocab_size))
         if cfg.positions == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal_table(cfg.max_positions, d), persistent=False)
+            table = sinusoidal_table(cfg.max_positions, d, cfg.sinusoidal_layout)
+            self.register_buffer("pos_table", table, persistent=False)
         elif cfg.positions == "learned":
             self.src_pos = nn.Embedding(cfg.max_positions, d)
             self.tgt_pos = nn.Embedding(cfg.max_positions, d)
@@ -321,6 +324,10 @@ class Transformer(Seq2Seq):
             with torch.no_grad():
                 emb.weight[PAD].zero_()
 
+    @property
+    def logits_bias(self) -> Optional[Tensor]:
+        return self._buffers.get("final_logits_bias")
+
     # -- pieces ---------------------------------------------------------------------------------
     def _embed(self, tokens: Tensor, table: nn.Embedding, start: int, learned: Optional[nn.Embedding]) -> Tensor:
         x = table(tokens) * self.embed_scale  # (batch, len, d_model)
@@ -334,9 +341,9 @@ class Transformer(Seq2Seq):
         return dropout(x, self.cfg.dropout, self.training)
 
     def _logits(self, x: Tensor) -> Tensor:
-        if self.output is None:
-            return F.linear(x, self.tgt_embed.weight)  # (batch, len, tgt_vocab)
-        return self.output(x)
+        weight = self.tgt_embed.weight if self.output is None else None
+        logits = self.output(x) if weight is None else F.linear(x, weight)  # (batch, len, tgt_vocab)
+        return logits if self.logits_bias is None else logits + self.logits_bias.to(logits.dtype)
 
     # -- the interface ----------------------------------------------------------------------------
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
@@ -424,11 +431,12 @@ class Transformer(Seq2Seq):
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
         if ids is None:
             return self._logits(hidden)  # (..., tgt_vocab)
-        weight, _ = self.output_rows(ids)  # (columns, d_model)
-        return F.linear(hidden.to(weight.dtype), weight)  # (..., columns)
+        weight, bias = self.output_rows(ids)  # (columns, d_model), (columns,) or None
+        return F.linear(hidden.to(weight.dtype), weight, None if bias is None else bias.to(weight.dtype))
 
     def output_rows(self, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
-        return self._output_weight().index_select(0, ids), None
+        bias = None if self.logits_bias is None else self.logits_bias.index_select(0, ids)
+        return self._output_weight().index_select(0, ids), bias
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
-        return (self.tgt_embed.weight if self.output is None else self.output.weight), None
+        return (self.tgt_embed.weight if self.output is None else self.output.weight), self.logits_bias

@@ -1,0 +1,237 @@
+"""`mtkit import-hf HF_DIR --out RUN_DIR`: a local MarianMT directory (what ``MarianMTModel.save_pretrained`` and
+``MarianTokenizer.save_pretrained`` write) as an mtkit run directory that translate, the Python API and serve use
+as they use a trained run, and that ``model.init_from`` fine-tunes.
+
+Read: ``config.json``, ``source.spm``, ``target.spm``, ``vocab.json`` and the weights, ``model.safetensors`` (or
+its shards) or else ``pytorch_model.bin`` loaded with ``torch.load(weights_only=True)``, which unpickles no code.
+transformers itself is not needed. Written, through a temporary sibling swapped into place: ``config.yaml``, the
+SentencePiece models and the vocabulary (``spm.src.model``, ``spm.tgt.model``, ``vocab.marian.json``) and
+``checkpoints/ckpt_0000000.safetensors`` (update 0: the imported weights, with everything needed to translate).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import sentencepiece as spm
+import torch
+
+from mtkit import checkpoint as ckpt
+from mtkit import config as cfgmod
+from mtkit.errors import MtkitError
+from mtkit.files import fsync_tree, replace_dir
+from mtkit.hf import marian
+from mtkit.models import build_model
+from mtkit.models.transformer import sinusoidal_table
+from mtkit.tokenizer import Tokenizer, Vocab, marian_order
+
+REQUIRED = ("config.json", "source.spm", "target.spm", "vocab.json")
+CHECKPOINT = "ckpt_0000000.safetensors"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise MtkitError(f"{path}: unreadable JSON ({err.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise MtkitError(f"{path}: expected a JSON object")
+    return data
+
+
+def read_vocab(path: Path, size: int) -> dict[str, int]:
+    vocab = _read_json(path)
+    ids = sorted(v for v in vocab.values() if isinstance(v, int))
+    if len(ids) != len(vocab) or ids != list(range(len(vocab))):
+        raise MtkitError(f"{path}: the ids are not 0..{len(vocab) - 1}, each once")
+    if len(vocab) != size:
+        raise MtkitError(f"{path}: holds {len(vocab)} pieces, config.json's vocab_size is {size}")
+    return vocab
+
+
+def read_weights(hf_dir: Path) -> tuple[dict[str, torch.Tensor], Path]:
+    """The state dict (names without a leading ``model.``) and the file it came from."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    single, index, pickled = hf_dir / "model.safetensors", hf_dir / "model.safetensors.index.json", None
+    if single.is_file() or index.is_file():
+        files = [single] if single.is_file() else sorted({hf_dir / f for f in _read_json(index)["weight_map"].values()})
+        weights, source = {}, files[0]
+        for file in files:
+            try:
+                weights.update(load_file(str(file)))
+            except (SafetensorError, OSError, ValueError) as err:
+                raise MtkitError(f"{file}: unreadable safetensors file ({str(err).splitlines()[0]})") from None
+    elif (hf_dir / "pytorch_model.bin").is_file():
+        pickled = source = hf_dir / "pytorch_model.bin"
+        try:
+            weights = torch.load(pickled, map_location="cpu", weights_only=True)
+        except Exception as err:  # any failure of the restricted unpickler: refuse, never retry unrestricted
+            first = str(err).strip().splitlines()[0][:160] if str(err).strip() else err.__class__.__name__
+            raise MtkitError(
+                f"{pickled}: cannot be read safely (torch.load with weights_only=True refused it: {first}); "
+                "save the model as model.safetensors (save_pretrained does by default)"
+            ) from None
+        if not isinstance(weights, dict) or not all(torch.is_tensor(v) for v in weights.values()):
+            raise MtkitError(f"{pickled}: not a state dict of tensors")
+    else:
+        raise MtkitError(f"{hf_dir}: no weights (model.safetensors or pytorch_model.bin)")
+    return {(k[len("model.") :] if k.startswith("model.") else k): v for k, v in weights.items()}, source
+
+
+def _languages(hf_dir: Path, src_lang: Optional[str], tgt_lang: Optional[str]) -> tuple[str, str]:
+    """The flags, else the languages of an OPUS-MT directory name (opus-mt-en-de), else "src" and "tgt"."""
+    found = re.search(r"opus-mt-([^-]+)-([^-]+)$", hf_dir.resolve().name)
+    guess = found.groups() if found else ("src", "tgt")
+    return src_lang or guess[0], tgt_lang or guess[1]
+
+
+def _spm_bytes(path: Path) -> bytes:
+    blob = path.read_bytes()
+    try:
+        spm.SentencePieceProcessor(model_proto=blob)
+    except (OSError, RuntimeError, TypeError):
+        raise MtkitError(f"{path}: not a SentencePiece model") from None
+    return blob
+
+
+def convert(hf_dir: Path, src_lang: Optional[str] = None, tgt_lang: Optional[str] = None) -> ckpt.Bundle:
+    """The checkpoint (weights, tokenizer, metadata with the run's config) of the Marian model in ``hf_dir``."""
+    if not hf_dir.is_dir():
+        raise MtkitError(f"{hf_dir}: no such directory")
+    for name in REQUIRED:
+        if not (hf_dir / name).is_file():
+            raise MtkitError(
+                f"{hf_dir / name}: not found; a MarianMT directory holds {', '.join(REQUIRED)} and the weights "
+                "(save_pretrained of MarianMTModel and MarianTokenizer)"
+            )
+    where = str(hf_dir / "config.json")
+    hf = _read_json(hf_dir / "config.json")
+    model_section = marian.model_section(hf, where)
+    tok_cfg = _read_json(hf_dir / "tokenizer_config.json") if (hf_dir / "tokenizer_config.json").is_file() else {}
+    if tok_cfg.get("separate_vocabs"):
+        raise MtkitError(f"{hf_dir / 'tokenizer_config.json'}: separate_vocabs = true cannot be represented")
+    size = hf["vocab_size"]
+    vocab = read_vocab(hf_dir / "vocab.json", size)
+    special = {key: hf.get(f"{key}_token_id") for key in ("pad", "eos", "decoder_start")}
+    special["decoder_start"] = special["decoder_start"] if special["decoder_start"] is not None else special["pad"]
+    for key, value in special.items():
+        if not isinstance(value, int) or not 0 <= value < size:
+            raise MtkitError(f"{where}: {key}_token_id = {json.dumps(value)} is not one id of the vocabulary")
+    if "<unk>" not in vocab:
+        raise MtkitError(f"{hf_dir / 'vocab.json'}: no '<unk>' piece")
+    pad, eos, start, unk = special["pad"], special["eos"], special["decoder_start"], vocab["<unk>"]
+    if len({pad, eos, unk}) < 3 or start in (eos, unk):
+        raise MtkitError(f"{where}: pad, eos, decoder start and <unk> ({pad}, {eos}, {start}, {unk}) must differ")
+    blob = Vocab.encode_blob(vocab, pad=pad, unk=unk, eos=eos, start=start)
+    tokenizer = Tokenizer.from_model_bytes(
+        {"src": _spm_bytes(hf_dir / "source.spm"), "tgt": _spm_bytes(hf_dir / "target.spm"), "vocab": blob}
+    )
+    src_lang, tgt_lang = _languages(hf_dir, src_lang, tgt_lang)
+    n = tokenizer.tgt_vocab_size
+    beams = hf.get("num_beams") if isinstance(hf.get("num_beams"), int) and hf["num_beams"] >= 1 else None
+    cfg = cfgmod.from_dict(
+        {
+            "data": {"src_lang": src_lang, "tgt_lang": tgt_lang, "dir": "data", "vocab_size": n, "joint_vocab": True},
+            "model": model_section,
+            "decoding": {"beam_size": beams} if beams else {},
+        },
+        where,
+    )
+    weights, source = read_weights(hf_dir)
+    state = _state_dict(weights, cfg.model, marian_order(size, pad, unk, eos, start), source, hf)
+    model = build_model(cfg.model, n, n, True)
+    ckpt.load_weights(model, state, source)
+    metadata = {
+        "config": cfgmod.to_dict(cfg),
+        "src_vocab_size": n,
+        "tgt_vocab_size": n,
+        "joint_vocab": True,
+        "tokenizer_fingerprint": tokenizer.fingerprint(),
+        "update": 0,
+        "epoch": 1,
+        "position": 0,
+        "elapsed": 0.0,
+        "best": None,
+        "bad_validations": 0,
+        "valid": None,
+        "world_size": 1,
+        "scaler": None,
+        "torch": torch.__version__,
+        "imported_from": hf_dir.resolve().name,
+    }
+    return ckpt.Bundle(metadata, model.state_dict(), tokenizer.model_bytes())
+
+
+def _state_dict(weights: dict, model_cfg, order: list, source: Path, hf: dict) -> dict[str, torch.Tensor]:
+    """mtkit's tensors from Marian's (``weights``), rows of the vocabulary permuted into mtkit's order."""
+
+    def get(*names: str) -> torch.Tensor:
+        for name in names:
+            if name in weights:
+                return weights[name].float()
+        raise MtkitError(f"{source}: tensor '{names[0]}' missing")
+
+    size = hf["vocab_size"]
+    shared = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+    if hf.get("share_encoder_decoder_embeddings", True):
+        src_embed = tgt_embed = get(*shared)
+    else:
+        src_embed, tgt_embed = get("encoder.embed_tokens.weight"), get("decoder.embed_tokens.weight")
+    for name, table in (("embeddings", src_embed), ("decoder embeddings", tgt_embed)):
+        if tuple(table.shape) != (size, model_cfg.d_model):
+            raise MtkitError(
+                f"{source}: the {name} are {tuple(table.shape)}, config.json implies ({size}, {model_cfg.d_model})"
+            )
+    for side in ("encoder", "decoder"):
+        positions = weights.get(f"{side}.embed_positions.weight")
+        if positions is not None and not torch.allclose(
+            positions.float(), sinusoidal_table(len(positions), model_cfg.d_model, "halves"), atol=1e-4
+        ):
+            raise MtkitError(f"{source}: {side}.embed_positions.weight is not Marian's sinusoidal table")
+    state = {"src_embed.weight": marian.permute_rows(src_embed, order)}
+    state["tgt_embed.weight"] = marian.permute_rows(tgt_embed, order)
+    if not model_cfg.tie_embeddings:
+        state["output.weight"] = marian.permute_rows(get("lm_head.weight"), order)
+    bias = weights.get("final_logits_bias", torch.zeros(1, size)).float().reshape(-1)
+    state["final_logits_bias"] = marian.permute_rows(bias, order, marian.PAD_LOGIT)
+    for ours, theirs in marian.layer_names(model_cfg.encoder_layers, model_cfg.decoder_layers).items():
+        state[ours] = torch.cat([get(name) for name in theirs], dim=0)
+    return state
+
+
+def import_main(hf_dir: Path, out: Path, *, src_lang: Optional[str], tgt_lang: Optional[str], force: bool) -> Path:
+    """``mtkit import-hf``: convert ``hf_dir`` and write the run directory ``out``, whole or not at all."""
+    hf_dir, out = Path(hf_dir), Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise MtkitError(f"{out}: already exists; pass --force to replace it")
+        if not (out / "config.yaml").is_file():
+            raise MtkitError(
+                f"{out}: exists and is not a run directory; --force only replaces one (choose another --out)"
+            )
+    bundle = convert(hf_dir, src_lang, tgt_lang)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.import-{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        (tmp / "checkpoints").mkdir(parents=True)
+        cfg = cfgmod.from_dict(bundle.metadata["config"])
+        (tmp / "config.yaml").write_text(cfgmod.dump(cfg), encoding="utf-8")
+        Tokenizer.from_model_bytes(bundle.tokenizer).save(tmp)
+        ckpt.save(tmp / "checkpoints" / CHECKPOINT, bundle)
+        fsync_tree(tmp)
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(
+        f"imported {hf_dir} ({cfg.model.encoder_layers}+{cfg.model.decoder_layers} layers x {cfg.model.d_model}, "
+        f"{bundle.metadata['tgt_vocab_size']} subwords) to {out}; translate with: mtkit translate {out}"
+    )
+    return out
