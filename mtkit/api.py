@@ -41,11 +41,13 @@ ATTENTION_NEEDS_TORCH = "--alignments and --plot-attention need --engine torch"
 class TranslationModel:
     """A loaded model and its decoding options: lines in, translations out, one per line and in order.
 
-    Any string is a line: an empty or whitespace-only one gets no hypothesis (text ""), and whitespace inside a
-    line, line breaks included, separates words as spaces do (the command line reads a line break as the end of
-    a line). A line beyond the model's length limit is truncated (``truncated`` counts them). Lines are
-    translated ``options.chunk_size`` at a time, each chunk sorted by length and cut into batches, as
-    ``mtkit translate`` does. One call at a time: the object is not thread-safe.
+        Any string is a line: an empty or whitespace-only one gets no hypothesis (text ""), and whitespace inside a
+        line, line breaks included, separates words as spaces do (the command line reads a line break as the end of
+        a line). A line beyond the model's length limit is truncated (``truncated`` counts them). Lines are
+        translated ``options.chunk_size`` at a time, each chunk sorted by length and cut into batches, as
+        ``mtkit translate`` does. One call at a time: the object is not thread-safe. Translate on the thread that
+    loaded it: PyTorch's OpenMP threads belong to the thread that starts them, and a second team on the same cores
+    slowed decoding 3x on 2 cores (``batcher.model_thread`` gives a thread that can do both).
     """
 
     def __init__(self, engine: Engine):

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
-from mtkit.batcher import Batcher, QueueFull
+from mtkit.batcher import Batcher, QueueFull, model_thread
 from mtkit.config import ServeLimits
 from mtkit.errors import MtkitError
 from mtkit.segments import Segment, with_parallel
@@ -138,9 +138,11 @@ def create_app(
     limits: ServeLimits = ServeLimits(),
     api_key: Optional[str] = None,
     cors_origins: tuple[str, ...] = (),
+    executor=None,
 ) -> FastAPI:
     """The app serving ``model`` (anything with ``translate_batch`` and ``options.batch_size``, used by one
-    thread); the batcher starts and stops with the app's lifespan."""
+    thread: ``executor``'s, the one it was loaded on (``batcher.model_thread``), or the batcher's own); the batcher
+    starts and stops with the app's lifespan."""
     src, tgt = languages
     registry = CollectorRegistry()
     requests_total = Counter("mtkit_requests", "HTTP requests", ["path"], registry=registry)
@@ -154,7 +156,12 @@ def create_app(
         return model.translate_batch(lines, nbest=nbest, scores=scores, alignments=alignments)
 
     batcher = Batcher(
-        translate, model.options.batch_size, limits.max_wait, limits.queue_size, on_batch=batch_sizes.observe
+        translate,
+        model.options.batch_size,
+        limits.max_wait,
+        limits.queue_size,
+        on_batch=batch_sizes.observe,
+        executor=executor,
     )
     Gauge("mtkit_queue_sentences", "Sentences waiting to be translated", registry=registry).set_function(
         lambda: batcher.depth
@@ -446,9 +453,15 @@ def serve_main(
 
     import mtkit
 
-    model = mtkit.load(run, engine=engine, **overrides)
+    executor = model_thread()  # the model is loaded and run on this one thread
+    model = executor.submit(mtkit.load, run, engine=engine, **overrides).result()
     app = create_app(
-        model, run_languages(run), limits=limits, api_key=api_key or None, cors_origins=tuple(cors_origins)
+        model,
+        run_languages(run),
+        limits=limits,
+        api_key=api_key or None,
+        cors_origins=tuple(cors_origins),
+        executor=executor,
     )
     # uvicorn handles both signals while it runs, then raises the one it stopped on again for the handlers it
     # found; with these, a stop it has completed ends the process normally instead of killing it by that signal
@@ -459,3 +472,4 @@ def serve_main(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        executor.shutdown(wait=False)

@@ -35,7 +35,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 import mtkit  # noqa: E402
-from mtkit.batcher import Batcher  # noqa: E402
+from mtkit.batcher import Batcher, model_thread  # noqa: E402
 from mtkit.config import ServeLimits  # noqa: E402
 from mtkit.results import Hypothesis, Translation  # noqa: E402
 from mtkit.serve import create_app, run_languages  # noqa: E402
@@ -265,6 +265,27 @@ def test_the_batcher_waits_for_as_many_sentences_as_its_last_batch_had():
     finally:
         batcher.stop()
     assert calls == [["a"], ["b"], ["c", "d", "e"], ["f", "g", "h"]]
+
+
+def test_the_model_translates_on_the_thread_it_was_loaded_on():
+    executor = model_thread()
+    loaded_on = executor.submit(threading.get_ident).result(DEADLINE)
+    seen = []
+
+    class Recording(Gated):
+        def translate_batch(self, lines, **kwargs):
+            seen.append(threading.get_ident())
+            return super().translate_batch(lines, **kwargs)
+
+    model = Recording()
+    model.gate.set()
+    with TestClient(create_app(model, ("en", "de"), executor=executor)) as client:
+        for text in ("a", "b"):
+            assert client.post("/v1/translate", json={"text": text}).json() == {
+                "translations": [{"text": text.upper()}]
+            }
+    executor.shutdown()
+    assert seen == [loaded_on, loaded_on] and loaded_on != threading.get_ident()
 
 
 # ------------------------------------------------------------------------------------ bounds and bad input
