@@ -3,8 +3,9 @@
 Requests put their sentences in one bounded queue (``queue_size`` sentences); a single worker thread takes up to
 ``batch_size`` sentences that ask for the same output (n-best, scores, alignments), translates them with one call
 and hands each result to its sentence's future. Before it starts a batch, the worker waits at most ``max_wait``
-seconds for as many sentences as its previous batch had: clients that send again once answered are back within
-that time, while a lone client (previous batch: its one sentence) never waits. Only the worker
+seconds for as many sentences as there were clients last time: those of its previous batch, which send again once
+answered, plus those already waiting when it finished. So a lone client never waits, and clients that each wait
+for their answer end up in one batch instead of alternating halves. Only the worker
 touches the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
 """
 
@@ -71,7 +72,7 @@ class Batcher:
         self._stopped = False
         self._executor = executor
         self._worker: Optional[Union[threading.Thread, Future]] = None
-        self._last_batch = 1  # sentences in the previous batch: how many to wait for
+        self._last_batch = 0  # sentences in the previous batch
 
     @property
     def depth(self) -> int:
@@ -129,14 +130,14 @@ class Batcher:
 
     def _take(self) -> Optional[list[Item]]:
         """The next batch: the oldest sentence and up to batch_size - 1 more of its key, after waiting at most
-        max_wait for as many as the previous batch had. None once stopped."""
+        max_wait for as many as the previous batch had plus those waiting now. None once stopped."""
         with self._cond:
+            expected = min(self.batch_size, max(1, self._last_batch + len(self._pending)))
             while not self._pending and not self._stopped:
                 self._cond.wait()
             if self._stopped:
                 return None
             deadline = time.monotonic() + self.max_wait
-            expected = min(self.batch_size, self._last_batch)
             while True:
                 key = self._pending[0].key
                 same = sum(1 for x in self._pending if x.key == key)

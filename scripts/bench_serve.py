@@ -196,7 +196,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="the model's threads, offline and in the server")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--soak", type=float, default=300, help="seconds at the largest client count (0: none)")
-    parser.add_argument("--lone", type=int, default=200, help="sentences timed one by one in-process")
+    parser.add_argument(
+        "--lone", type=int, default=None, help="sentences timed one by one in-process (default: all, as 1 client sends)"
+    )
     parser.add_argument("--server-arg", action="append", default=[], help="passed to mtkit serve (repeatable)")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "multi30k")
     parser.add_argument("--split", default="test_2016_flickr")

@@ -236,7 +236,7 @@ def test_batches_never_mix_outputs_of_different_kinds():
     assert batcher.stats.largest_batch == 3 and batcher.stats.batches == 4
 
 
-def test_the_batcher_waits_for_as_many_sentences_as_its_last_batch_had():
+def test_the_batcher_waits_for_its_last_batch_and_the_sentences_that_waited_meanwhile():
     calls = []
     gate = threading.Event()
 
@@ -258,13 +258,16 @@ def test_the_batcher_waits_for_as_many_sentences_as_its_last_batch_had():
         second = batcher.submit(["f"])
         gate.set()
         assert first[-1].future.result(DEADLINE) == "E"
-        time.sleep(0.1)  # the worker is free; it waits for two more sentences
+        time.sleep(0.1)  # the worker is free; it waits for 3 + 1 sentences: "c", "d", "e"'s clients and "f"
         assert len(calls) == 3 and not second[0].future.done()
         third = batcher.submit(["g", "h"])
-        assert [item.future.result(DEADLINE) for item in second + third] == ["F", "G", "H"]
+        time.sleep(0.1)
+        assert len(calls) == 3 and not third[0].future.done()
+        fourth = batcher.submit(["i"])
+        assert [item.future.result(DEADLINE) for item in second + third + fourth] == ["F", "G", "H", "I"]
     finally:
         batcher.stop()
-    assert calls == [["a"], ["b"], ["c", "d", "e"], ["f", "g", "h"]]
+    assert calls == [["a"], ["b"], ["c", "d", "e"], ["f", "g", "h", "i"]]
 
 
 def test_the_model_translates_on_the_thread_it_was_loaded_on():
