@@ -343,6 +343,7 @@ def serve(
     dtype: Optional[str] = typer.Option(None, "--dtype"),
     threads: Optional[int] = typer.Option(None, "--threads"),
     engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+    access_log: bool = typer.Option(False, "--access-log", help="Log every request (default: /metrics only)."),
 ):
     """Serve a model over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, /health, /metrics.
 
@@ -378,6 +379,7 @@ def serve(
         limits=limits,
         engine=engine,
         overrides=dict(beam_size=beam_size, batch_size=batch_size, device=device, dtype=dtype, threads=threads),
+        access_log=access_log,
     )
 
 

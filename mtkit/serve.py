@@ -181,16 +181,7 @@ def create_app(
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"])
-
-    @app.middleware("http")
-    async def observe(request: Request, call_next):
-        path = request.url.path if request.url.path in ROUTES else "other"  # bounded label values
-        requests_total.labels(path).inc()
-        start = time.perf_counter()
-        response = await call_next(request)
-        latency.labels(path).observe(time.perf_counter() - start)
-        responses_total.labels(str(response.status_code)).inc()
-        return response
+    app.add_middleware(Observe, requests=requests_total, responses=responses_total, latency=latency)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request, err: ApiError):
@@ -397,6 +388,33 @@ async def read_fields(request: Request) -> dict:
     raise ApiError(415, f"unsupported content type {kind!r}; send JSON or a form")
 
 
+class Observe:
+    """ASGI middleware counting requests by path, responses by status and latency by path for /metrics (a plain
+    ASGI wrapper: Starlette's ``BaseHTTPMiddleware`` costs each request more)."""
+
+    def __init__(self, app, requests: Counter, responses: Counter, latency: Histogram):
+        self.app, self.requests, self.responses, self.latency = app, requests, responses, latency
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"] if scope["path"] in ROUTES else "other"  # bounded label values
+        self.requests.labels(path).inc()
+        start, status = time.perf_counter(), 500  # 500 unless a response starts
+
+        async def sending(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.latency.labels(path).observe(time.perf_counter() - start)
+            self.responses.labels(str(status)).inc()
+
+
 class BodyLimit:
     """ASGI middleware: a request body over ``limit`` bytes gets a 413 before any route reads it."""
 
@@ -446,6 +464,7 @@ def serve_main(
     limits: ServeLimits,
     engine: str,
     overrides: dict,
+    access_log: bool = False,
 ) -> None:
     """Load the model, then serve it until Ctrl-C or SIGTERM: uvicorn stops accepting, finishes the requests in
     flight (for at most the request timeout), and the process exits 0."""
@@ -468,7 +487,14 @@ def serve_main(
     stops = (signal.SIGINT, signal.SIGTERM)
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in stops}
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=math.ceil(limits.timeout))
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level="info",
+            access_log=access_log,
+            timeout_graceful_shutdown=math.ceil(limits.timeout),
+        )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

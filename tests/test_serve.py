@@ -544,10 +544,11 @@ def test_fuzzed_bodies_never_get_a_5xx(fuzz_client, body, path, form):
         assert list(response.json()) == ["error"], response.text
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_the_server_cleanly(run_dir, stop):
+@pytest.mark.parametrize("stop, log", [(signal.SIGTERM, False), (signal.SIGINT, True)])
+def test_a_signal_stops_the_server_cleanly(run_dir, stop, log):
     port = free_port()
     cmd = [sys.executable, "-m", "mtkit", "serve", str(run_dir), "--port", str(port), "--threads", "1"]
+    cmd += ["--access-log"] if log else []
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=SUBPROCESS_ENV)
     try:
 
@@ -568,3 +569,4 @@ def test_a_signal_stops_the_server_cleanly(run_dir, stop):
             process.communicate(timeout=DEADLINE)
     assert process.returncode == 0, output
     assert "Application shutdown complete" in output and "Traceback" not in output, output
+    assert ('"GET /health HTTP/1.1" 200' in output) == log, output  # the access log only with --access-log
