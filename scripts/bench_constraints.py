@@ -28,7 +28,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA_DIRS = (ROOT / "data" / "multi30k", ROOT.parent / "shared" / "data" / "multi30k")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import describe  # noqa: E402
+
+DATA_DIRS = (ROOT / "data" / "multi30k",)
 
 
 def read_gz(path: Path) -> list[str]:
@@ -60,20 +64,6 @@ def missed_phrases(reference: str, hypothesis: str, most: int = 2) -> list[str]:
     return [" ".join(p) for p in phrases[:most]]
 
 
-def cpu() -> str:
-    import torch
-
-    name = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} thread(s)"
-
-
 def timed(model, items, warmup: int, **instructions) -> tuple[list[str], float]:
     """Translations of ``items`` and the seconds they took (after translating the first ``warmup`` untimed)."""
     head = {key: value[:warmup] for key, value in instructions.items()}
@@ -103,7 +93,7 @@ def main() -> None:
     references = read_gz(data / f"{args.split}.de.gz")[: args.limit]
     model = mtkit.load(args.run, beam_size=args.beam, nbest=1, threads=args.threads, device="cpu")
     print(f"$ python scripts/bench_constraints.py {' '.join(sys.argv[1:])}")
-    print(f"{datetime.date.today()}  {cpu()}")
+    print(f"{datetime.date.today()}  {describe()}")
     print(f"{args.run}: {len(sources)} sentences of {args.split}, beam {args.beam}, torch engine")
 
     def quality(hyps: list[str]) -> str:
