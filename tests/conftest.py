@@ -419,3 +419,20 @@ def diverged_at_near_ties(model, sources, found, expected, **search) -> set[int]
             diverged.add(i)
     assert len(diverged) < len(found) / 2, "most sentences part ways: the comparison would prove nothing"
     return diverged
+
+
+def cli(*args) -> int:
+    """``mtkit ARGS`` in this process; the exit code."""
+    from mtkit.cli import main
+
+    return main([str(a) for a in args])
+
+
+def assert_one_line_error(result, *needles: str) -> str:
+    """Exit 2 and one line on stderr (CTranslate2's own log lines aside), naming each needle; no traceback."""
+    assert result.code == 2, (result.code, result.err)
+    lines = [line for line in result.err.strip().splitlines() if "[ctranslate2]" not in line]
+    assert len(lines) == 1 and lines[0].startswith("mtkit: error: ") and "Traceback" not in result.err, result.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]

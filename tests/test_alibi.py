@@ -17,30 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from test_transformer import tiny
 
-from conftest import TINY_TRANSFORMER, write_toy_splits
-from mtkit.config import TransformerConfig
-from mtkit.models import BOS, EOS, PAD, build_model
+from conftest import TINY_TRANSFORMER, assert_one_line_error, cli, write_toy_splits
+from mtkit.models import BOS, EOS, PAD
 from mtkit.models.positions import ALiBi, alibi_slopes
 from mtkit.models.transformer import MultiHeadAttention
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOL = dict(atol=1e-5, rtol=1e-5)
 LONG = 14  # > 8 query positions: evaluation runs the fused kernel (fewer take the explicit softmax)
-
-
-def cli(*args) -> int:
-    from mtkit.cli import main
-
-    return main([str(a) for a in args])
-
-
-def assert_one_line_error(result, *needles: str) -> None:
-    assert result.code == 2, (result.code, result.err)
-    lines = [line for line in result.err.strip().splitlines() if "[ctranslate2]" not in line]
-    assert len(lines) == 1 and lines[0].startswith("mtkit: error: ") and "Traceback" not in result.err, result.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 # ------------------------------------------------------------------------------------------ the biases
@@ -84,19 +70,7 @@ def test_fused_mask_adds_padding_and_future_as_minus_infinity():
 
 # ----------------------------------------------------------------------------------------- the model
 def alibi_model(norm: str = "pre", heads: int = 4, d_model: int = 32):
-    cfg = TransformerConfig(
-        d_model=d_model,
-        heads=heads,
-        encoder_layers=2,
-        decoder_layers=2,
-        ffn_dim=64,
-        positions="alibi",
-        norm=norm,
-        dropout=0.0,
-        max_positions=64,
-    )
-    torch.manual_seed(0)
-    return build_model(cfg, 24, 24, joint_vocab=True).eval()
+    return tiny("alibi", norm, heads=heads, d_model=d_model)
 
 
 def long_batch():

@@ -34,6 +34,8 @@ from conftest import (
     LOG_PROB_TOL,
     NEAR_TIE,
     TINY_TRANSFORMER,
+    assert_one_line_error,
+    cli,
     diverged_at_near_ties,
     first_divergence,
     search_margin,
@@ -69,21 +71,6 @@ MIN_AGREEMENT_WITH_TORCH_ENGINE = 0.9  # share of sentences whose best hypothesi
 
 # ------------------------------------------------------------------------------------------- fixtures
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def cli(*args) -> int:
-    from mtkit.cli import main
-
-    return main([str(a) for a in args])
-
-
-def assert_one_line_error(result, *needles: str) -> None:
-    """Exit 2 and one line on stderr (CTranslate2's own log lines aside), naming each needle; no traceback."""
-    assert result.code == 2, (result.code, result.err)
-    lines = [line for line in result.err.strip().splitlines() if "[ctranslate2]" not in line]
-    assert len(lines) == 1 and lines[0].startswith("mtkit: error: ") and "Traceback" not in result.err, result.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from conftest import TINY_TRANSFORMER, toy_pairs, write_lines
+from conftest import TINY_TRANSFORMER, assert_one_line_error, cli, toy_pairs, write_lines
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit import files
@@ -105,23 +105,6 @@ def make_config(folder: Path, data_section: dict, name: str = "run", model: dict
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
     return path
-
-
-def cli(*args) -> int:
-    from mtkit.cli import main
-
-    return main([str(a) for a in args])
-
-
-def assert_one_line_error(result, *needles: str) -> str:
-    """CLI errors exit 2 with exactly one line on stderr and no traceback."""
-    assert result.code == 2, (result.code, result.err)
-    assert "Traceback" not in result.err
-    lines = result.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mtkit: error: "), result.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 def checkpoints(run: Path) -> dict[int, Path]:

@@ -19,10 +19,10 @@ def relative(positions: str, k: int) -> dict:
     return {"max_relative_distance": k} if positions == "relative" else {}
 
 
-def tiny(positions="sinusoidal", norm="pre", **kw):
+def tiny(positions="sinusoidal", norm="pre", heads=4, d_model=32, **kw):
     cfg = TransformerConfig(
-        d_model=32,
-        heads=4,
+        d_model=d_model,
+        heads=heads,
         encoder_layers=2,
         decoder_layers=2,
         ffn_dim=64,
