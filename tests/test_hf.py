@@ -426,3 +426,25 @@ def test_export_hf_refuses_quantization(toy_run_workdir, tmp_path, run_cli):
     one_line_refusal(
         run_cli("export", toy_run_workdir / "run", "--format", "onnx", "--out", tmp_path / "o"), "--format"
     )
+
+
+def test_export_refuses_a_model_with_a_source_and_a_target_vocabulary(toy_run_workdir, workdir, tmp_path, run_cli):
+    from mtkit import checkpoint as ckpt
+    from mtkit import config as cfgmod
+    from mtkit.models import build_model
+    from mtkit.tokenizer import Tokenizer
+
+    bundle = ckpt.load(ckpt.resolve(toy_run_workdir / "run"))
+    separate = Tokenizer(workdir / "opus-mt-en-de" / "spm_en.model", workdir / "opus-mt-en-de" / "spm_de.model")
+    assert not separate.joint
+    tree = bundle.metadata["config"]
+    cfg = cfgmod.from_dict({**tree, "data": {**tree["data"], "joint_vocab": False}})
+    sizes = {"src_vocab_size": separate.src_vocab_size, "tgt_vocab_size": separate.tgt_vocab_size}
+    model = build_model(cfg.model, sizes["src_vocab_size"], sizes["tgt_vocab_size"], False)
+    meta = {**bundle.metadata, **sizes, "joint_vocab": False, "config": cfgmod.to_dict(cfg)}
+    file = tmp_path / "ckpt_0000001.safetensors"
+    ckpt.save(file, ckpt.Bundle(meta, model.state_dict(), separate.model_bytes()))
+    one_line_refusal(
+        run_cli("export", file, "--format", "hf", "--out", tmp_path / "out"), "data.joint_vocab = false cannot"
+    )
+    assert not (tmp_path / "out").exists()
