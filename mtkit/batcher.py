@@ -4,8 +4,8 @@ Requests put their sentences in one bounded queue (``queue_size`` sentences); a 
 ``batch_size`` sentences that ask for the same output (n-best, scores, alignments), translates them with one call
 and hands each result to its sentence's future. Before it starts a batch, the worker waits at most ``max_wait``
 seconds for as many sentences as there were clients last time: those of its previous batch, which send again once
-answered, plus those already waiting when it finished. So a lone client never waits, and clients that each wait
-for their answer end up in one batch instead of alternating halves. Only the worker
+answered, plus those that arrived while it was translated. So a lone client never waits, and clients that each
+wait for their answer end up in one batch instead of alternating halves. Only the worker
 touches the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
 """
 
@@ -72,7 +72,8 @@ class Batcher:
         self._stopped = False
         self._executor = executor
         self._worker: Optional[Union[threading.Thread, Future]] = None
-        self._last_batch = 0  # sentences in the previous batch
+        self._arrived = 0  # sentences submitted so far
+        self._expected = 1  # sentences to wait for: the previous batch's and those that arrived while it ran
 
     @property
     def depth(self) -> int:
@@ -115,6 +116,7 @@ class Batcher:
             if len(self._pending) + len(items) > self.queue_size:
                 raise QueueFull(f"the translation queue is full ({self.queue_size} sentences); retry shortly")
             self._pending.extend(items)
+            self._arrived += len(items)
             self._cond.notify_all()
         return items
 
@@ -130,9 +132,9 @@ class Batcher:
 
     def _take(self) -> Optional[list[Item]]:
         """The next batch: the oldest sentence and up to batch_size - 1 more of its key, after waiting at most
-        max_wait for as many as the previous batch had plus those waiting now. None once stopped."""
+        max_wait for as many as the previous batch had plus those that arrived while it ran. None once stopped."""
         with self._cond:
-            expected = min(self.batch_size, max(1, self._last_batch + len(self._pending)))
+            expected = self._expected
             while not self._pending and not self._stopped:
                 self._cond.wait()
             if self._stopped:
@@ -151,7 +153,6 @@ class Batcher:
             for item in self._pending:
                 (batch if item.key == key and len(batch) < self.batch_size else rest).append(item)
             self._pending = rest
-            self._last_batch = len(batch)
             return batch
 
     def _run(self) -> None:
@@ -162,12 +163,17 @@ class Batcher:
             batch = [item for item in batch if item.future.set_running_or_notify_cancel()]
             if not batch:
                 continue
+            with self._cond:
+                arrived = self._arrived
             try:
                 results = self.translate([item.text for item in batch], *batch[0].key)
             except Exception as err:  # handed to each request, which answers with its own error
                 for item in batch:
                     item.future.set_exception(err)
                 continue
+            finally:  # counted before any answer goes out: a client's next request must not look like another's
+                with self._cond:
+                    self._expected = min(self.batch_size, len(batch) + self._arrived - arrived)
             self.stats.batches += 1
             self.stats.sentences += len(batch)
             self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
