@@ -4,9 +4,9 @@ Requests put their sentences in one bounded queue (``queue_size`` sentences); a 
 ``batch_size`` sentences that ask for the same output (n-best, scores, alignments), translates them with one call
 and hands each result to its sentence's future. Before it starts a batch, the worker waits at most ``max_wait``
 seconds for as many sentences as there were clients last time: those of its previous batch, which send again once
-answered, plus those that arrived while it was translated. So a lone client never waits, and clients that each
-wait for their answer end up in one batch instead of alternating halves. Only the worker
-touches the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
+answered, plus those that arrived while it ran. So a lone client never waits, and clients that each wait for their
+answer end up in one batch instead of alternating halves. Only the worker touches the model (``TranslationModel``
+is not thread-safe), and the event loop never waits on it.
 """
 
 from __future__ import annotations

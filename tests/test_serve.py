@@ -270,6 +270,28 @@ def test_the_batcher_waits_for_its_last_batch_and_the_sentences_that_waited_mean
     assert calls == [["a"], ["b"], ["c", "d", "e"], ["f", "g", "h", "i"]]
 
 
+def test_a_lone_clients_next_sentence_does_not_wait_even_when_it_comes_back_at_once():
+    registered = threading.Event()
+
+    def translate(lines, *key):
+        assert registered.wait(DEADLINE)
+        return [x.upper() for x in lines]
+
+    batcher = Batcher(translate, batch_size=8, max_wait=10 * DEADLINE, queue_size=8)
+    batcher.start()
+    try:
+        first = batcher.submit(["a"])[0]
+        follow: list = []
+        # runs on the worker as it answers "a", before it looks for its next batch: the quickest possible client
+        first.future.add_done_callback(lambda _: follow.extend(batcher.submit(["b"])))
+        registered.set()
+        assert first.future.result(DEADLINE) == "A"
+        wait_until(lambda: bool(follow), "the follow-up sentence")
+        assert follow[0].future.result(DEADLINE) == "B"  # not held for a second sentence that never comes
+    finally:
+        batcher.stop()
+
+
 def test_the_model_translates_on_the_thread_it_was_loaded_on():
     executor = model_thread()
     loaded_on = executor.submit(threading.get_ident).result(DEADLINE)
