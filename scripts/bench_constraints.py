@@ -20,24 +20,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gzip
 import os
 import re
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import describe, read_gz
 
-from machine import describe  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DATA_DIRS = (ROOT / "data" / "multi30k",)
-
-
-def read_gz(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
 
 
 def words(text: str) -> list[str]:

@@ -17,7 +17,6 @@ batching, writing), which a bigger model would only slow down. Cases:
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import random
 import shutil
@@ -27,15 +26,11 @@ import time
 from pathlib import Path
 
 import yaml
+from benchlib import read_gz
 
 ROOT = Path(__file__).resolve().parent.parent
 MULTI30K = ROOT / "data" / "multi30k"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def read_gz(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
 
 
 def write(path: Path, lines) -> Path:

@@ -188,7 +188,7 @@ def main() -> None:
     header += [f"{label} ({n})" for (_, _, label), n in zip(BUCKETS, counts)]
     header += [f"test joined x{k} ({len(evals[f'joined x{k}'][0])})" for k in JOINS]
     budget_text = f"{args.updates} updates" if args.updates is not None else f"{minutes:g} minutes"
-    from machine import describe
+    from benchlib import describe
 
     lines = [
         f"`{command}`",

@@ -13,7 +13,6 @@ Linear time shows as a flat microseconds-per-pair column; SentencePiece samples 
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import shutil
 import subprocess
@@ -22,14 +21,10 @@ import time
 from pathlib import Path
 
 import yaml
+from benchlib import read_gz
 
 ROOT = Path(__file__).resolve().parent.parent
 MULTI30K = ROOT / "data" / "multi30k"
-
-
-def read_gz(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
 
 
 def main():

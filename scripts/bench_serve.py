@@ -34,15 +34,9 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
+from benchlib import describe, read_gz
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from machine import describe  # noqa: E402
-
-
-def read_gz(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
 
 
 def free_port() -> int:

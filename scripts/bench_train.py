@@ -12,7 +12,6 @@ when the config says so) on test_2016_flickr at beam 5.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import resource
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 import yaml
+from benchlib import read_gz
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,11 +33,6 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     if done.returncode:  # mtkit already printed its one-line reason
         sys.exit(done.returncode)
     return done
-
-
-def read_gz(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
 
 
 def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tuple[float, float, float]:

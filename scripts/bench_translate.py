@@ -17,22 +17,14 @@ sacreBLEU BLEU / chrF against the references, with their signatures.
 from __future__ import annotations
 
 import argparse
-import gzip
 import io
 import os
-import sys
 import time
 from pathlib import Path
 
+from benchlib import describe, read_gz
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from machine import describe  # noqa: E402
-
-
-def read_gz(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
 
 
 class TokenCounter:

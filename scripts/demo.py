@@ -10,7 +10,6 @@ lands in runs/demo.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shlex
@@ -19,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from machine import describe
+from benchlib import describe, read_gz
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/multi30k-demo.yaml"
@@ -47,10 +46,7 @@ def main() -> int:
     sh(["mtkit", "prepare", CONFIG], log)
     sh(["mtkit", "train", CONFIG, "--set", f"training.run_dir={RUN}"], log)
 
-    with gzip.open(TEST_SRC, "rt", encoding="utf-8") as f:
-        sources = f.read().splitlines()
-    with gzip.open(TEST_REF, "rt", encoding="utf-8") as f:
-        references = f.read().splitlines()
+    sources, references = read_gz(TEST_SRC), read_gz(TEST_REF)
     (run / "test.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
     (run / "test.ref.de").write_text("\n".join(references) + "\n", encoding="utf-8")
     sh(

@@ -1,9 +1,16 @@
-"""What machine a benchmark ran on, printed beside its figures: the CPU's model name, its widest vector
-extension, the kernels PyTorch picked and the threads used. Imported by the scripts in this folder."""
+"""What the scripts in this folder share: the line saying which machine a benchmark ran on (the CPU's model name,
+its widest vector extension, the kernels PyTorch picked and the threads used), and reading the shipped splits."""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
+
+
+def read_gz(path: Path) -> list[str]:
+    """The lines of a gzipped UTF-8 text file (e.g. data/multi30k/test_2016_flickr.en.gz)."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
 
 
 def cpu_name_and_flags() -> tuple[str, set[str]]:
