@@ -90,10 +90,11 @@ class Gated:
         self.inner, self.gate, self.started = inner, threading.Event(), threading.Event()
         self.options = inner.options if inner else SimpleNamespace(batch_size=batch_size, beam_size=4)
         self.gate_every_call, self.calls = gate_every_call, 0
+        self.translated: list = []  # every line asked for, in order
 
     def translate_batch(self, lines, nbest=None, scores=True, alignments=False):
         self.calls += 1
-        self.translated = getattr(self, "translated", []) + list(lines)
+        self.translated += list(lines)
         self.started.set()
         if self.calls == 1 or self.gate_every_call:
             assert self.gate.wait(DEADLINE)
