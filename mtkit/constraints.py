@@ -29,7 +29,6 @@ can always meet them all: every finished hypothesis meets every constraint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
@@ -37,25 +36,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mtkit.models.base import EOS
+from mtkit.segments import Guidance, Phrase
 
 NEG_INF = float("-inf")
-Phrase = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Guidance:
-    """One sentence's instructions as target token ids.
-
-    ``new_word``: the token after the prefix must start a word (the prefix text ended in a space), or be EOS.
-    """
-
-    prefix: Phrase = ()
-    constraints: tuple[Phrase, ...] = ()
-    avoid: tuple[Phrase, ...] = ()
-    new_word: bool = False
-
-    def __bool__(self) -> bool:
-        return bool(self.prefix or self.constraints or self.avoid)
 
 
 def transitions(phrase: Phrase, absorbing: bool) -> list[list[int]]:

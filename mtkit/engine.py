@@ -10,10 +10,9 @@ import dataclasses
 from typing import Iterator, Optional
 
 from mtkit import config as cfgmod
-from mtkit.constraints import Guidance
 from mtkit.errors import MtkitError
-from mtkit.search import Hypothesis
-from mtkit.segments import Segment
+from mtkit.hypothesis import Hypothesis
+from mtkit.segments import Guidance, Segment
 from mtkit.tokenizer import UNK
 
 _DECODING = cfgmod.DecodingConfig()  # the schema holds the defaults; Options repeats none of them

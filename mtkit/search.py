@@ -46,24 +46,11 @@ import torch
 from torch import Tensor
 
 from mtkit.constraints import Guide
+from mtkit.hypothesis import Hypothesis, length_penalty_of
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
 
 NEG_INF = float("-inf")
 Stopping = Literal["exact", "beam_full", "first"]
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # without BOS / EOS
-    score: float  # log_prob / lp(len(tokens) + 1): what hypotheses are ranked by
-    log_prob: float  # sum of token_log_probs
-    token_log_probs: list[float]  # len(tokens) + 1 values, the last one for EOS
-    attention: Optional[Tensor] = None  # (len(tokens) + 1, real_src_len) when asked for
-
-
-def length_penalty_of(length: int, alpha: float) -> float:
-    """GNMT length penalty ((5 + length) / 6) ** alpha; 1.0 for alpha = 0."""
-    return ((5.0 + length) / 6.0) ** alpha
 
 
 def max_lengths(src_mask: Tensor, a: float, b: float, cap: Optional[int]) -> Tensor:

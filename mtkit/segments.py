@@ -6,7 +6,8 @@ read one: a str, a dict / JSON object ``{"text", "prefix", "constraints", "avoid
 - ``avoid``: phrases the output must not contain (after the prefix).
 
 This module checks shapes only (types, keys, empty phrases); what depends on the model (subword lengths, a
-constraint holding an avoided phrase, what the engine can do) is checked by ``engine.Engine.guidance``.
+constraint holding an avoided phrase, what the engine can do) is checked by ``engine.Engine.guidance``, which turns
+a segment into ``Guidance``, the same instructions as target subword ids (``constraints.py`` follows them).
 """
 
 from __future__ import annotations
@@ -125,3 +126,22 @@ def with_parallel(
             raise MtkitError(f"{label} {i + 1}: {err}") from None
         out.append(segment)
     return out
+
+
+Phrase = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """One sentence's instructions as target token ids.
+
+    ``new_word``: the token after the prefix must start a word (the prefix text ended in a space), or be EOS.
+    """
+
+    prefix: Phrase = ()
+    constraints: tuple[Phrase, ...] = ()
+    avoid: tuple[Phrase, ...] = ()
+    new_word: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.prefix or self.constraints or self.avoid)

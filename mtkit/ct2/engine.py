@@ -6,11 +6,11 @@ import math
 from pathlib import Path
 from typing import Optional
 
-from mtkit.constraints import Guidance
 from mtkit.ct2.export import import_ctranslate2
 from mtkit.engine import Engine, Options, batches
 from mtkit.errors import MtkitError
-from mtkit.search import Hypothesis, length_penalty_of
+from mtkit.hypothesis import Hypothesis, length_penalty_of
+from mtkit.segments import Guidance
 from mtkit.tokenizer import BOS, PAD, UNK
 
 

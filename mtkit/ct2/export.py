@@ -27,11 +27,9 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
-from mtkit.models.transformer import sinusoidal_table
 from mtkit.tokenizer import BOS, EOS, UNK, Tokenizer
 
 EXPORT_META = "mtkit_export.json"
@@ -144,6 +142,8 @@ def build_spec(model, tokenizer):
     decoder.embeddings.weight = _np(model.tgt_embed.weight)
     encoder.scale_embeddings = decoder.scale_embeddings = True
     if cfg.positions == "sinusoidal":
+        from mtkit.models.positions import sinusoidal_table
+
         table = _np(sinusoidal_table(cfg.max_positions, cfg.d_model))  # (max_positions, d_model)
         encoder.position_encodings.encodings = table
         decoder.position_encodings.encodings = table
@@ -232,6 +232,8 @@ def convert(checkpoint: Path, directory: Path, quantization: Optional[str]) -> d
     import_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise MtkitError(f"--quantization {quantization!r}: use one of {', '.join(QUANTIZATIONS)}")
+    from mtkit import checkpoint as ckpt  # torch: only to convert, never to translate an export
+
     file = ckpt.resolve(Path(checkpoint))
     cfg = cfgmod.from_dict(ckpt.read_metadata(file)["config"], f"{file} (embedded config)")
     check_exportable(cfg.model, str(file))

@@ -1,0 +1,59 @@
+"""Keeping freed memory for reuse, so decoding does not page-fault its way through every step.
+
+A decoding step allocates and frees tensors of megabytes: the logits and log-probabilities of every hypothesis
+over the vocabulary (1,000 hypotheses x 8,000 subwords are 32 MB each), the self-attention caches the beams
+reorder. glibc's ``malloc`` maps blocks that large straight from the kernel and unmaps them when they are freed,
+so the next step's block is fresh memory that faults in page by page; its adaptive threshold helps only for sizes
+it has already seen freed, and it trims the heap whenever the free top exceeds a few hundred kilobytes. On a
+2-core machine that bookkeeping took from a third to most of a beam search's time, and far more when another
+process was busy beside it (``scripts/profile_decode.py``; docs/benchmarks.md, section 12).
+
+``keep_freed_memory`` sets three glibc parameters once per process: blocks up to 32 MiB (glibc's largest
+threshold) come from the heap, the heap is trimmed only when more than 1 GiB at its top is free, and it grows
+64 MiB at a time. The cost: the process keeps the memory of its largest batch resident after the batch (RSS stays
+at its peak instead of falling back between batches). ``MTKIT_MALLOC=default`` leaves glibc's defaults; on other
+C libraries (macOS, Windows, musl) nothing is changed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # glibc's malloc.h
+MMAP_THRESHOLD = 32 << 20  # glibc refuses more (HEAP_MAX_SIZE / 2 on 64-bit)
+TRIM_THRESHOLD = 1 << 30
+TOP_PAD = 64 << 20
+
+_state: dict[str, bool] = {}
+
+
+def keep_freed_memory() -> bool:
+    """Tune glibc's malloc as above (once; later calls return the first answer). True when the parameters were
+    set, False where they do not apply or ``MTKIT_MALLOC=default`` asks to leave them."""
+    if "set" not in _state:
+        _state["set"] = _tune()
+    return _state["set"]
+
+
+def _tune() -> bool:
+    if os.environ.get("MTKIT_MALLOC", "").strip().lower() == "default":
+        return False
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    # mallopt returns 1 on success; setting the thresholds also turns glibc's adaptive threshold off
+    return all(
+        mallopt(param, value) == 1
+        for param, value in (
+            (M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+            (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+            (M_TOP_PAD, TOP_PAD),
+        )
+    )

@@ -1,0 +1,24 @@
+"""A decoded hypothesis as every engine returns it, and the GNMT length penalty that ranks them. No torch here: the
+CTranslate2 engine uses these without importing it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS / EOS
+    score: float  # log_prob / lp(len(tokens) + 1): what hypotheses are ranked by
+    log_prob: float  # sum of token_log_probs
+    token_log_probs: list[float]  # len(tokens) + 1 values, the last one for EOS
+    attention: Optional[Tensor] = None  # (len(tokens) + 1, real_src_len) when asked for
+
+
+def length_penalty_of(length: int, alpha: float) -> float:
+    """GNMT length penalty ((5 + length) / 6) ** alpha; 1.0 for alpha = 0."""
+    return ((5.0 + length) / 6.0) ** alpha

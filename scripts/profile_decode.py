@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Where decoding time goes: translate a split with the torch engine and print the wall time of each part.
+
+    python scripts/profile_decode.py runs/multi30k-transformer                 # beam 5, the run's options
+    python scripts/profile_decode.py runs/multi30k-transformer --beam 1 --ops 25
+    python scripts/profile_decode.py runs/multi30k-transformer --set stopping=first --set shortlist=50
+
+The parts are timed by wrapping the functions ``mtkit translate`` calls (each part's own time, without the parts
+it calls): source tokenization, the encoder, the decoder's layers per step, the Transformer state's per-step
+bookkeeping (``encoder_side``), the output projection, the log-softmax, the beam reorders, the search's own
+tensor ops and Python, the engine's batching and the output's detokenization. CPU tensor ops run synchronously,
+so wall time is theirs. ``--ops N`` adds torch.profiler's N most expensive operators (self CPU time) over the
+same run. Each report starts with the date and the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import io
+import os
+import time
+from pathlib import Path
+
+from benchlib import describe, read_gz
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Clock:
+    """Self time per named part: time spent in a wrapped function minus the wrapped functions it called."""
+
+    def __init__(self):
+        self.own = collections.defaultdict(float)
+        self.calls = collections.Counter()
+        self._stack: list[list] = []  # [name, start, time in wrapped callees]
+
+    def wrap(self, owner, attr: str, name: str) -> None:
+        inner = getattr(owner, attr)
+
+        @functools.wraps(inner)
+        def timed(*args, **kwargs):
+            self._stack.append([name, time.perf_counter(), 0.0])
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                _, start, nested = self._stack.pop()
+                spent = time.perf_counter() - start
+                self.own[name] += spent - nested
+                self.calls[name] += 1
+                if self._stack:
+                    self._stack[-1][2] += spent
+
+        setattr(owner, attr, timed)
+
+
+def parse_sets(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if not _:
+            raise SystemExit(f"--set takes KEY=VALUE, got {item!r}")
+        out[key] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path, help="run dir or checkpoint (torch engine)")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--set", action="append", default=[], help="a decoding option of mtkit.load, KEY=VALUE")
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "multi30k")
+    parser.add_argument("--split", default="test_2016_flickr")
+    parser.add_argument("--ops", type=int, default=0, help="also print torch.profiler's N costliest operators")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+
+    import torch
+
+    import mtkit
+    from mtkit import search
+    from mtkit.models import transformer
+    from mtkit.translate import translate_stream
+
+    sources = read_gz(args.data / f"{args.split}.en.gz")
+    model = mtkit.load(
+        args.run, beam_size=args.beam, threads=args.threads, device="cpu", dtype=args.dtype, **parse_sets(args.set)
+    )
+    engine = model.engine
+    net = engine.model
+    translate_stream(model, sources[:20], io.StringIO())  # warm-up, untimed
+
+    clock = Clock()
+    clock.wrap(engine, "translate_ids", "engine: batching, padding")
+    clock.wrap(engine, "encode", "tokenize sources")
+    for name in ("beam_search", "single_path"):
+        clock.wrap(search, name, "search: own ops and Python")
+    clock.wrap(net, "encode", "encoder")
+    clock.wrap(net, "init_state", "cross-attention keys/values")
+    clock.wrap(net, "step", "log-softmax")
+    clock.wrap(net, "step_features", "decoder layers")
+    clock.wrap(net, "project", "output projection")
+    clock.wrap(transformer.TransformerState, "encoder_side", "state: encoder_side")
+    clock.wrap(transformer.TransformerState, "reorder", "state: reorder (beams)")
+
+    start = time.perf_counter()
+    if args.ops:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            translate_stream(model, sources, io.StringIO())
+    else:
+        translate_stream(model, sources, io.StringIO())
+    total = time.perf_counter() - start
+    clock.own["detokenize, I/O, the rest"] = total - sum(clock.own.values())
+
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}; {describe()}")
+    print(
+        f"{args.run}: {len(sources)} sentences of {args.split}, beam {args.beam}, {args.dtype}, "
+        f"{args.threads} threads, options {engine.opt}"
+    )
+    print(f"total {total:.2f} s ({len(sources) / total:.1f} sentences/s{', under the profiler' if args.ops else ''})")
+    print(f"{'part':<32} {'seconds':>8} {'share':>6} {'calls':>7}")
+    for name, seconds in sorted(clock.own.items(), key=lambda kv: -kv[1]):
+        print(f"{name:<32} {seconds:>8.3f} {100 * seconds / total:>5.1f}% {clock.calls.get(name, 1):>7}")
+    if args.ops:
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.ops))
+
+
+if __name__ == "__main__":
+    main()
