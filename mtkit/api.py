@@ -17,20 +17,17 @@ import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence, Union
 
-import torch
-
-from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit import ct2
-from mtkit.distributed import pick_device
 from mtkit.engine import Engine, Options
 from mtkit.errors import MtkitError
 from mtkit.results import Hypothesis, Translation
 from mtkit.segments import Segment, with_parallel
-from mtkit.shortlist import Shortlisted, check_model, load_lexicon
-from mtkit.torch_engine import Ensemble, Translator
+
+if TYPE_CHECKING:
+    from mtkit.torch_engine import Translator
 
 PathLike = Union[str, Path]
 Line = Union[str, bytes, Segment, dict]
@@ -41,11 +38,11 @@ ATTENTION_NEEDS_TORCH = "--alignments and --plot-attention need --engine torch"
 class TranslationModel:
     """A loaded model and its decoding options: lines in, translations out, one per line and in order.
 
-        Any string is a line: an empty or whitespace-only one gets no hypothesis (text ""), and whitespace inside a
-        line, line breaks included, separates words as spaces do (the command line reads a line break as the end of
-        a line). A line beyond the model's length limit is truncated (``truncated`` counts them). Lines are
-        translated ``options.chunk_size`` at a time, each chunk sorted by length and cut into batches, as
-        ``mtkit translate`` does. One call at a time: the object is not thread-safe. Translate on the thread that
+    Any string is a line: an empty or whitespace-only one gets no hypothesis (text ""), and whitespace inside a
+    line, line breaks included, separates words as spaces do (the command line reads a line break as the end of
+    a line). A line beyond the model's length limit is truncated (``truncated`` counts them). Lines are
+    translated ``options.chunk_size`` at a time, each chunk sorted by length and cut into batches, as
+    ``mtkit translate`` does. One call at a time: the object is not thread-safe. Translate on the thread that
     loaded it: PyTorch's OpenMP threads belong to the thread that starts them, and a second team on the same cores
     slowed decoding 3x on 2 cores (``batcher.model_thread`` gives a thread that can do both).
     """
@@ -317,16 +314,36 @@ def ct2_translator(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def auto_dtype(device) -> str:
+    """``dtype: auto``: int8 on a CPU whose PyTorch has the x86 int8 kernels (fbgemm / x86: AVX2 and up), where it
+    decoded the 20-minute Transformer 2.4x as fast as float32 at the same val BLEU (docs/benchmarks.md, section 2);
+    float32 elsewhere (GPUs, ARM CPUs)."""
+    import torch
+
+    return "int8" if device.type == "cpu" and torch.backends.quantized.engine in ("x86", "fbgemm") else "float32"
+
+
 def torch_translator(paths: list[Path], overrides: dict, **run_options) -> Translator:
-    """The torch engine for a run dir or checkpoint, ensembled with any further ones (``--checkpoint``)."""
+    """The torch engine for a run dir or checkpoint, ensembled with any further ones (``--checkpoint``). torch is
+    imported here, not with this module: the CTranslate2 engine runs without it."""
+    import torch
+
+    from mtkit import checkpoint as ckpt
+    from mtkit.allocator import keep_freed_memory
+    from mtkit.distributed import pick_device
+    from mtkit.shortlist import Shortlisted, check_model, load_lexicon
+    from mtkit.torch_engine import Ensemble, Translator
+
     first_file = ckpt.resolve(paths[0])
     meta_cfg = cfgmod.from_dict(ckpt.read_metadata(first_file)["config"], str(first_file))
     dec = cfgmod.decoding_with(meta_cfg.decoding, overrides)
     if dec.threads:
         torch.set_num_threads(dec.threads)
     device = pick_device(dec.device)
+    if device.type == "cpu":
+        keep_freed_memory()
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.qint8}[
-        dec.dtype
+        auto_dtype(device) if dec.dtype == "auto" else dec.dtype
     ]
     if dtype == torch.float16 and device.type != "cuda":
         raise MtkitError("--dtype float16 needs a CUDA GPU; use float32 (or bfloat16) on CPU")

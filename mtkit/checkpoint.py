@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,18 +22,13 @@ from typing import Optional
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as st_save
-from torch import nn
 
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import atomic_write_bytes, remove_stale_temps  # noqa: F401 (remove_stale_temps: a run dir's clean-up)
 from mtkit.models import Seq2Seq, build_model
-from mtkit.models.transformer import Transformer
+from mtkit.models.int8 import quantize_int8
 from mtkit.tokenizer import Tokenizer
-
-with warnings.catch_warnings():  # torch.ao's deprecation notices; the kernels are what we measured
-    warnings.simplefilter("ignore")
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 FORMAT = "mtkit-checkpoint-1"
 CKPT_RE = re.compile(r"^ckpt_(\d+)\.safetensors$")
@@ -330,15 +324,3 @@ def load_checkpoint(
     else:
         model.to(device=device, dtype=dtype).eval()
     return Loaded(model, tokenizer, cfg, meta, file)
-
-
-def quantize_int8(model: Seq2Seq) -> Seq2Seq:
-    """For CPU inference: every linear layer (the Transformer's tied output projection included) gets int8
-    weights, quantized per output channel, with activations quantized per batch on the fly (PyTorch's dynamic
-    quantization; x86/fbgemm kernels). Embeddings, attention and layer norms stay float32."""
-    if isinstance(model, Transformer) and model.output is None:  # untie: the projection gets its own int8 copy
-        model.output = nn.Linear(model.tgt_embed.weight.size(1), model.tgt_vocab_size, bias=False)
-        model.output.weight = nn.Parameter(model.tgt_embed.weight.detach().clone())
-    with warnings.catch_warnings():  # torch.ao's deprecation notices; the kernels are what we measured
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)

@@ -20,6 +20,7 @@ import io
 import json
 import math
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -358,7 +359,7 @@ def test_translate_cli_converts_a_run_dir_on_the_fly(loaded, run_dir, exported, 
     stdin = "\n".join(lines) + "\n\n   \n"
     outputs = {}
     for name, args in {
-        "torch": (run_dir,),
+        "torch": (run_dir, "--dtype", "float32"),  # the float32 model CTranslate2 runs
         "ct2-run": (run_dir, "--engine", "ctranslate2"),
         "ct2-export": (exported, "--engine", "ctranslate2"),
     }.items():
@@ -485,3 +486,22 @@ def test_n_lines_in_n_lines_out_in_order(loaded, exported, lines, final_newline)
     out_lines = text.getvalue().split("\n")
     assert out_lines.pop() == ""
     assert out_lines == [r["hypothesis"] for r in records]
+
+
+@needs_ct2
+def test_translating_an_export_never_imports_torch(exported, test_lines):
+    """The command line translating an export dir, in a fresh interpreter: the translations come out and torch (a
+    second or more of start-up) is never imported."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('torch imported:', 'torch' in sys.modules, file=sys.stderr))\n"
+        "from mtkit.cli import main\n"
+        f"sys.exit(main(['translate', {str(exported)!r}, '--engine', 'ctranslate2']))\n"
+    )
+    lines = test_lines[:5]
+    done = subprocess.run(
+        [sys.executable, "-c", code], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == len(lines) and all(done.stdout.splitlines()), done.stdout
+    assert "torch imported: False" in done.stderr, done.stderr

@@ -153,7 +153,7 @@ def hf_greedy(model, tok, sources: list[str]) -> list[list[int]]:
 def mtkit_greedy(run: Path, sources: list[str]):
     import mtkit
 
-    translator = mtkit.load(run, beam_size=1, max_len_a=0, max_len_b=MAX_NEW, device="cpu", threads=1)
+    translator = mtkit.load(run, beam_size=1, max_len_a=0, max_len_b=MAX_NEW, device="cpu", threads=1, dtype="float32")
     ids = translator.engine.encode(sources)
     return ids, [hyps[0].tokens for hyps in translator.engine.translate_ids(ids)]
 
@@ -213,7 +213,19 @@ def test_greedy_equals_generate(imported, reference):
 
 def test_translate_cli_and_language_tags(imported, reference, run_cli):
     hf_model, tok = reference
-    done = run_cli("translate", imported, "-b", 1, "--max-len-a", 0, "--max-len-b", MAX_NEW, stdin="\n".join(SOURCES))
+    done = run_cli(
+        "translate",
+        imported,
+        "-b",
+        1,
+        "--dtype",
+        "float32",
+        "--max-len-a",
+        0,
+        "--max-len-b",
+        MAX_NEW,
+        stdin="\n".join(SOURCES),
+    )
     assert done.code == 0, done.err
     theirs = tok.batch_decode(
         [[hf_model.config.pad_token_id, *row] for row in hf_greedy(hf_model, tok, SOURCES)],

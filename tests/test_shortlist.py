@@ -26,6 +26,7 @@ import yaml
 from conftest import LOG_PROB_TOL, TINY_TRANSFORMER, diverged_at_near_ties, write_toy_splits
 from mtkit.checkpoint import load_checkpoint, quantize_int8
 from mtkit.models.base import BOS, EOS, PAD, UNK, Seq2Seq, State
+from mtkit.models.int8 import WEIGHT_LEVELS
 from mtkit.search import beam_search, greedy
 from mtkit.shortlist import LEXICON_FILE, Shortlisted, build_lexicon, candidates, load_lexicon
 
@@ -245,20 +246,16 @@ def test_int8_model_decodes_over_the_shortlist(workdir, lexicon, src):
     int8 = quantize_int8(load_checkpoint(workdir / "run").model.eval())
     fp32_weight = load_checkpoint(workdir / "run").model.tgt_embed.weight
     dequantized = int8._output_weight()
-    step = fp32_weight.abs().amax(dim=1, keepdim=True) / 127  # per-channel int8 quantization step
+    step = fp32_weight.abs().amax(dim=1, keepdim=True) / WEIGHT_LEVELS  # per-channel int8 quantization step
     assert ((dequantized - fp32_weight).abs() <= step / 2 + 1e-6).all() and not torch.equal(dequantized, fp32_weight)
     reference_model = quantize_int8(load_checkpoint(workdir / "run").model.eval())
     reference_model.output = torch.nn.Linear(dequantized.size(1), dequantized.size(0), bias=False)
     reference_model.output.weight = torch.nn.Parameter(dequantized.clone())
     kwargs = dict(beam_size=4, length_penalty=1.0, max_len_a=1.5, max_len_b=5, stopping="beam_full")
     reference = MaskedToCandidates(reference_model, lexicon, **options)
-    # One sentence at a time: int8 layers quantize their input per call, with one scale for all rows, so where two
-    # searches of a batch part ways at a near-tie, the other sentences' rows would be quantized differently too.
-    found, expected = [], []
-    for row in src:
-        found += beam_search(Shortlisted(int8, lexicon, **options), row[None], **kwargs)
-        expected += beam_search(reference, row[None], **kwargs)
-    assert_same_hypotheses(found, expected, reference, src, **kwargs)
+    # the whole batch at once: int8 layers quantize each row with its own scale, so rows do not affect each other
+    found = beam_search(Shortlisted(int8, lexicon, **options), src, **kwargs)
+    assert_same_hypotheses(found, beam_search(reference, src, **kwargs), reference, src, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------------ CLI

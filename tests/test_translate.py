@@ -43,6 +43,7 @@ from conftest import (
 from mtkit.checkpoint import load_checkpoint
 from mtkit.engine import Options, max_chars_for
 from mtkit.models.base import BOS, EOS, PAD
+from mtkit.models.int8 import Int8Linear
 from mtkit.search import beam_search, greedy, max_lengths
 from mtkit.torch_engine import Ensemble, Translator
 from mtkit.translate import chunks, pipe_chunks, read_lines, translate_stream
@@ -679,12 +680,12 @@ def test_int8_engine_quantizes_every_linear_layer_and_keeps_the_translations(run
     """--dtype int8 (CPU): int8 weights in every linear layer, the tied output projection included, and
     (nearly) the float32 model's translations; the float32 checkpoint on disk is untouched."""
     int8 = load_checkpoint(run_dir, dtype=torch.qint8).model
-    quantized = [name for name, m in int8.named_modules() if ".quantized.dynamic." in type(m).__module__]
+    quantized = [name for name, m in int8.named_modules() if isinstance(m, Int8Linear)]
     assert not [m for m in int8.modules() if type(m) is torch.nn.Linear]  # every float32 linear is gone
     assert "output" in quantized and len(quantized) == 1 + 4 + 7  # projection, encoder layer, decoder layer
     assert int8.output is not None and int8.tgt_embed.weight.dtype == torch.float32
     stdin = ("\n".join(test_lines) + "\n").encode()
-    code, f32_out, err = run_main(["translate", run_dir], stdin, capsys, monkeypatch)
+    code, f32_out, err = run_main(["translate", run_dir, "--dtype", "float32"], stdin, capsys, monkeypatch)
     assert code == 0, err
     code, int8_out, err = run_main(["translate", run_dir, "--dtype", "int8"], stdin, capsys, monkeypatch)
     assert code == 0 and err == "", err
