@@ -246,8 +246,8 @@ class DecodingConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = Field(
         "auto",
-        description="int8 (CPU): linear layers with int8 weights, activations quantized per batch; auto = int8 on "
-        "a CPU with PyTorch's x86 int8 kernels (chosen on val: 2.4x float32's speed, BLEU unchanged), else float32",
+        description="int8 (CPU): linear layers with int8 weights, activations quantized per row; auto = int8 on a "
+        "CPU with PyTorch's x86 int8 kernels (chosen on val: 2.1x float32's speed, BLEU within 0.02), else float32",
     )
     threads: Optional[int] = Field(None, ge=1)
     shortlist: int = Field(

@@ -7,19 +7,20 @@
 In this process first (the model loaded through `mtkit.load`, as `mtkit translate` loads it): the offline
 batched throughput (`translate` over the whole test set, as `mtkit translate` batches it) and the latency of
 `translate([sentence])` for one sentence at a time. Then the model is released, `mtkit serve` starts in its own
-process with the same beam and threads, and for each client count that many threads send the test set's
-sentences one per `POST /v1/translate` (keep-alive connections), each taking the next sentence when its answer
-arrives. Printed per load: sentences/s and its ratio to offline, p50/p95/p99 latency, errors (any answer but a
-200 with one translation), answers equal to the offline translation, and the server's peak RSS. The soak runs the
-largest client count for `--soak` seconds over the test set again and again and prints the server's RSS per
-minute, to show whether memory grows. Client threads run on the same machine and take some of its CPU.
+process with the same beam and threads, and for each client count that many clients send the test set's
+sentences one per `POST /v1/translate` (keep-alive connections, coroutines of one event loop), each taking the
+next sentence when its answer arrives. Printed per load: sentences/s and its ratio to offline, p50/p95/p99
+latency, errors (any answer but a 200 with one translation), answers equal to the offline translation, and the
+server's peak RSS. The soak runs the largest client count for `--soak` seconds over the test set again and again
+and prints the server's RSS per minute, to show whether memory grows. The clients run on the same machine and
+take some of its CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gzip
-import http.client
 import json
 import os
 import shlex
@@ -74,8 +75,14 @@ class RssSampler(threading.Thread):
 
 
 def load(port: int, sentences: list[str], clients: int, seconds: float | None = None) -> dict:
-    """``clients`` threads send ``sentences`` one per request (each once, or round and round for ``seconds``)."""
-    lock = threading.Lock()
+    """``clients`` keep-alive connections send ``sentences`` one per request (each once, or round and round for
+    ``seconds``), each sending the next sentence when its answer has come. The clients are coroutines of one event
+    loop writing HTTP/1.1 by hand: on a 2-core machine a thread per client (http.client) took a good part of the CPU
+    the server needs."""
+    return asyncio.run(_load(port, sentences, clients, seconds))
+
+
+async def _load(port: int, sentences: list[str], clients: int, seconds: float | None) -> dict:
     position = 0
     latencies: list[float] = []
     answers: dict[int, str] = {}
@@ -84,44 +91,46 @@ def load(port: int, sentences: list[str], clients: int, seconds: float | None = 
 
     def next_index() -> int | None:
         nonlocal position
-        with lock:
-            if deadline is None and position >= len(sentences):
-                return None
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            position += 1
-            return (position - 1) % len(sentences)
+        if deadline is None and position >= len(sentences):
+            return None
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        position += 1
+        return (position - 1) % len(sentences)
 
-    def client() -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    async def exchange(reader, writer, body: bytes) -> tuple[int, bytes]:
+        writer.write(
+            b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = next(int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:"))
+        return status, await reader.readexactly(length)
+
+    async def client() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
         while (i := next_index()) is not None:
-            body = json.dumps({"text": sentences[i]})
+            body = json.dumps({"text": sentences[i]}).encode()
             start = time.perf_counter()
             try:
-                connection.request("POST", "/v1/translate", body, {"content-type": "application/json"})
-                response = connection.getresponse()
-                payload = response.read()
+                status, payload = await asyncio.wait_for(exchange(reader, writer, body), 120)
                 elapsed = time.perf_counter() - start
-                translations = json.loads(payload).get("translations") if response.status == 200 else None
-                if response.status != 200 or not isinstance(translations, list) or len(translations) != 1:
-                    raise ValueError(f"status {response.status}: {payload[:200]!r}")
-            except (OSError, ValueError, http.client.HTTPException) as err:
-                with lock:
-                    errors.append(str(err))
-                connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                translations = json.loads(payload).get("translations") if status == 200 else None
+                if status != 200 or not isinstance(translations, list) or len(translations) != 1:
+                    raise ValueError(f"status {status}: {payload[:200]!r}")
+            except (OSError, ValueError, StopIteration, asyncio.IncompleteReadError, asyncio.TimeoutError) as err:
+                errors.append(f"{type(err).__name__}: {err}")
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 continue
-            with lock:
-                latencies.append(elapsed)
-                answers[i] = translations[0]["text"]
-        connection.close()
+            latencies.append(elapsed)
+            answers[i] = translations[0]["text"]
+        writer.close()
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
     start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    await asyncio.gather(*(client() for _ in range(clients)))
     wall = time.perf_counter() - start
     return {"wall": wall, "latencies": latencies, "answers": answers, "errors": errors, "done": len(latencies)}
 

@@ -6,6 +6,7 @@
     python scripts/bench_translate.py runs/demo-ct2 --engine ctranslate2               # an `mtkit export` dir
     python scripts/bench_translate.py runs/multi30k-transformer --shortlist 0 20 --compute-type float32 int8
     python scripts/bench_translate.py runs/multi30k-transformer --split val --shortlist 10 20 50   # tune on val
+    python scripts/bench_translate.py runs/multi30k-transformer --peer /tmp/mtkit-peer-opennmt  # x onmt_translate
 
 Both engines run in this process through the code `mtkit translate` uses (``translate_stream`` over the
 model ``mtkit.load`` returns, on the torch engine or CTranslate2) with the run's decoding options (length penalty, a * len + b output limit,
@@ -19,6 +20,9 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,6 +68,64 @@ def direct_ct2(model, sources: list[str]) -> list[str]:
         for i, text in zip(idx, sp_tgt.decode([r.hypotheses[0] for r in results])):
             out[i] = text
     return out
+
+
+def peer_rows(workdir: Path, beams: list[int], threads: int, references: list[str], split: str) -> dict[int, float]:
+    """``onmt_translate`` on the model ``benchmarks/peer_opennmt.sh MINUTES WORKDIR`` trained, at each beam, as that
+    script runs it (64 sentences a batch): prints a row per beam, returns sentences/s per beam. Its time is the
+    one onmt_translate reports for translating (model loading excluded, as in the rows above)."""
+    import sentencepiece as spm
+
+    from mtkit.score import corpus_scores
+
+    venv, data = workdir / "venv", workdir / "data"
+    source, spm_model = data / f"{split}.sp.en", data / "spm8k.model"
+    for need in (venv / "bin" / "onmt_translate", source, spm_model):
+        if not need.exists():
+            raise SystemExit(f"--peer {workdir}: {need} not found; run benchmarks/peer_opennmt.sh MINUTES {workdir}")
+    found = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            str(ROOT / "benchmarks" / "peer_opennmt.py"),
+            "checkpoint",
+            str(workdir / "run"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"--peer {workdir}: {found.stderr.strip() or 'no checkpoint'}")
+    checkpoint = found.stdout.strip()
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # its own checkpoints, which torch.load restricts by default
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    speeds = {}
+    with tempfile.TemporaryDirectory(prefix="mtkit-peer-") as tmp:
+        for beam in beams:
+            out = Path(tmp) / f"onmt.b{beam}"
+            done = subprocess.run(
+                ["onmt_translate", "-model", checkpoint, "-src", str(source), "-output", str(out)]
+                + ["-beam_size", str(beam), "-batch_size", "64", "-batch_type", "sents", "-report_time"],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
+            match = re.search(r"Total translation time \(s\): ([0-9.]+)", done.stdout + done.stderr)
+            if done.returncode != 0 or not match:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise SystemExit(f"--peer: onmt_translate failed at beam {beam}: {tail[0]}")
+            seconds = float(match.group(1))
+            hyps = [sp.decode(line.split()) for line in out.read_text(encoding="utf-8").splitlines()]
+            scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
+            speeds[beam] = len(hyps) / seconds
+            print(
+                f"{'onmt':<12} {'float32':<13} {beam:>4} {'':>9} {seconds:>8.2f} {speeds[beam]:>8.1f} {'':>10} "
+                f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}",
+                flush=True,
+            )
+    print(f"  (onmt: OpenNMT-py's onmt_translate on {checkpoint}, 64 sentences a batch, {threads} threads)")
+    return speeds
 
 
 def build(
@@ -130,6 +192,13 @@ def main() -> None:
     parser.add_argument("--split", default="test_2016_flickr", help="test_2016_flickr, or val to tune options")
     parser.add_argument("--warmup", type=int, default=20, help="sentences translated untimed before each row")
     parser.add_argument(
+        "--peer",
+        type=Path,
+        metavar="WORKDIR",
+        help="first decode with OpenNMT-py's onmt_translate the model that benchmarks/peer_opennmt.sh MINUTES "
+        "WORKDIR trained, at the same beams, and print each row's ratio to it",
+    )
+    parser.add_argument(
         "--direct",
         action="store_true",
         help="ctranslate2: after each row, the same model, batches, beam and limit through the library alone",
@@ -154,7 +223,8 @@ def main() -> None:
         f"{'engine':<12} {'compute':<13} {'beam':>4} {'shortlist':>9} {'seconds':>8} {'sent/s':>8} "
         f"{'tgt tok/s':>10} {'BLEU':>6} {'chrF':>6}"
     )
-    signatures = {}
+    peer = peer_rows(args.peer, args.beams, args.threads, references, args.split) if args.peer else {}
+    signatures, ratios = {}, []
     for compute_type in compute_types:
         for shortlist in args.shortlist:
             for beam in args.beams:
@@ -189,6 +259,8 @@ def main() -> None:
                     f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}",
                     flush=True,
                 )
+                if beam in peer:
+                    ratios.append(f"{row.strip()}: {len(sources) / seconds / peer[beam]:.2f}x onmt_translate")
                 if args.direct:
                     direct_ct2(translator, sources[: args.warmup])
                     start = time.perf_counter()
@@ -201,6 +273,8 @@ def main() -> None:
                         f"{scores['chrf']['score']:>6.2f}",
                         flush=True,
                     )
+    for line in ratios:
+        print(line)
     for name, signature in signatures.items():
         print(f"{name}: {signature}")
 
