@@ -170,6 +170,8 @@ class Tokenizer:
         self._src_bytes, self._tgt_bytes = src_bytes, tgt_bytes
         self._src = _processor(src_bytes, src_name)
         self._tgt = self._src if self._same else _processor(tgt_bytes, tgt_name)
+        self._src_table: Optional[list[str]] = None  # subwords by id, built on first use
+        self._tgt_table: Optional[list[str]] = None
 
     @classmethod
     def from_dir(cls, data_dir: PathLike) -> "Tokenizer":
@@ -246,10 +248,14 @@ class Tokenizer:
     # ------------------------------------------------------------ inspection
     def src_pieces(self, ids: Sequence[int]) -> list[str]:
         """Subword strings for one source id list (labels of attention plots)."""
-        return _pieces(self._src, ids, self.vocab)
+        if self._src_table is None:
+            self._src_table = _piece_table(self._src, self.vocab)
+        return _pieces(self._src_table, ids)
 
     def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
-        return _pieces(self._tgt, ids, self.vocab)
+        if self._tgt_table is None:
+            self._tgt_table = _piece_table(self._tgt, self.vocab)
+        return _pieces(self._tgt_table, ids)
 
     def fingerprint(self) -> str:
         """sha256 over the model file bytes: a checkpoint records it to detect a different vocabulary."""
@@ -330,9 +336,13 @@ def _threads() -> int:
         return os.cpu_count() or 1
 
 
-def _pieces(sp: spm.SentencePieceProcessor, ids: Sequence[int], vocab: Optional[Vocab] = None) -> list[str]:
+def _piece_table(sp: spm.SentencePieceProcessor, vocab: Optional[Vocab] = None) -> list[str]:
+    """Every subword by id (a list lookup per subword is far cheaper than a call into SentencePiece)."""
     if vocab is not None:
-        size = len(vocab.pieces)
-        return [(vocab.pieces[int(i)] or "<pad>") if 0 <= int(i) < size else f"<{int(i)}>" for i in ids]
-    size = sp.get_piece_size()
-    return [sp.id_to_piece(int(i)) if 0 <= int(i) < size else f"<{int(i)}>" for i in ids]
+        return [p or "<pad>" for p in vocab.pieces]
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+def _pieces(table: list[str], ids: Sequence[int]) -> list[str]:
+    size = len(table)
+    return [table[i] if 0 <= i < size else f"<{i}>" for i in map(int, ids)]
