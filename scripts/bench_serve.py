@@ -77,8 +77,7 @@ class RssSampler(threading.Thread):
 def load(port: int, sentences: list[str], clients: int, seconds: float | None = None) -> dict:
     """``clients`` keep-alive connections send ``sentences`` one per request (each once, or round and round for
     ``seconds``), each sending the next sentence when its answer has come. The clients are coroutines of one event
-    loop writing HTTP/1.1 by hand: on a 2-core machine a thread per client (http.client) took a good part of the CPU
-    the server needs."""
+    loop writing HTTP/1.1 by hand, not a thread each: on a 2-core machine the clients share the server's CPU."""
     return asyncio.run(_load(port, sentences, clients, seconds))
 
 
