@@ -47,7 +47,10 @@ def main() -> None:
         idx = order[start : start + args.batch_size]
         limit = max(math.ceil(args.max_len_a * (len(pieces[i]) + 1) + args.max_len_b - 1e-6) for i in idx)
         results = translator.translate_batch(
-            [pieces[i] for i in idx], beam_size=args.beam_size, max_batch_size=args.batch_size, max_decoding_length=limit
+            [pieces[i] for i in idx],
+            beam_size=args.beam_size,
+            max_batch_size=args.batch_size,
+            max_decoding_length=limit,
         )
         for i, text in zip(idx, sp_tgt.decode([r.hypotheses[0] for r in results])):
             out[i] = text
