@@ -361,11 +361,14 @@ def test_batch_tokens_changes_batches_not_translations(loaded, run_dir, test_lin
         search, "beam_search", lambda model, src, *a, **kw: sizes.append(src.shape) or real(model, src, *a, **kw)
     )
     stdin = ("\n".join(test_lines[:30]) + "\n").encode()
-    code, plain, err = run_main(["translate", run_dir], stdin, capsys, monkeypatch)
+    # float32, the model assert_same_translations replays near-ties on (int8: tests/test_int8.py)
+    code, plain, err = run_main(["translate", run_dir, "--dtype", "float32"], stdin, capsys, monkeypatch)
     assert code == 0, err
     assert max(rows for rows, _ in sizes) == 16  # the run's decoding.batch_size
     sizes.clear()
-    code, capped, err = run_main(["translate", run_dir, "--batch-tokens", "40"], stdin, capsys, monkeypatch)
+    code, capped, err = run_main(
+        ["translate", run_dir, "--dtype", "float32", "--batch-tokens", "40"], stdin, capsys, monkeypatch
+    )
     assert code == 0, err
     assert_same_translations(loaded, test_lines[:30], capped, plain)
     assert len(sizes) > 2 and all(rows * width <= 40 or rows == 1 for rows, width in sizes)
@@ -505,10 +508,12 @@ def test_ensemble_of_a_model_with_itself_equals_the_model(loaded, run_dir, test_
 
 def test_ensemble_through_the_cli(loaded, run_dir, test_lines, capsys, monkeypatch):
     stdin = ("\n".join(test_lines[:8]) + "\n").encode()
-    code, single, err = run_main(["translate", run_dir], stdin, capsys, monkeypatch)
+    code, single, err = run_main(["translate", run_dir, "--dtype", "float32"], stdin, capsys, monkeypatch)
     assert code == 0, err
     ckpt_file = run_dir / "checkpoints" / "best.safetensors"
-    code, ensembled, err = run_main(["translate", run_dir, "--checkpoint", ckpt_file], stdin, capsys, monkeypatch)
+    code, ensembled, err = run_main(
+        ["translate", run_dir, "--checkpoint", ckpt_file, "--dtype", "float32"], stdin, capsys, monkeypatch
+    )
     assert code == 0, err
     assert_same_translations(loaded, test_lines[:8], ensembled, single)
 
@@ -574,7 +579,10 @@ def test_one_line_at_a_time_through_a_pipe_is_answered_before_eof(loaded, run_di
     import select
 
     translate = spawn(
-        ["translate", run_dir, "-b", 1], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        ["translate", run_dir, "-b", 1, "--dtype", "float32"],  # the model near-ties are replayed on
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         answers = []
@@ -594,7 +602,7 @@ def test_one_line_at_a_time_through_a_pipe_is_answered_before_eof(loaded, run_di
     assert rest == b"" and all(a.endswith(b"\n") and a.strip() for a in answers)
     # the same answers as translating the three lines in one go (one batch: near-ties aside)
     with_file = subprocess.run(
-        [sys.executable, "-m", "mtkit", "translate", str(run_dir), "-b", "1"],
+        [sys.executable, "-m", "mtkit", "translate", str(run_dir), "-b", "1", "--dtype", "float32"],
         input=("\n".join(test_lines[:3]) + "\n").encode(),
         capture_output=True,
         env=SUBPROCESS_ENV,
