@@ -2,11 +2,13 @@
 
 Requests put their sentences in one bounded queue (``queue_size`` sentences); a single worker thread takes up to
 ``batch_size`` sentences that ask for the same output (n-best, scores, alignments), translates them with one call
-and hands each result to its sentence's future. Before it starts a batch, the worker waits at most ``max_wait``
-seconds for as many sentences as there were clients last time: those of its previous batch, which send again once
-answered, plus those that arrived while it ran. So a lone client never waits, and clients that each wait for their
-answer end up in one batch instead of alternating halves. Only the worker touches the model (``TranslationModel``
-is not thread-safe), and the event loop never waits on it.
+and hands each result to its sentence's future. Before it starts a batch, the worker waits for as many sentences as there were clients last time: those of its previous batch, which send again once
+answered, plus those that arrived while it ran: while they come, each within ``max_wait`` of the last (the first
+within ``max_delay``), and for ``max_delay`` in all. So a lone client never waits, and clients that each wait for their answer end up in
+one batch instead of alternating halves: the model decodes while the clients wait, and the event loop answers and
+reads requests while the model waits, instead of both sharing the cores at once (a request handled during a
+decode slowed that decode more than the request's own CPU time, 2026-11-24, 2 cores). Only the worker touches
+the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Stats:
     sentences: int = 0
     largest_batch: int = 0
     dropped: int = 0  # sentences taken out of the queue when their request timed out or its client left
+    busy: float = 0.0  # seconds spent in translate calls
 
 
 class Batcher:
@@ -58,12 +61,17 @@ class Batcher:
         queue_size: int,
         on_batch: Optional[Callable[[int], None]] = None,
         executor: Optional[Executor] = None,
+        max_delay: float = 0.0,
     ):
-        """``executor``: the one-thread executor the model was loaded on, to translate on that thread too (see
+        """``max_wait``: the longest pause between two arriving sentences the worker waits through while it
+        expects more; ``max_delay``: the longest it waits for the first one and holds a batch back in all (at least
+        ``max_wait``).
+        ``executor``: the one-thread executor the model was loaded on, to translate on that thread too (see
         ``model_thread``); without one the batcher starts a thread of its own."""
         self.translate = translate
         self.batch_size = max(1, batch_size)
         self.max_wait = max(0.0, max_wait)
+        self.max_delay = max(0.0, max_delay)
         self.queue_size = max(1, queue_size)
         self.on_batch = on_batch
         self.stats = Stats()
@@ -73,6 +81,8 @@ class Batcher:
         self._executor = executor
         self._worker: Optional[Union[threading.Thread, Future]] = None
         self._arrived = 0  # sentences submitted so far
+        self._last_arrival = 0.0  # time.monotonic() of the latest submit
+        self._arrived_by_end = 0  # self._arrived when the last batch ended
         self._expected = 1  # sentences to wait for: the previous batch's and those that arrived while it ran
 
     @property
@@ -117,6 +127,7 @@ class Batcher:
                 raise QueueFull(f"the translation queue is full ({self.queue_size} sentences); retry shortly")
             self._pending.extend(items)
             self._arrived += len(items)
+            self._last_arrival = time.monotonic()
             self._cond.notify_all()
         return items
 
@@ -131,19 +142,23 @@ class Batcher:
             item.future.cancel()
 
     def _take(self) -> Optional[list[Item]]:
-        """The next batch: the oldest sentence and up to batch_size - 1 more of its key, after waiting at most
-        max_wait for as many as the previous batch had plus those that arrived while it ran. None once stopped."""
+        """The next batch: the oldest sentence and up to batch_size - 1 more of its key, after waiting for as many
+        as the previous batch had plus those that arrived while it ran, as long as each next sentence comes within
+        max_wait and for max_delay at most. None once stopped."""
         with self._cond:
             expected = self._expected
             while not self._pending and not self._stopped:
                 self._cond.wait()
             if self._stopped:
                 return None
-            deadline = time.monotonic() + self.max_wait
+            cap = time.monotonic() + max(self.max_wait, self.max_delay)
             while True:
                 key = self._pending[0].key
                 same = sum(1 for x in self._pending if x.key == key)
-                left = deadline - time.monotonic()
+                # until a sentence comes after the last batch, its answers may still be going out: up to the cap;
+                # then max_wait after the latest one
+                came = self._arrived > self._arrived_by_end
+                left = (min(self._last_arrival + self.max_wait, cap) if came else cap) - time.monotonic()
                 if same >= expected or left <= 0 or self._stopped:
                     break
                 self._cond.wait(left)
@@ -165,6 +180,7 @@ class Batcher:
                 continue
             with self._cond:
                 arrived = self._arrived
+            started = time.perf_counter()
             try:
                 results = self.translate([item.text for item in batch], *batch[0].key)
             except Exception as err:  # handed to each request, which answers with its own error
@@ -172,8 +188,10 @@ class Batcher:
                     item.future.set_exception(err)
                 continue
             finally:  # counted before any answer goes out: a client's next request must not look like another's
+                self.stats.busy += time.perf_counter() - started
                 with self._cond:
                     self._expected = min(self.batch_size, len(batch) + self._arrived - arrived)
+                    self._arrived_by_end = self._arrived
             self.stats.batches += 1
             self.stats.sentences += len(batch)
             self.stats.largest_batch = max(self.stats.largest_batch, len(batch))

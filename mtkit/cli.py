@@ -324,7 +324,12 @@ def serve(
         None, "--cors-origin", help="Allow browsers on this origin (repeatable; default: no CORS)."
     ),
     max_wait_ms: float = typer.Option(
-        _LIMITS.max_wait * 1000, "--max-wait-ms", help="Wait at most this long for a batch as large as the last."
+        _LIMITS.max_wait * 1000,
+        "--max-wait-ms",
+        help="Gather a batch as large as the last while each next sentence comes within this many ms.",
+    ),
+    max_delay_ms: float = typer.Option(
+        _LIMITS.max_delay * 1000, "--max-delay-ms", help="Hold a batch back at most this long in all."
     ),
     queue_size: int = typer.Option(_LIMITS.queue_size, "--queue-size", help="Sentences that may wait; beyond: 503."),
     timeout: float = typer.Option(
@@ -356,6 +361,7 @@ def serve(
             "max_body_bytes": ("--max-body-bytes", max_body_bytes),
             "queue_size": ("--queue-size", queue_size),
             "max_wait": ("--max-wait-ms", max_wait_ms),
+            "max_delay": ("--max-delay-ms", max_delay_ms),
             "timeout": ("--timeout", timeout),
         },
         max_sentences=max_sentences,
@@ -363,6 +369,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         queue_size=queue_size,
         max_wait=max_wait_ms / 1000,
+        max_delay=max_delay_ms / 1000,
         timeout=timeout,
     )
     try:

@@ -289,7 +289,10 @@ class ServeLimits(Section):
     max_sentences: int = Field(128, ge=1, description="per request")
     max_chars: int = Field(100_000, ge=1, description="per request, all sentences together")
     queue_size: int = Field(1024, ge=1, description="sentences waiting, all requests together")
-    max_wait: float = Field(0.005, ge=0, description="seconds the batcher waits for a batch as large as its last")
+    max_wait: float = Field(
+        0.005, ge=0, description="seconds the batcher waits for the next sentence of a batch as large as its last"
+    )
+    max_delay: float = Field(0.05, ge=0, description="seconds the batcher holds a batch back at most")
     timeout: float = Field(60.0, gt=0, description="seconds a request may wait for its translations")
 
 

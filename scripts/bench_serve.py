@@ -10,8 +10,9 @@ batched throughput (`translate` over the whole test set, as `mtkit translate` ba
 process with the same beam and threads, and for each client count that many clients send the test set's
 sentences one per `POST /v1/translate` (keep-alive connections, coroutines of one event loop), each taking the
 next sentence when its answer arrives. Printed per load: sentences/s and its ratio to offline, p50/p95/p99
-latency, errors (any answer but a 200 with one translation), answers equal to the offline translation, and the
-server's peak RSS. The soak runs the largest client count for `--soak` seconds over the test set again and again
+latency, errors (any answer but a 200 with one translation), answers equal to the offline translation, the mean
+batch, the share of the time the model was translating and its seconds per sentence against offline (from the
+server's /metrics), and the server's peak RSS. The soak runs the largest client count for `--soak` seconds over the test set again and again
 and prints the server's RSS per minute, to show whether memory grows. The clients run on the same machine and
 take some of its CPU.
 """
@@ -164,12 +165,13 @@ def cli_seconds(run: Path, source: Path, beam: int, threads: int) -> float:
     return time.perf_counter() - start
 
 
-def batch_totals(port: int) -> tuple[float, float]:
-    """(sentences, batches) the server has translated so far, from its /metrics."""
+def batch_totals(port: int) -> tuple[float, float, float]:
+    """(sentences, batches, seconds the model was busy) of the server so far, from its /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("mtkit_batch_sentences_"))
-    return float(values.get("mtkit_batch_sentences_sum", 0)), float(values.get("mtkit_batch_sentences_count", 0))
+    values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("mtkit_"))
+    names = ("mtkit_batch_sentences_sum", "mtkit_batch_sentences_count", "mtkit_model_busy_seconds")
+    return tuple(float(values.get(name, 0)) for name in names)  # type: ignore[return-value]
 
 
 def start_server(run: Path, port: int, beam: int, threads: int, extra: list[str]) -> subprocess.Popen:
@@ -228,9 +230,10 @@ def main() -> None:
     try:
         load(port, sentences[:20], 1)  # warm-up
         print(
-            "\n| clients | sentences | sent/s | x offline | p50 ms | p95 ms | p99 ms | errors | = offline | mean batch | peak RSS MiB |"
+            "\n| clients | sentences | sent/s | x offline | p50 ms | p95 ms | p99 ms | errors | = offline | mean batch | model busy | "
+            "model s/sentence x offline | peak RSS MiB |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for clients in args.clients:
             began, before = time.monotonic(), batch_totals(port)
             result = load(port, sentences, clients)
@@ -239,10 +242,12 @@ def main() -> None:
             lat = [x * 1000 for x in result["latencies"]] or [float("nan")]
             same = sum(base["outputs"][i] == text for i, text in result["answers"].items())
             rate = result["done"] / result["wall"]
+            busy = after[2] - before[2]
             print(
                 f"| {clients} | {result['done']} | {rate:.1f} | {rate / offline_rate:.2f} | "
                 f"{percentile(lat, 50):.1f} | {percentile(lat, 95):.1f} | {percentile(lat, 99):.1f} | "
                 f"{len(result['errors'])} | {same} | {(after[0] - before[0]) / max(1, after[1] - before[1]):.1f} | "
+                f"{busy / result['wall']:.0%} | {busy / max(1, result['done']) * offline_rate:.2f} | "
                 f"{rss.peak(began):.0f} |",
                 flush=True,
             )

@@ -20,7 +20,7 @@ def _pins(lines) -> dict[str, str]:
         line = line.split("#", 1)[0].strip()
         if "==" in line:
             name, version = line.split("==", 1)
-            pins[_canonical(name)] = version.strip()
+            pins[_canonical(name)] = version.split(";", 1)[0].strip()  # without an environment marker
     return pins
 
 

@@ -271,6 +271,70 @@ def test_the_batcher_waits_for_its_last_batch_and_the_sentences_that_waited_mean
     assert calls == [["a"], ["b"], ["c", "d", "e"], ["f", "g", "h", "i"]]
 
 
+def _expecting(batcher: Batcher, gate: threading.Event, calls: list, running: int, meanwhile: int) -> None:
+    """Leave ``batcher`` expecting ``running + meanwhile`` sentences: a batch of ``running`` translates while
+    ``meanwhile`` more arrive; returns once the worker looks for its next batch."""
+    gate.clear()
+    batcher.submit([f"r{i}" for i in range(running)])
+    wait_until(lambda: len(calls) == 1, "the running batch")
+    batcher.submit([f"m{i}" for i in range(meanwhile)])
+    gate.set()
+    wait_until(lambda: batcher.stats.batches == 1, "the running batch's end")
+
+
+def test_the_batcher_waits_while_sentences_keep_coming_and_stops_at_a_pause():
+    calls: list = []
+    gate = threading.Event()
+
+    def translate(lines, *key):
+        calls.append(list(lines))
+        assert gate.wait(DEADLINE)
+        return [x.upper() for x in lines]
+
+    # pauses of up to 0.5 s are waited through, the first sentence is waited for up to 10 x DEADLINE
+    batcher = Batcher(translate, batch_size=16, max_wait=0.5, queue_size=16, max_delay=10 * DEADLINE)
+    batcher.start()
+    try:
+        _expecting(batcher, gate, calls, running=3, meanwhile=2)  # expects 5: "m0", "m1" queued
+        time.sleep(1.0)  # longer than max_wait: still waiting for the first of the running batch's clients
+        assert len(calls) == 1
+        batcher.submit(["a"])
+        time.sleep(0.1)
+        batcher.submit(["b"])  # 4 of 5: then a pause longer than max_wait, so the batch starts without the 5th
+        wait_until(lambda: len(calls) == 2, "the batch after the pause")
+        batcher.submit(["c"])
+        wait_until(lambda: len(calls) == 3, "the next batch")
+    finally:
+        batcher.stop()
+    assert calls[1:] == [["m0", "m1", "a", "b"], ["c"]]
+
+
+def test_the_batcher_holds_a_batch_back_for_max_delay_at_most():
+    calls: list = []
+    gate = threading.Event()
+
+    def translate(lines, *key):
+        calls.append((time.monotonic(), list(lines)))
+        assert gate.wait(DEADLINE)
+        return [x.upper() for x in lines]
+
+    batcher = Batcher(translate, batch_size=64, max_wait=1.0, queue_size=64, max_delay=1.5)
+    batcher.start()
+    try:
+        _expecting(batcher, gate, calls, running=8, meanwhile=8)  # expects 16
+        began = time.monotonic()
+        for i in range(12):  # one sentence each 0.25 s: never a pause as long as max_wait, never 16 sentences
+            if len(calls) == 1:
+                batcher.submit([f"s{i}"])
+            time.sleep(0.25)
+        wait_until(lambda: len(calls) >= 2, "the held batch")
+    finally:
+        batcher.stop()
+    started, lines = calls[1]
+    assert started - began < 2.5, "held past max_delay while sentences kept coming"
+    assert 8 < len(lines) < 16 and lines[:8] == [f"m{i}" for i in range(8)]
+
+
 def test_a_lone_clients_next_sentence_does_not_wait_even_when_it_comes_back_at_once():
     registered = threading.Event()
 
@@ -517,6 +581,9 @@ def test_cli_serve(run_cli, tmp_path):
     assert len(result.err.strip().splitlines()) == 1
     for flag in ("--queue-size", "--max-chars", "--max-body-bytes", "--max-sentences"):
         result = run_cli("serve", tmp_path, flag, "0")
+        assert result.code == 2 and flag in result.err and len(result.err.strip().splitlines()) == 1, result.err
+    for flag in ("--max-wait-ms", "--max-delay-ms"):
+        result = run_cli("serve", tmp_path, flag, "-1")
         assert result.code == 2 and flag in result.err and len(result.err.strip().splitlines()) == 1, result.err
 
 
