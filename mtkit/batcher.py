@@ -2,13 +2,14 @@
 
 Requests put their sentences in one bounded queue (``queue_size`` sentences); a single worker thread takes up to
 ``batch_size`` sentences that ask for the same output (n-best, scores, alignments), translates them with one call
-and hands each result to its sentence's future. Before it starts a batch, the worker waits for as many sentences as there were clients last time: those of its previous batch, which send again once
-answered, plus those that arrived while it ran: while they come, each within ``max_wait`` of the last (the first
-within ``max_delay``), and for ``max_delay`` in all. So a lone client never waits, and clients that each wait for their answer end up in
-one batch instead of alternating halves: the model decodes while the clients wait, and the event loop answers and
-reads requests while the model waits, instead of both sharing the cores at once (a request handled during a
-decode slowed that decode more than the request's own CPU time, 2026-11-24, 2 cores). Only the worker touches
-the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
+and hands each result to its sentence's future. Before it starts a batch, the worker waits for as many sentences
+as there were clients last time: those of its previous batch, which send again once answered, plus those that
+arrived while it ran; it waits while they come, each within ``max_wait`` of the last (the first within
+``max_delay``), and ``max_delay`` at most in all. So a lone client never waits, and clients that each wait for their
+answer end up in one batch instead of alternating halves: the model decodes while the clients wait, and the event
+loop answers and reads requests while the model waits, instead of both sharing the cores at once (a request
+handled during a decode slowed that decode more than the request's own CPU time, 2026-11-24, 2 cores). Only the
+worker touches the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
 """
 
 from __future__ import annotations

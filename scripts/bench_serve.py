@@ -12,9 +12,9 @@ sentences one per `POST /v1/translate` (keep-alive connections, coroutines of on
 next sentence when its answer arrives. Printed per load: sentences/s and its ratio to offline, p50/p95/p99
 latency, errors (any answer but a 200 with one translation), answers equal to the offline translation, the mean
 batch, the share of the time the model was translating and its seconds per sentence against offline (from the
-server's /metrics), and the server's peak RSS. The soak runs the largest client count for `--soak` seconds over the test set again and again
-and prints the server's RSS per minute, to show whether memory grows. The clients run on the same machine and
-take some of its CPU.
+server's /metrics), and the server's peak RSS. The soak runs the largest client count for `--soak` seconds over
+the test set again and again and prints the server's RSS per minute, to show whether memory grows. The clients
+run on the same machine and take some of its CPU.
 """
 
 from __future__ import annotations
@@ -230,8 +230,8 @@ def main() -> None:
     try:
         load(port, sentences[:20], 1)  # warm-up
         print(
-            "\n| clients | sentences | sent/s | x offline | p50 ms | p95 ms | p99 ms | errors | = offline | mean batch | model busy | "
-            "model s/sentence x offline | peak RSS MiB |"
+            "\n| clients | sentences | sent/s | x offline | p50 ms | p95 ms | p99 ms | errors | = offline | mean batch | "
+            "model busy | model s/sentence x offline | peak RSS MiB |"
         )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for clients in args.clients:
