@@ -291,12 +291,12 @@ def test_the_batcher_waits_while_sentences_keep_coming_and_stops_at_a_pause():
         assert gate.wait(DEADLINE)
         return [x.upper() for x in lines]
 
-    # pauses of up to 0.5 s are waited through, the first sentence is waited for up to 10 x DEADLINE
-    batcher = Batcher(translate, batch_size=16, max_wait=0.5, queue_size=16, max_delay=10 * DEADLINE)
+    # pauses of up to 1 s are waited through, the first sentence is waited for up to 10 x DEADLINE
+    batcher = Batcher(translate, batch_size=16, max_wait=1.0, queue_size=16, max_delay=10 * DEADLINE)
     batcher.start()
     try:
         _expecting(batcher, gate, calls, running=3, meanwhile=2)  # expects 5: "m0", "m1" queued
-        time.sleep(1.0)  # longer than max_wait: still waiting for the first of the running batch's clients
+        time.sleep(1.5)  # longer than max_wait: still waiting for the first of the running batch's clients
         assert len(calls) == 1
         batcher.submit(["a"])
         time.sleep(0.1)
