@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Translate stdin to stdout with CTranslate2 and SentencePiece alone (no mtkit), on a dir `mtkit export` wrote:
-the reference `scripts/bench_translate.py --processes` times a whole `mtkit translate --engine ctranslate2`
-process against.
+the reference a whole `mtkit translate --engine ctranslate2` process is timed against (docs/benchmarks.md,
+section 12: both commands over the same file, taking turns).
 
     python scripts/ct2_direct.py runs/demo-ct2 --beam-size 5 < source.txt > output.txt
 
