@@ -5,7 +5,7 @@
     model.translate(["A man is riding a bike.", ""])   # ["Ein Mann fährt Fahrrad.", ""]
     model.translate("A man is riding a bike.", prefix="Ein Mann", constraints=["Rad"])
 
-``import mtkit`` imports no torch: ``load`` does, when called (see ``mtkit.api``).
+``import mtkit`` imports no torch: ``load`` does, when called (see ``mtkit.inference.api``).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Union
 
 from mtkit.errors import MtkitError
-from mtkit.results import Hypothesis, Translation
-from mtkit.segments import Segment
+from mtkit.inference.results import Hypothesis, Translation
+from mtkit.inference.segments import Segment
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from mtkit.api import TranslationModel
+    from mtkit.inference.api import TranslationModel
 
 __version__ = "0.1.0"
 __all__ = ["Hypothesis", "MtkitError", "Segment", "Translation", "load", "__version__"]
@@ -30,8 +30,8 @@ def load(path: Union[str, "Path"], **options) -> "TranslationModel":
 
     ``options``: those of ``mtkit translate`` (beam_size, length_penalty, max_len_a, max_len_b, batch_size,
     batch_tokens, nbest, device, dtype, threads, stopping, shortlist, sampling, temperature, top_k, top_p, seed,
-    engine="ctranslate2", checkpoints=[...] to ensemble); see ``mtkit.api.load``. Bad ones raise ``MtkitError``.
+    engine="ctranslate2", checkpoints=[...] to ensemble); see ``mtkit.inference.api.load``. Bad ones raise ``MtkitError``.
     """
-    from mtkit.api import load as load_model
+    from mtkit.inference.api import load as load_model
 
     return load_model(path, **options)

@@ -87,7 +87,7 @@ def prepare(
     Example: mtkit prepare configs/multi30k-transformer.yaml
     """
     from mtkit.config import load
-    from mtkit.prepare import prepare as run_prepare
+    from mtkit.data.prepare import prepare as run_prepare
 
     cfg = load(config, set_ or [])
     run_prepare(cfg.data, force=force, init_from=cfg.model.init_from)
@@ -106,7 +106,7 @@ def train(
     Examples: mtkit train configs/multi30k-transformer.yaml --set training.max_minutes=20
               mtkit train --resume runs/multi30k-transformer
     """
-    from mtkit.launch import train_main
+    from mtkit.training.launch import train_main
 
     train_main(config=config, overrides=set_ or [], resume=resume, force=force, gpus=gpus)
 
@@ -163,7 +163,7 @@ def translate(
     Example: echo "A man is riding a bike." | mtkit translate runs/demo
     Example: echo '{"text": "A man is riding a bike.", "prefix": "Ein"}' | mtkit translate runs/demo --input-format jsonl
     """
-    from mtkit.translate import translate_main
+    from mtkit.inference.translate import translate_main
 
     translate_main(
         paths=list(run) + list(checkpoint or []),
@@ -221,7 +221,7 @@ def score(
     Examples: mtkit translate runs/demo < test.en | mtkit score test.de
               mtkit score test.de -i base.de -i new.de --paired-bs
     """
-    from mtkit.score import score_main
+    from mtkit.scoring.score import score_main
 
     score_main(
         refs=refs,
@@ -284,13 +284,13 @@ def export(
               mtkit export runs/demo --format hf --out runs/demo-hf
     """
     if check_flags(export_format=fmt).export_format == "hf":
-        from mtkit.hf.exporter import export_main as export_hf
+        from mtkit.interop.marian_export import export_main as export_hf
 
         if quantization is not None:
             raise MtkitError("--quantization is for --format ctranslate2; --format hf writes float32 weights")
         export_hf(run=run, out=out, force=force)
         return
-    from mtkit.ct2 import export_main
+    from mtkit.interop.ct2_export import export_main
 
     export_main(run=run, fmt=fmt, out=out, quantization=quantization, force=force)
 
@@ -307,7 +307,7 @@ def import_hf(
 
     Example: mtkit import-hf opus-mt-en-de --out runs/opus-mt-en-de && echo "Hello." | mtkit translate runs/opus-mt-en-de
     """
-    from mtkit.hf.importer import import_main
+    from mtkit.interop.marian_import import import_main
 
     import_main(hf_dir, out, src_lang=src_lang, tgt_lang=tgt_lang, force=force)
 
@@ -373,7 +373,7 @@ def serve(
         timeout=timeout,
     )
     try:
-        from mtkit.serve import serve_main
+        from mtkit.serving.app import serve_main
     except ImportError as err:
         raise MtkitError(f'mtkit serve needs {err.name}: pip install "mtkit[serve]"') from None
 

@@ -256,7 +256,7 @@ class DecodingConfig(Section):
         le=100,
         description="lexical shortlist (Transformer): score each sentence over "
         "EOS, the shortlist_frequent most frequent target subwords and this many translations of "
-        "each source subword (mtkit/shortlist.py); 0 = the whole vocabulary",
+        "each source subword (mtkit/decoding/shortlist.py); 0 = the whole vocabulary",
     )
     shortlist_frequent: int = Field(100, ge=0, le=1000, description="most frequent target subwords in every shortlist")
 

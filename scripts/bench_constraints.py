@@ -79,7 +79,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
     import mtkit
-    from mtkit.score import corpus_scores
+    from mtkit.scoring.score import corpus_scores
 
     data = args.data or next((d for d in DATA_DIRS if (d / f"{args.split}.en.gz").exists()), DATA_DIRS[0])
     sources = read_gz(data / f"{args.split}.en.gz")[: args.limit]

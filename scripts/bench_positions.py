@@ -54,7 +54,7 @@ def sets(overrides: list[str]) -> list[str]:
 
 def eval_sets(data_dir: Path, limit: int | None) -> dict[str, tuple[list[str], list[str], list[int]]]:
     """name -> (sources, references, source subword counts): val, test, and test joined 2 and 3 at a time."""
-    from mtkit.data import ParallelData
+    from mtkit.data.batches import ParallelData
     from mtkit.manifest import read_manifest
     from mtkit.tokenizer import Tokenizer
 
@@ -77,7 +77,7 @@ def eval_sets(data_dir: Path, limit: int | None) -> dict[str, tuple[list[str], l
 
 
 def scores(hyps: list[str], refs: list[str]) -> str:
-    from mtkit.score import corpus_scores
+    from mtkit.scoring.score import corpus_scores
 
     if not hyps:
         return "-"
@@ -124,7 +124,7 @@ def main() -> None:
     cosine = (tree.get("training") or {}).get("schedule") == "cosine"
     data_sets = [f"data.dir={data_dir}", f"data.max_tokens={args.max_target_len}"]
     run(mtkit + ["prepare", args.config] + sets(data_sets + args.set))  # once: a no-op when the data is current
-    from mtkit.data import ParallelData
+    from mtkit.data.batches import ParallelData
 
     longest = int(ParallelData(data_dir, "train").src_lengths.max())  # L
     evals = eval_sets(data_dir, args.eval_sentences)

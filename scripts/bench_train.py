@@ -41,8 +41,8 @@ def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tup
     from torch.utils.flop_counter import FlopCounterMode
 
     from mtkit import config as cfgmod
-    from mtkit.data import make_batches
-    from mtkit.train import Trainer, train_step
+    from mtkit.data.batches import make_batches
+    from mtkit.training.loop import Trainer, train_step
 
     cfg = cfgmod.load(config, overrides + ["training.run_dir=/tmp/mtkit-bench-flops"])
     trainer = Trainer(cfg)

@@ -50,7 +50,7 @@ class TokenCounter:
 def direct_ct2(model, sources: list[str]) -> list[str]:
     """The test set through the CTranslate2 library alone: SentencePiece, ``translate_batch``, SentencePiece, with
     the batches, beam and output limit mtkit's engine uses (length-sorted batches; a batch's longest limit)."""
-    from mtkit.engine import batches
+    from mtkit.inference.engine import batches
 
     engine = model.engine
     sp_src, sp_tgt = engine.tokenizer._src, engine.tokenizer._tgt
@@ -77,7 +77,7 @@ def peer_rows(workdir: Path, beams: list[int], threads: int, references: list[st
     one onmt_translate reports for translating (model loading excluded, as in the rows above)."""
     import sentencepiece as spm
 
-    from mtkit.score import corpus_scores
+    from mtkit.scoring.score import corpus_scores
 
     venv, data = workdir / "venv", workdir / "data"
     source, spm_model = data / f"{split}.sp.en", data / "spm8k.model"
@@ -141,7 +141,7 @@ def build(
 ):
     """The model for one row of the table, from ``mtkit.load`` (loading and conversion happen here, untimed)."""
     import mtkit
-    from mtkit.ct2 import is_export_dir
+    from mtkit.interop.ct2_export import is_export_dir
 
     if engine != "ctranslate2" and is_export_dir(run):
         raise SystemExit(f"{run} is a CTranslate2 export: use --engine ctranslate2")
@@ -211,8 +211,8 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
     from mtkit.errors import MtkitError
-    from mtkit.score import corpus_scores
-    from mtkit.translate import translate_stream
+    from mtkit.inference.translate import translate_stream
+    from mtkit.scoring.score import corpus_scores
 
     sources = read_gz(args.data / f"{args.split}.en.gz")
     references = read_gz(args.data / f"{args.split}.de.gz")

@@ -36,13 +36,13 @@ def main() -> int:
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)  # as mtkit.distributed.setup does for world > 1
+        dist.init_process_group("nccl", device_id=device)  # as mtkit.training.distributed.setup does for world > 1
     else:
         dist.init_process_group("gloo")
     print(f"ddp_world1: process group {dist.get_backend()} rank {dist.get_rank()}/{dist.get_world_size()}", flush=True)
 
-    from mtkit import distributed as distmod
     from mtkit.cli import main as mtkit_main
+    from mtkit.training import distributed as distmod
 
     distmod.Dist.enabled = property(lambda self: True)  # world size 1, yet every distributed branch runs
     return mtkit_main(argv)

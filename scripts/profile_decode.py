@@ -81,9 +81,9 @@ def main() -> None:
     import torch
 
     import mtkit
-    from mtkit import search
+    from mtkit.decoding import search
+    from mtkit.inference.translate import translate_stream
     from mtkit.models import transformer
-    from mtkit.translate import translate_stream
 
     sources = read_gz(args.data / f"{args.split}.en.gz")
     model = mtkit.load(

@@ -34,8 +34,8 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from mtkit import config as cfgmod
-    from mtkit.data import make_batches
-    from mtkit.train import Trainer, train_step
+    from mtkit.data.batches import make_batches
+    from mtkit.training.loop import Trainer, train_step
 
     torch.set_num_threads(args.threads)
     cfg = cfgmod.load(args.config, args.set + ["training.run_dir=/tmp/mtkit-profile-train"])
@@ -45,7 +45,7 @@ def main() -> None:
     need = args.warmup + max(args.updates, args.profile)
     plan = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=1, epoch=1)[:need]
 
-    def update(idx):  # the trainer's own update (mtkit.train.train_step), one batch per update
+    def update(idx):  # the trainer's own update (mtkit.training.loop.train_step), one batch per update
         train_step(trainer, [idx], fused=not args.unfused)
 
     for idx in plan[: args.warmup]:

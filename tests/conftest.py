@@ -318,8 +318,8 @@ def search_margin(
 
     import torch
 
+    from mtkit.decoding.search import length_penalty_of, max_lengths
     from mtkit.models.base import BOS, EOS, PAD
-    from mtkit.search import length_penalty_of, max_lengths
 
     k = beam_size
     src = _source(src)

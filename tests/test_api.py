@@ -25,8 +25,8 @@ import yaml
 import mtkit
 from conftest import SUBPROCESS_ENV, diverged_at_near_ties
 from mtkit.checkpoint import load_checkpoint
+from mtkit.decoding.search import length_penalty_of
 from mtkit.models.base import EOS
-from mtkit.search import length_penalty_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from mtkit import config as cfgmod
-from mtkit.data import ParallelData, collate, make_batches
+from mtkit.data.batches import ParallelData, collate, make_batches
+from mtkit.data.prepare import prepare
 from mtkit.errors import MtkitError
-from mtkit.prepare import prepare
 from mtkit.tokenizer import BOS, EOS, PAD
 
 

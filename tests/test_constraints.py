@@ -1,4 +1,4 @@
-"""Prefixes, lexical constraints and avoided phrases (mtkit/constraints.py) on decoders of known probabilities.
+"""Prefixes, lexical constraints and avoided phrases (mtkit/decoding/constraints.py) on decoders of known probabilities.
 
 The scripted decoder and the random TinyGRU are test_search.py's: winners and scores are worked out by hand on
 the first, properties (every constraint met, no avoided phrase, batched == alone) are checked over many random
@@ -13,7 +13,7 @@ import random
 import pytest
 import torch
 
-from mtkit.constraints import Guidance, Guide, transitions
+from mtkit.decoding.constraints import Guidance, Guide, transitions
 from mtkit.models.base import EOS, PAD
 from tests.test_search import (
     GARDEN,

@@ -28,9 +28,9 @@ import yaml
 from conftest import TINY_TRANSFORMER
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit.data import ParallelData, make_batches, shard_batches
+from mtkit.data.batches import ParallelData, make_batches, shard_batches
+from mtkit.data.prepare import prepare
 from mtkit.errors import MtkitError
-from mtkit.prepare import prepare
 
 TIMEOUT = 120  # seconds; a hang fails the test instead of stalling CI
 SEED = 1  # training.seed; the trainer's first epoch is epoch 1
@@ -253,10 +253,10 @@ def test_two_processes_match_one_with_alibi_positions(toy):
 # A worker that is `python -m mtkit` except that rank 1's third batch raises, as a crashing rank would.
 FAILING_WORKER = textwrap.dedent("""
     import os, sys
-    import mtkit.data
+    import mtkit.data.batches
 
     if os.environ["RANK"] == "1":
-        real, calls = mtkit.data.collate, []
+        real, calls = mtkit.data.batches.collate, []
 
         def collate(*args, **kwargs):
             calls.append(1)
@@ -264,7 +264,7 @@ FAILING_WORKER = textwrap.dedent("""
                 raise RuntimeError("injected failure on rank 1")
             return real(*args, **kwargs)
 
-        mtkit.data.collate = collate
+        mtkit.data.batches.collate = collate
     from mtkit.cli import main
     sys.exit(main(sys.argv[1:]))
 """)
@@ -288,7 +288,7 @@ def test_a_failing_rank_stops_the_run_in_bounded_time(toy):
 def test_a_cuda_device_keeps_attention_off_cudnn(monkeypatch):
     """cuDNN's SDPA backend builds a graph per new shape (0.15-0.6 s each on an H100, where PyTorch prefers it for
     bf16/fp16): choosing a CUDA device turns it off, choosing the CPU leaves the setting alone."""
-    from mtkit.distributed import pick_device
+    from mtkit.devices import pick_device
 
     if not hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
         pytest.skip("this torch has no cuDNN attention backend")

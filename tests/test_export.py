@@ -43,12 +43,12 @@ from conftest import (
     write_toy_splits,
 )
 from mtkit.checkpoint import load_checkpoint
-from mtkit.ct2 import Ct2Translator
-from mtkit.engine import Options
+from mtkit.decoding.search import length_penalty_of
+from mtkit.inference.ct2_engine import Ct2Translator
+from mtkit.inference.engine import Options
+from mtkit.inference.torch_engine import Translator
+from mtkit.inference.translate import read_lines, translate_stream
 from mtkit.models.base import BOS, EOS, PAD
-from mtkit.search import length_penalty_of
-from mtkit.torch_engine import Translator
-from mtkit.translate import read_lines, translate_stream
 
 try:
     import ctranslate2  # noqa: F401
@@ -135,7 +135,7 @@ def exported(run_dir, workdir) -> Path:
 
 
 def engines(loaded, exported, **options) -> tuple[Translator, Ct2Translator]:
-    from mtkit.ct2 import read_export
+    from mtkit.interop.ct2_export import read_export
 
     meta, tokenizer = read_export(exported)
     torch_engine = Translator(loaded.model, loaded.tokenizer, Options(**options), torch.device("cpu"))
@@ -319,7 +319,7 @@ def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, n
     import ctranslate2
 
     from mtkit.config import TransformerConfig
-    from mtkit.ct2 import build_spec, save_spec
+    from mtkit.interop.ct2_export import build_spec, save_spec
     from mtkit.models import build_model
 
     torch.manual_seed(0)

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtkit import config as cfgmod
+from mtkit.data.prepare import SplitStats, _clean_split, _read_chunks
+from mtkit.data.sources import _file_pairs
 from mtkit.errors import MtkitError
-from mtkit.prepare import SplitStats, _clean_split, _read_chunks
-from mtkit.sources import _file_pairs
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -1,5 +1,6 @@
-"""The package's import graph: no cycle among mtkit modules (imports inside functions included), and a lean CLI
-start-up that leaves torch (and the other heavy libraries, sacreBLEU among them) unimported."""
+"""The package's import graph: no cycle among mtkit modules (imports inside functions included), layers that
+import only downward, and a lean CLI start-up that leaves torch (and the other heavy libraries, sacreBLEU among
+them) unimported."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:  # relative: from . import x, from .base import y
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            # `from mtkit import data` imports the module mtkit.data; `from mtkit.data import collate` mtkit.data
+            # `from mtkit.data import batches` imports the module mtkit.data.batches; `from mtkit.data.batches import collate` mtkit.data.batches
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue
@@ -77,10 +78,50 @@ def find_cycle(graph: dict[str, set[str]]):
     return None
 
 
+# The layers, lowest first: a module may import its own layer and those below it, never one above. A name
+# stands for the module and, for a package, everything in it.
+LAYERS = (
+    ("mtkit.errors",),
+    ("mtkit.files", "mtkit.manifest", "mtkit.config"),
+    ("mtkit.scoring",),  # sacreBLEU only: no torch, no model
+    ("mtkit.tokenizer", "mtkit.devices", "mtkit.plots"),
+    ("mtkit.models",),
+    ("mtkit.checkpoint",),
+    ("mtkit.data",),
+    ("mtkit.decoding",),
+    ("mtkit.training",),
+    ("mtkit.interop",),
+    ("mtkit.inference",),
+    ("mtkit.serving",),
+    ("mtkit.cli", "mtkit.__main__", "mtkit"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest name that is ``module`` or a package holding it."""
+    matches = [
+        (len(name), index)
+        for index, names in enumerate(LAYERS)
+        for name in names
+        if module == name or module.startswith(name + ".")
+    ]
+    assert matches, f"{module} is in no layer: add it to LAYERS"
+    return max(matches)[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if layer_of(target) > layer_of(module)
+    ]
+
+
 def test_the_graph_sees_every_kind_of_import():
     graph = import_graph()
     assert "mtkit.cli" in graph and "mtkit.models.base" in graph and "mtkit" in graph
-    assert "mtkit.launch" in graph["mtkit.cli"]  # inside a command function
+    assert "mtkit.training.launch" in graph["mtkit.cli"]  # inside a command function
     assert "mtkit.models.base" in graph["mtkit.models.transformer"]  # from mtkit.models.base import ...
     assert "mtkit.errors" in graph["mtkit.config"]
 
@@ -88,6 +129,17 @@ def test_the_graph_sees_every_kind_of_import():
 def test_find_cycle_names_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_upward_imports_are_found():
+    assert upward_imports({"mtkit.models.base": {"mtkit.decoding.search"}, "mtkit.decoding.search": set()}) == [
+        "mtkit.models.base (layer 4) imports mtkit.decoding.search (layer 7)"
+    ]
+    assert upward_imports({"mtkit.serving.app": {"mtkit.inference.api", "mtkit.errors"}}) == []
+
+
+def test_layers_import_only_downward():
+    assert upward_imports(import_graph()) == []
 
 
 def test_no_import_cycle_in_the_package():

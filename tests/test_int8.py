@@ -10,7 +10,7 @@ from torch import nn
 
 import mtkit
 from conftest import toy_pairs
-from mtkit.api import auto_dtype
+from mtkit.inference.api import auto_dtype
 from mtkit.models.int8 import Int8Linear, quantize_int8, quantize_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -13,10 +13,10 @@ import pytest
 
 from conftest import toy_pairs, write_lines
 from mtkit import config as cfgmod
-from mtkit import prepare as datamod
-from mtkit.data import ParallelData
+from mtkit.data import prepare as datamod
+from mtkit.data.batches import ParallelData
+from mtkit.data.prepare import prepare
 from mtkit.errors import MtkitError
-from mtkit.prepare import prepare
 from mtkit.tokenizer import Tokenizer
 
 
@@ -557,7 +557,7 @@ def test_prepare_removes_builds_of_dead_processes_only(tmp_path, write_parallel,
     import socket
     import time
 
-    from mtkit.prepare import BUILD_OWNER, STALE_UNOWNED_SECONDS
+    from mtkit.data.prepare import BUILD_OWNER, STALE_UNOWNED_SECONDS
 
     src, tgt = write_parallel("train", n=300, seed=0)
     data_dir = tmp_path / "data"

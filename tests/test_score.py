@@ -14,7 +14,7 @@ import pytest
 
 from conftest import toy_pairs, write_lines
 from mtkit.errors import MtkitError
-from mtkit.score import corpus_scores
+from mtkit.scoring.score import corpus_scores
 
 REFS = [t for _, t in toy_pairs(40, seed=7)]
 

@@ -19,9 +19,9 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from mtkit.decoding.sampling import sample
+from mtkit.decoding.search import Hypothesis, beam_search, greedy, length_penalty_of, max_lengths
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq, State
-from mtkit.sampling import sample
-from mtkit.search import Hypothesis, beam_search, greedy, length_penalty_of, max_lengths
 
 # ----------------------------------------------------------------------------- scripted decoder
 

@@ -1,4 +1,4 @@
-"""``mtkit serve`` (mtkit/serve.py, mtkit/batcher.py) on the tiny Transformer of conftest.py's ``toy_run_workdir``.
+"""``mtkit serve`` (mtkit/serving/app.py, mtkit/serving/batcher.py) on the tiny Transformer of conftest.py's ``toy_run_workdir``.
 
 - ``POST /v1/translate`` and LibreTranslate's ``POST /translate`` give what ``model.translate`` gives for the
   same lines (the same code path: compared exactly), n-best lists and scores as ``translate_batch``'s.
@@ -35,10 +35,10 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 import mtkit  # noqa: E402
-from mtkit.batcher import Batcher, model_thread  # noqa: E402
 from mtkit.config import ServeLimits  # noqa: E402
-from mtkit.results import Hypothesis, Translation  # noqa: E402
-from mtkit.serve import create_app, run_languages  # noqa: E402
+from mtkit.inference.results import Hypothesis, Translation  # noqa: E402
+from mtkit.serving.app import create_app, run_languages  # noqa: E402
+from mtkit.serving.batcher import Batcher, model_thread  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 DEADLINE = 60.0  # seconds any wait in these tests may take before it fails

@@ -1,4 +1,4 @@
-"""Lexical shortlists (mtkit/shortlist.py) on a tiny Transformer trained once for this module.
+"""Lexical shortlists (mtkit/decoding/shortlist.py) on a tiny Transformer trained once for this module.
 
 - The lexicon: on word-for-word toy data the shortlists cover the reference subwords; the frequent list is
   the target subwords by count; special ids never appear.
@@ -25,10 +25,10 @@ import yaml
 
 from conftest import LOG_PROB_TOL, TINY_TRANSFORMER, diverged_at_near_ties, write_toy_splits
 from mtkit.checkpoint import load_checkpoint, quantize_int8
+from mtkit.decoding.search import beam_search, greedy
+from mtkit.decoding.shortlist import LEXICON_FILE, Shortlisted, build_lexicon, candidates, load_lexicon
 from mtkit.models.base import BOS, EOS, PAD, UNK, Seq2Seq, State
 from mtkit.models.int8 import WEIGHT_LEVELS
-from mtkit.search import beam_search, greedy
-from mtkit.shortlist import LEXICON_FILE, Shortlisted, build_lexicon, candidates, load_lexicon
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -75,7 +75,7 @@ def loaded(workdir):
 
 @pytest.fixture(scope="module")
 def lexicon(workdir, loaded):
-    from mtkit.data import ParallelData
+    from mtkit.data.batches import ParallelData
 
     tok = loaded.tokenizer
     return build_lexicon(
@@ -118,7 +118,7 @@ def test_shortlists_cover_the_reference_translations(workdir, loaded, lexicon, s
 
 
 def test_frequent_subwords_are_ranked_by_count(workdir, loaded, lexicon):
-    from mtkit.data import ParallelData
+    from mtkit.data.batches import ParallelData
 
     data = ParallelData(workdir / "data", "train")
     counts = Counter(t for i in range(len(data)) for t in data.tgt(i).tolist())

@@ -28,10 +28,10 @@ from conftest import TINY_TRANSFORMER, assert_one_line_error, cli, toy_pairs, wr
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit import files
-from mtkit import train as trainmod
-from mtkit.loss import fused_output_loss, label_smoothed_loss
 from mtkit.models import PAD
-from mtkit.optim import learning_rate
+from mtkit.training import loop as trainmod
+from mtkit.training.loss import fused_output_loss, label_smoothed_loss
+from mtkit.training.optim import learning_rate
 
 TRANSFORMER = {**TINY_TRANSFORMER, "dropout": 0.1}
 LUONG = {"arch": "luong", "embed_dim": 16, "hidden_size": 32, "layers": 1, "dropout": 0.1}
@@ -64,7 +64,7 @@ def _restore_threads():
 @pytest.fixture(scope="module")
 def data_section(tmp_path_factory) -> dict:
     """The toy corpus of conftest, prepared once for this module (vocabulary 100, joint)."""
-    from mtkit.prepare import prepare
+    from mtkit.data.prepare import prepare
 
     root = tmp_path_factory.mktemp("toy")
     splits = {}
@@ -81,7 +81,7 @@ def data_section(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def sampled_section(data_section, tmp_path_factory) -> dict:
     """The same corpus with BPE-dropout copies of train (3 samplings)."""
-    from mtkit.prepare import prepare
+    from mtkit.data.prepare import prepare
 
     section = {
         **data_section,
@@ -370,7 +370,7 @@ def test_resume_equals_uninterrupted_bitwise(tmp_path, request, run_cli, monkeyp
     the RNG state has to travel too. With sampled segmentations the resumed run must also pick up epoch 1's
     copy and move on to epoch 2's.
     """
-    from mtkit.data import ParallelData
+    from mtkit.data.batches import ParallelData
 
     section = request.getfixturevalue("sampled_section" if sampled else "data_section")
     common = dict(

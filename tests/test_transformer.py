@@ -198,7 +198,7 @@ def test_learns_to_reverse(positions):
 def test_beam_grouped_cross_attention_equals_per_row(monkeypatch):
     """The encoder side is kept once per sentence during beam search; gathering it per hypothesis instead
     (the plain way) must give the same hypotheses, scores and attention."""
-    from mtkit import search
+    from mtkit.decoding import search
     from mtkit.models.transformer import TransformerState
 
     model = tiny("relative")

@@ -41,12 +41,12 @@ from conftest import (
     write_lines,
 )
 from mtkit.checkpoint import load_checkpoint
-from mtkit.engine import Options, max_chars_for
+from mtkit.decoding.search import beam_search, greedy, max_lengths
+from mtkit.inference.engine import Options, max_chars_for
+from mtkit.inference.torch_engine import Ensemble, Translator
+from mtkit.inference.translate import chunks, pipe_chunks, read_lines, translate_stream
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.models.int8 import Int8Linear
-from mtkit.search import beam_search, greedy, max_lengths
-from mtkit.torch_engine import Ensemble, Translator
-from mtkit.translate import chunks, pipe_chunks, read_lines, translate_stream
 
 MAX_POSITIONS = TOY_RUN_MAX_POSITIONS
 CHUNK_SIZE = TOY_RUN_CHUNK_SIZE  # the run's decoding.chunk_size: output appears after every 50 input lines
@@ -313,7 +313,7 @@ def test_output_file_and_unwritable_output(run_dir, test_lines, tmp_path, capsys
 
 
 def test_stopping_flag_reaches_the_search_and_bad_values_are_one_line(run_dir, test_lines, capsys, monkeypatch):
-    from mtkit import search
+    from mtkit.decoding import search
 
     seen = []
     real = search.beam_search
@@ -336,7 +336,7 @@ def test_stopping_flag_reaches_the_search_and_bad_values_are_one_line(run_dir, t
     batch_tokens=st.one_of(st.none(), st.integers(1, 200)),
 )
 def test_batches_hold_every_sentence_once_within_both_bounds(lengths, batch_size, batch_tokens):
-    from mtkit.engine import batches
+    from mtkit.inference.engine import batches
 
     ids = [[5] * n for n in lengths]
     got = list(batches(ids, Options(batch_size=batch_size, batch_tokens=batch_tokens)))
@@ -353,7 +353,7 @@ def test_batches_hold_every_sentence_once_within_both_bounds(lengths, batch_size
 
 
 def test_batch_tokens_changes_batches_not_translations(loaded, run_dir, test_lines, capsys, monkeypatch):
-    from mtkit import search
+    from mtkit.decoding import search
 
     sizes = []
     real = search.beam_search

@@ -31,7 +31,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as st_save
 from torch import Tensor
 
-from mtkit.data import ParallelData
+from mtkit.data.batches import ParallelData
 from mtkit.errors import MtkitError
 from mtkit.files import atomic_write_bytes
 from mtkit.manifest import MANIFEST

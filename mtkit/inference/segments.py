@@ -126,22 +126,3 @@ def with_parallel(
             raise MtkitError(f"{label} {i + 1}: {err}") from None
         out.append(segment)
     return out
-
-
-Phrase = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Guidance:
-    """One sentence's instructions as target token ids.
-
-    ``new_word``: the token after the prefix must start a word (the prefix text ended in a space), or be EOS.
-    """
-
-    prefix: Phrase = ()
-    constraints: tuple[Phrase, ...] = ()
-    avoid: tuple[Phrase, ...] = ()
-    new_word: bool = False
-
-    def __bool__(self) -> bool:
-        return bool(self.prefix or self.constraints or self.avoid)

@@ -18,14 +18,14 @@ import sys
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Optional, Union
 
-from mtkit import api
 from mtkit import config as cfgmod
-from mtkit.engine import Engine
 from mtkit.errors import MtkitError
 from mtkit.files import atomic_open
+from mtkit.inference import api
+from mtkit.inference.engine import Engine
+from mtkit.inference.results import Translation
+from mtkit.inference.segments import Segment, parse_jsonl
 from mtkit.plots import plot_attention
-from mtkit.results import Translation
-from mtkit.segments import Segment, parse_jsonl
 
 
 # -------------------------------------------------------------------------------------------- input

@@ -19,8 +19,8 @@ from rich.table import Table
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from mtkit.errors import MtkitError
-from mtkit.significance import DEFAULT_SEED, check_paired_options, paired_test
-from mtkit.significance import print_table as print_paired_table
+from mtkit.scoring.significance import DEFAULT_SEED, check_paired_options, paired_test
+from mtkit.scoring.significance import print_table as print_paired_table
 
 METRICS = ("bleu", "chrf", "ter")
 
@@ -140,7 +140,7 @@ def score_main(
     """``mtkit score``: print a table (or one JSON object) of corpus scores of ``hyps`` against ``refs``.
 
     ``hyps`` is one file or several (None or "-": stdin); several are compared with a paired test
-    (``paired_bs`` or ``paired_ar``), the first being the baseline (see mtkit.significance).
+    (``paired_bs`` or ``paired_ar``), the first being the baseline (see mtkit.scoring.significance).
     """
     if not refs:
         raise MtkitError("give at least one reference file")

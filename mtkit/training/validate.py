@@ -11,13 +11,13 @@ from typing import Callable, Optional
 import torch
 
 from mtkit import checkpoint as ckpt
-from mtkit.console import append_jsonl
-from mtkit.data import ParallelData, collate, make_batches
-from mtkit.distributed import is_out_of_memory
+from mtkit.data.batches import ParallelData, collate, make_batches
+from mtkit.decoding.search import beam_search, greedy
 from mtkit.errors import MtkitError
-from mtkit.loss import label_smoothed_loss
-from mtkit.score import corpus_scores
-from mtkit.search import beam_search, greedy
+from mtkit.scoring.score import corpus_scores
+from mtkit.training.console import append_jsonl
+from mtkit.training.distributed import is_out_of_memory
+from mtkit.training.loss import label_smoothed_loss
 
 
 @torch.no_grad()

@@ -7,11 +7,11 @@ from itertools import repeat
 from pathlib import Path
 from typing import Optional
 
-from mtkit.ct2.export import import_ctranslate2
-from mtkit.engine import Engine, Options, batches
+from mtkit.decoding.guidance import Guidance
+from mtkit.decoding.hypothesis import Hypothesis, length_penalty_of
 from mtkit.errors import MtkitError
-from mtkit.hypothesis import Hypothesis, length_penalty_of
-from mtkit.segments import Guidance
+from mtkit.inference.engine import Engine, Options, batches
+from mtkit.interop.ct2_export import import_ctranslate2
 from mtkit.tokenizer import BOS, PAD, UNK
 
 

@@ -3,7 +3,7 @@
 Token batches from length buckets -> ``train_step`` (label-smoothed cross-entropy fused with the output projection,
 gradient accumulation with no_sync under DDP, clip, Adam with a pure learning-rate function) -> validation (loss,
 BLEU, chrF through the search code) -> atomic safetensors checkpoints holding everything needed to resume
-bit-for-bit. How a run starts (its config, --resume, torchrun) is ``mtkit.launch``.
+bit-for-bit. How a run starts (its config, --resume, torchrun) is ``mtkit.training.launch``.
 """
 
 from __future__ import annotations
@@ -24,20 +24,20 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit import distributed as distmod
-from mtkit.console import Progress, Window, append_jsonl, print_summary, trim_metrics
-from mtkit.data import ParallelData, collate, make_batches, shard_batches
-from mtkit.distributed import is_out_of_memory
+from mtkit.data.batches import ParallelData, collate, make_batches, shard_batches
 from mtkit.errors import MtkitError
 from mtkit.files import RunLock, atomic_write_bytes, atomic_write_text, remove_stale_temps
-from mtkit.finetune import start_from
-from mtkit.loss import fused_output_loss, label_smoothed_loss
 from mtkit.manifest import MANIFEST, read_manifest
 from mtkit.models import PAD, build_model
-from mtkit.optim import learning_rate, make_optimizer, model_width
 from mtkit.plots import plot_curves
 from mtkit.tokenizer import Tokenizer
-from mtkit.validate import record_validation, validate
+from mtkit.training import distributed as distmod
+from mtkit.training.console import Progress, Window, append_jsonl, print_summary, trim_metrics
+from mtkit.training.distributed import is_out_of_memory
+from mtkit.training.finetune import start_from
+from mtkit.training.loss import fused_output_loss, label_smoothed_loss
+from mtkit.training.optim import learning_rate, make_optimizer, model_width
+from mtkit.training.validate import record_validation, validate
 
 
 class TeacherForcing(nn.Module):

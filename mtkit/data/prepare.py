@@ -28,11 +28,11 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from mtkit.console import print_prepare_summary
+from mtkit.data.sources import Pair, describe, hf_paths, open_sources
+from mtkit.data.summary import print_prepare_summary
 from mtkit.errors import MtkitError
 from mtkit.files import current_umask, fsync_tree, process_alive, replace_dir
 from mtkit.manifest import FORMAT_VERSION, MANIFEST, read_manifest
-from mtkit.sources import Pair, describe, hf_paths, open_sources
 from mtkit.tokenizer import Tokenizer, seed_sampling, train_sentencepiece
 
 CHUNK_LINES = 10_000  # lines encoded per SentencePiece batch call

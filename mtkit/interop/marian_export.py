@@ -23,7 +23,7 @@ import torch
 from mtkit import checkpoint as ckpt
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
-from mtkit.hf import marian
+from mtkit.interop import marian
 from mtkit.tokenizer import BOS, EOS, PAD, UNK
 
 MARIAN_NAMES = {PAD: "<pad>", UNK: "<unk>", EOS: "</s>"}  # the pieces MarianTokenizer looks up by name

@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence, Union
 
 from mtkit import config as cfgmod
-from mtkit import ct2
-from mtkit.engine import Engine, Options
 from mtkit.errors import MtkitError
-from mtkit.results import Hypothesis, Translation
-from mtkit.segments import Segment, with_parallel
+from mtkit.inference.engine import Engine, Options
+from mtkit.inference.results import Hypothesis, Translation
+from mtkit.inference.segments import Segment, with_parallel
+from mtkit.interop import ct2_export as ct2
 
 if TYPE_CHECKING:
-    from mtkit.torch_engine import Translator
+    from mtkit.inference.ct2_engine import Ct2Translator
+    from mtkit.inference.torch_engine import Translator
 
 PathLike = Union[str, Path]
 Line = Union[str, bytes, Segment, dict]
@@ -269,9 +270,7 @@ def load(
     return TranslationModel(torch_translator(paths, overrides, **run_options))
 
 
-def ct2_translator(
-    paths: list[Path], overrides: dict, *, exact_scores: bool = False, **run_options
-) -> ct2.Ct2Translator:
+def ct2_translator(paths: list[Path], overrides: dict, *, exact_scores: bool = False, **run_options) -> "Ct2Translator":
     """The CTranslate2 engine for an export dir (``mtkit export``), or for a run dir / checkpoint converted on the fly.
 
     ``--dtype`` picks CTranslate2's compute type (int8, int16, float16, bfloat16, float32, ...); by default the
@@ -281,6 +280,8 @@ def ct2_translator(
         raise MtkitError("--engine ctranslate2 translates with one model; ensembles (--checkpoint) need --engine torch")
     if run_options.get("need_attention"):
         raise MtkitError(ATTENTION_NEEDS_TORCH)
+    from mtkit.inference.ct2_engine import Ct2Translator
+
     ct2.import_ctranslate2()
     compute_type = overrides.get("dtype") or "default"
     if compute_type not in ("default", "auto", *ct2.QUANTIZATIONS):
@@ -299,7 +300,7 @@ def ct2_translator(
         meta, tokenizer = ct2.read_export(model_dir)
         base = cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)").decoding
         dec = cfgmod.decoding_with(base, {**overrides, "dtype": None})
-        return ct2.Ct2Translator(
+        return Ct2Translator(
             model_dir,
             tokenizer,
             Options.from_config(dec, **run_options),
@@ -329,10 +330,10 @@ def torch_translator(paths: list[Path], overrides: dict, **run_options) -> Trans
     import torch
 
     from mtkit import checkpoint as ckpt
-    from mtkit.allocator import keep_freed_memory
-    from mtkit.distributed import pick_device
-    from mtkit.shortlist import Shortlisted, check_model, load_lexicon
-    from mtkit.torch_engine import Ensemble, Translator
+    from mtkit.decoding.shortlist import Shortlisted, check_model, load_lexicon
+    from mtkit.devices import pick_device
+    from mtkit.inference.allocator import keep_freed_memory
+    from mtkit.inference.torch_engine import Ensemble, Translator
 
     first_file = ckpt.resolve(paths[0])
     meta_cfg = cfgmod.from_dict(ckpt.read_metadata(first_file)["config"], str(first_file))

@@ -10,9 +10,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from mtkit.constraints import Guide
+from mtkit.decoding.constraints import Guide
+from mtkit.decoding.search import NEG_INF, Hypothesis, check_common, default_cap, single_path
 from mtkit.models.base import Seq2Seq
-from mtkit.search import NEG_INF, Hypothesis, check_common, default_cap, single_path
 
 
 def filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float) -> Tensor:

@@ -10,9 +10,10 @@ import dataclasses
 from typing import Iterator, Optional
 
 from mtkit import config as cfgmod
+from mtkit.decoding.guidance import Guidance
+from mtkit.decoding.hypothesis import Hypothesis
 from mtkit.errors import MtkitError
-from mtkit.hypothesis import Hypothesis
-from mtkit.segments import Guidance, Segment
+from mtkit.inference.segments import Segment
 from mtkit.tokenizer import UNK
 
 _DECODING = cfgmod.DecodingConfig()  # the schema holds the defaults; Options repeats none of them

@@ -1,4 +1,4 @@
-"""What the trainer reads from a data dir (see ``mtkit.prepare``): memory-mapped token arrays, token-budget
+"""What the trainer reads from a data dir (see ``mtkit.data.prepare``): memory-mapped token arrays, token-budget
 batches from length buckets, rank shards, and the padded tensors of one batch.
 """
 

@@ -26,10 +26,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
-from mtkit.batcher import Batcher, QueueFull, model_thread
 from mtkit.config import ServeLimits
 from mtkit.errors import MtkitError
-from mtkit.segments import Segment, with_parallel
+from mtkit.inference.segments import Segment, with_parallel
+from mtkit.serving.batcher import Batcher, QueueFull, model_thread
 
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish",
@@ -120,7 +120,7 @@ def run_languages(path: Path) -> tuple[str, str]:
     """(source, target) language codes of a run dir, checkpoint or export dir (its config's data section)."""
     from mtkit import checkpoint as ckpt
     from mtkit import config as cfgmod
-    from mtkit import ct2
+    from mtkit.interop import ct2_export as ct2
 
     path = Path(path)
     if ct2.is_export_dir(path):
@@ -477,10 +477,10 @@ def serve_main(
     flight (for at most the request timeout), and the process exits 0."""
     import uvicorn
 
-    import mtkit
+    from mtkit.inference.api import load
 
     executor = model_thread()  # the model is loaded and run on this one thread
-    model = executor.submit(mtkit.load, run, engine=engine, **overrides).result()
+    model = executor.submit(load, run, engine=engine, **overrides).result()
     app = create_app(
         model,
         run_languages(run),

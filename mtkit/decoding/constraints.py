@@ -1,4 +1,4 @@
-"""Per-sentence decoding instructions for ``mtkit.search``: a forced target prefix, lexical constraints (phrases the
+"""Per-sentence decoding instructions for ``mtkit.decoding.search``: a forced target prefix, lexical constraints (phrases the
 output must contain) and avoided phrases (phrases it must not contain), all as target token ids.
 
 ``Guidance`` holds one sentence's instructions; ``Guide`` holds a batch's as tensors, with the state of every
@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mtkit.decoding.guidance import Guidance, Phrase
 from mtkit.models.base import EOS
-from mtkit.segments import Guidance, Phrase
 
 NEG_INF = float("-inf")
 

@@ -1,4 +1,4 @@
-"""Device choice and torch.distributed set-up from torchrun's environment (same code path at world size 1)."""
+"""torch.distributed set-up from torchrun's environment (same code path at world size 1)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from mtkit.errors import MtkitError
+from mtkit.devices import pick_device
 
 
 @dataclass(frozen=True)
@@ -26,30 +26,6 @@ class Dist:
     @property
     def enabled(self) -> bool:
         return self.world_size > 1
-
-
-def pick_device(choice: str, local_rank: int = 0) -> torch.device:
-    if choice == "cpu":
-        return torch.device("cpu")
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise MtkitError("device 'cuda' requested but no CUDA GPU is visible; set training.devices: cpu (or auto)")
-        _skip_cudnn_attention()
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
-
-
-def _skip_cudnn_attention() -> None:
-    """Keep scaled_dot_product_attention off cuDNN's backend, which PyTorch prefers for bf16/fp16 on recent GPUs.
-
-    mtkit's batches change shape at almost every call (length buckets, validation, decoding), and the cuDNN
-    backend builds a new graph for each new shape: on an H100 (torch 2.11, cuDNN 9.19) 150-600 ms per new shape
-    against < 1 ms for the memory-efficient kernel, which made the first bf16/fp16 epoch of the Multi30k
-    Transformer ~10x slower than fp32. The flash, memory-efficient and math kernels stay.
-    """
-    enable = getattr(torch.backends.cuda, "enable_cudnn_sdp", None)  # torch >= 2.3
-    if enable is not None:
-        enable(False)
 
 
 def setup(device_choice: str, timeout_minutes: float = 30.0) -> Dist:

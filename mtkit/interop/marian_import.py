@@ -25,7 +25,7 @@ from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
-from mtkit.hf import marian
+from mtkit.interop import marian
 from mtkit.models import build_model
 from mtkit.models.transformer import sinusoidal_table
 from mtkit.tokenizer import Tokenizer, Vocab, marian_order

@@ -1,5 +1,5 @@
 """Decoding over the Seq2Seq interface: greedy, batched beam search, n-best, length penalty (sampling:
-mtkit/sampling.py, on the same single-path decoder as greedy).
+mtkit/decoding/sampling.py, on the same single-path decoder as greedy).
 
 Everything here is written once against ``encode / init_state / step / State.reorder`` (models/base.py):
 no model is special-cased. Each time step is a handful of batched tensor ops over all live sentences and
@@ -45,8 +45,8 @@ from typing import Callable, Literal, Optional
 import torch
 from torch import Tensor
 
-from mtkit.constraints import Guide
-from mtkit.hypothesis import Hypothesis, length_penalty_of
+from mtkit.decoding.constraints import Guide
+from mtkit.decoding.hypothesis import Hypothesis, length_penalty_of
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
 
 NEG_INF = float("-inf")

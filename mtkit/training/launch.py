@@ -15,9 +15,9 @@ import torch
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit import distributed as distmod
 from mtkit.errors import MtkitError
-from mtkit.train import Trainer
+from mtkit.training import distributed as distmod
+from mtkit.training.loop import Trainer
 
 STOP_KEYS = {
     "max_updates",

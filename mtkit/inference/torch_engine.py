@@ -1,5 +1,5 @@
 """The torch engine: ``Translator`` decodes a model (one, an ``Ensemble`` of several, or a shortlisted one) with
-``mtkit.search`` (beam search, greedy) or ``mtkit.sampling``; ``ct2.Ct2Translator`` is the CTranslate2 engine."""
+``mtkit.decoding.search`` (beam search, greedy) or ``mtkit.decoding.sampling``; ``ct2.Ct2Translator`` is the CTranslate2 engine."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Optional
 
 import torch
 
-from mtkit import sampling, search
-from mtkit.constraints import Guidance, Guide
-from mtkit.engine import Engine, Options, batches
+from mtkit.decoding import sampling, search
+from mtkit.decoding.constraints import Guidance, Guide
 from mtkit.errors import MtkitError
+from mtkit.inference.engine import Engine, Options, batches
+from mtkit.inference.segments import Segment
 from mtkit.models import EOS, PAD, Seq2Seq, State
-from mtkit.segments import Segment
 from mtkit.tokenizer import NUM_SPECIAL
 
 
@@ -51,7 +51,7 @@ class Ensemble(Seq2Seq):
 
 
 class Translator(Engine):
-    """The torch engine: a model (or an ensemble, or a shortlisted model) decoded by ``mtkit.search``.
+    """The torch engine: a model (or an ensemble, or a shortlisted model) decoded by ``mtkit.decoding.search``.
 
     Lines with instructions share batches with plain ones. A batch with a constraint runs beam search: with
     ``beam_size`` 1 that is the constrained beam search with one beam, which meets the constraints but places them

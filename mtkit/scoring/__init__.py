@@ -1,0 +1,1 @@
+"""Scoring: sacreBLEU's BLEU, chrF and TER, and paired significance tests (no torch)."""

@@ -1,0 +1,1 @@
+"""Training: the loop and its state, loss, optimizer, validation, launching (new, resumed, torchrun), fine-tuning, collectives, console output."""
