@@ -557,7 +557,7 @@ def test_prepare_removes_builds_of_dead_processes_only(tmp_path, write_parallel,
     import socket
     import time
 
-    from mtkit.data.prepare import BUILD_OWNER, STALE_UNOWNED_SECONDS
+    from mtkit.data.builddir import BUILD_OWNER, STALE_UNOWNED_SECONDS
 
     src, tgt = write_parallel("train", n=300, seed=0)
     data_dir = tmp_path / "data"

@@ -13,12 +13,10 @@ into place at the end, so an interrupted run never leaves a manifest pointing at
 from __future__ import annotations
 
 import dataclasses
-import glob
 import hashlib
 import json
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections import Counter
@@ -28,11 +26,12 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from mtkit.data.builddir import check_replaceable, claim_build, current_manifest, release_build, remove_stale_builds
 from mtkit.data.sources import Pair, describe, hf_paths, open_sources
 from mtkit.data.summary import print_prepare_summary
 from mtkit.errors import MtkitError
-from mtkit.files import current_umask, fsync_tree, process_alive, replace_dir
-from mtkit.manifest import FORMAT_VERSION, MANIFEST, read_manifest
+from mtkit.files import current_umask, fsync_tree, replace_dir
+from mtkit.manifest import FORMAT_VERSION, MANIFEST
 from mtkit.tokenizer import Tokenizer, seed_sampling, train_sentencepiece
 
 CHUNK_LINES = 10_000  # lines encoded per SentencePiece batch call
@@ -41,10 +40,21 @@ FILTER_REASONS = ("empty", "max_chars", "duplicate", "max_tokens", "length_ratio
 
 
 def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -> dict:
-    """Build ``data_cfg.dir`` from the configured corpus and return its manifest; with ``init_from`` (a run dir,
-    model.init_from) the corpus is encoded with that run's tokenizer instead of new SentencePiece models.
+    """Build the data dir ``data_cfg.dir`` from the configured corpus.
 
-    A rerun with unchanged inputs and data config does nothing (unless ``force``).
+    A rerun with unchanged inputs and data config leaves the dir as it is.
+
+    Args:
+        data_cfg: the config's ``data`` section.
+        force: rebuild even when the dir is up to date.
+        init_from: a run dir (``model.init_from``) whose tokenizer encodes the corpus; none trains new
+            SentencePiece models.
+
+    Returns:
+        The data dir's manifest.
+
+    Raises:
+        MtkitError: a missing input, a bad data config, a non-data dir in the way, or no training pair left.
     """
     tokenizer = Tokenizer.from_run(init_from) if init_from else None
     started = time.perf_counter()
@@ -56,19 +66,19 @@ def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -
     inputs = _input_files(data_cfg)
     fingerprint = _inputs_fingerprint(data_cfg, inputs, tokenizer.fingerprint() if tokenizer else None)
     if not force:
-        current = _current_manifest(out_dir, fingerprint)
+        current = current_manifest(out_dir, fingerprint)
         if current is not None:
             print(f"{out_dir}: up to date (inputs and data config unchanged); use --force to rebuild")
             return current
-    _check_replaceable(out_dir)
+    check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_builds(out_dir)
+    remove_stale_builds(out_dir)
     build_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         os.chmod(build_dir, 0o777 & ~current_umask())  # mkdtemp makes it private; the data dir should not be
-        (build_dir / BUILD_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
+        claim_build(build_dir)
         manifest = _build(data_cfg, build_dir, fingerprint, tokenizer)
-        (build_dir / BUILD_OWNER).unlink()
+        release_build(build_dir)
         fsync_tree(build_dir)
         replace_dir(build_dir, out_dir)
     except BaseException:
@@ -76,40 +86,6 @@ def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -
         raise
     print_prepare_summary(manifest, out_dir, time.perf_counter() - started)
     return manifest
-
-
-BUILD_OWNER = ".owner"  # "host pid" of the prepare process building a folder
-STALE_UNOWNED_SECONDS = 600
-
-
-def _remove_stale_builds(out_dir: Path) -> None:
-    """Delete build folders that a killed ``prepare`` left beside ``out_dir`` (``.NAME.tmp-*``, ``.NAME.old-*``).
-
-    A folder is stale when its owner process (same host) is gone, or when it has no owner file and has not
-    been touched for 10 minutes (a kill between creating it and writing the owner). Builds of live
-    processes, and of other hosts sharing the folder, are left alone.
-    """
-    host = socket.gethostname()
-    for build in out_dir.parent.glob(f".{glob.escape(out_dir.name)}.tmp-*"):
-        if not build.is_dir() or build.is_symlink():
-            continue
-        try:
-            owner_host, pid = (build / BUILD_OWNER).read_text(encoding="utf-8").split()
-            stale = owner_host == host and not process_alive(int(pid))
-        except FileNotFoundError:
-            try:
-                stale = time.time() - build.stat().st_mtime > STALE_UNOWNED_SECONDS
-            except FileNotFoundError:  # removed meanwhile
-                continue
-        except (OSError, ValueError, UnicodeDecodeError):
-            continue  # unreadable: not ours to judge
-        if stale:
-            shutil.rmtree(build, ignore_errors=True)
-            print(f"{build}: removed the unfinished build of an interrupted prepare")
-    if out_dir.is_dir():  # the swap finished: any copy moved aside before it (``replace_dir``) is garbage
-        for old in out_dir.parent.glob(f".{glob.escape(out_dir.name)}.old-*"):
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old, ignore_errors=True)
 
 
 @dataclasses.dataclass
@@ -417,34 +393,6 @@ def _inputs_fingerprint(cfg, files: list[Path], tokenizer: Optional[str] = None)
     inputs = {"version": FORMAT_VERSION, "config": config, "files": stamp}
     blob = json.dumps(inputs | ({"tokenizer": tokenizer} if tokenizer else {}), sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-# --------------------------------------------------------------------------------- atomic directories
-def _current_manifest(out_dir: Path, fingerprint: str) -> Optional[dict]:
-    """The existing manifest if it was built from exactly these inputs and its files are all there."""
-    try:
-        manifest = read_manifest(out_dir)
-    except MtkitError:
-        return None
-    if manifest.get("inputs_fingerprint") != fingerprint:
-        return None
-    names = list(manifest.get("tokenizer", {}).values())
-    for entry in manifest.get("splits", {}).values():
-        files = entry.get("files", {})
-        for copy in [files, *files.get("samples", [])]:  # the split's own files, then its sampled copies
-            names.extend(copy[side][kind] for side in ("src", "tgt") for kind in ("bin", "idx"))
-        names.extend(files.get("text", {}).values())
-    return manifest if all((out_dir / n).is_file() for n in names) else None
-
-
-def _check_replaceable(out_dir: Path):
-    if out_dir.exists() and not out_dir.is_dir():
-        raise MtkitError(f"data.dir: {out_dir} is a file; choose a directory path")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
-        raise MtkitError(
-            f"data.dir: {out_dir} exists and is not an mtkit data dir (no manifest.json); "
-            "choose another data.dir or remove it"
-        )
 
 
 # ------------------------------------------------------------------------------------------- summary
