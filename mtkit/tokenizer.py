@@ -295,7 +295,7 @@ def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]], vocab:
         pieces = [[vocab.pieces[i] for i in seq if vocab.pieces[i] is not None] for seq in kept]
         return [sp.decode_pieces(seq).replace("\u2581", " ").strip() for seq in pieces]
     # one call per sequence: SentencePiece's batch call starts threads each time, which costs a lone sentence
-    # far more than decoding it (0.2-1.7 ms against microseconds, 2026-11-24, AMD EPYC)
+    # far more than decoding it (docs/benchmarks.md, section 2)
     return [sp.decode(seq) for seq in kept]
 
 

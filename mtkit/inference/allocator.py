@@ -4,10 +4,8 @@ A decoding step allocates and frees tensors of megabytes: the logits and log-pro
 over the vocabulary (1,000 hypotheses x 8,000 subwords are 32 MB each), the self-attention caches the beams
 reorder. glibc's ``malloc`` maps blocks that large straight from the kernel and unmaps them when they are freed,
 so the next step's block is fresh memory that faults in page by page; its adaptive threshold helps only for sizes
-it has already seen freed, and it trims the heap whenever the free top exceeds a few hundred kilobytes. Beam 5 over
-test_2016_flickr with the 20-minute Transformer on a 2-core AMD EPYC (2026-11-24,
-``MTKIT_MALLOC=default`` against not, two runs each, ``scripts/bench_translate.py``): int8 223.7 / 232.9 against
-324.8 / 327.3 sentences/s, float32 152.7 / 156.0 against 166.4 / 164.7.
+it has already seen freed, and it trims the heap whenever the free top exceeds a few hundred kilobytes.
+docs/benchmarks.md (section 2) has the decoding speed with and without this module.
 
 ``keep_freed_memory`` sets three glibc parameters once per process: blocks up to 32 MiB (glibc's largest
 threshold) come from the heap, the heap is trimmed only when more than 1 GiB at its top is free, and it grows

@@ -30,20 +30,27 @@ _LANE = 1 << 16  # the drop probability's resolution in ``dropout``
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """``F.dropout``, with a cheaper mask on the CPU.
+    """Zero each element of ``x`` with probability ``p`` and scale the others so the expectation is unchanged.
 
-    PyTorch's CPU dropout draws one Bernoulli number per element; at this project's model sizes that was 12% of
-    a training update. Here one 64-bit random word gives the mask of four elements (four uniform 16-bit lanes),
-    about 5x cheaper: an element is dropped with probability ``round(p * 65536) / 65536`` (p to within 1e-5)
-    and the kept ones are scaled by the inverse of the exact keep probability, so the expectation is exact.
-    GPUs keep PyTorch's fused kernel.
+    On the CPU an element is dropped with probability ``round(p * 65536) / 65536``, within 1e-5 of ``p``.
+    The kept elements are scaled by the inverse of that exact keep probability.
+
+    Args:
+        x: any shape, any floating dtype.
+        p: the drop probability, in [0, 1].
+        training: False returns ``x`` unchanged.
+
+    Returns:
+        A tensor of the shape and dtype of ``x``.
     """
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or p >= 1.0:
-        return F.dropout(x, p, True)
+        return F.dropout(x, p, True)  # GPUs keep PyTorch's fused kernel
     dropped = round(p * _LANE)
     n = x.numel()
+    # one 64-bit random word masks four elements (four uniform 16-bit lanes): far cheaper than PyTorch's one
+    # Bernoulli draw per element (docs/benchmarks.md, section 5)
     bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)  # all 64 bits uniform
     keep = bits.view(torch.int16)[:n].view(x.shape) >= dropped - _LANE // 2  # (x.shape) bool
     return x * (keep * (_LANE / (_LANE - dropped))).to(x.dtype)
