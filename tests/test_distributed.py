@@ -285,6 +285,34 @@ def test_a_failing_rank_stops_the_run_in_bounded_time(toy):
     assert not (cfg.parent / "failing-run" / "checkpoints" / "ckpt_0000003.safetensors").exists()
 
 
+# A worker that is `python -m mtkit` except that rank 1 does not see the newest checkpoint, as a rank whose run dir
+# is a stale copy on another machine would not.
+STALE_COPY_WORKER = textwrap.dedent("""
+    import os, sys
+    import mtkit.checkpoint
+
+    if os.environ["RANK"] == "1":
+        real = mtkit.checkpoint.list_checkpoints
+        mtkit.checkpoint.list_checkpoints = lambda folder: real(folder)[:-1]
+    from mtkit.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_ranks_that_resume_from_different_updates_are_refused(toy):
+    cfg = toy(TRANSFORMER, "stale")
+    run_dir = cfg.parent / "stale-run"
+    train_here(cfg)  # one process, checkpoints at updates 2 and 4
+    assert sorted(ckpt.list_checkpoints(run_dir / "checkpoints"))[-1][0] == 4
+    worker = cfg.parent / "stale_worker.py"
+    worker.write_text(STALE_COPY_WORKER)
+    result = run(torchrun(worker, "train", "--resume", run_dir, "--set", "training.max_updates=6"))
+    assert result.returncode != 0
+    assert "the 2 processes found different latest checkpoints" in result.stdout, result.stdout[-4000:]
+    assert "training.run_dir must be one shared directory" in result.stdout
+    assert [u for u, _ in ckpt.list_checkpoints(run_dir / "checkpoints")] == [2, 4]  # nothing trained or saved
+
+
 def test_a_cuda_device_keeps_attention_off_cudnn(monkeypatch):
     """cuDNN's SDPA backend builds a graph per new shape (0.15-0.6 s each on an H100, where PyTorch prefers it for
     bf16/fp16): choosing a CUDA device turns it off, choosing the CPU leaves the setting alone."""

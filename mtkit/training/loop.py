@@ -374,11 +374,12 @@ class Trainer:
             self.restore()
         elif self.cfg.model.init_from:
             start_from(self.cfg, self.model, self.tokenizer)
-            if not distmod.same_on_all_ranks(self.update, d):
-                raise MtkitError(
-                    f"{self.ckpt_dir}: the {d.world_size} processes found different latest checkpoints; "
-                    "on several machines training.run_dir must be one shared directory"
-                )
+        # each rank read the run dir on its own machine: a stale copy on one of them restores another update
+        if not distmod.same_on_all_ranks(self.update, d):
+            raise MtkitError(
+                f"{self.ckpt_dir}: the {d.world_size} processes found different latest checkpoints; "
+                "on several machines training.run_dir must be one shared directory"
+            )
         if d.is_main:
             atomic_write_text(self.run_dir / "config.yaml", cfgmod.dump(self.cfg))
             self.tokenizer.save(self.run_dir, atomic_write_bytes)
