@@ -1,5 +1,6 @@
 """One smoke test of the whole pipeline through the real command line, as separate processes
-(like fairseq's test_binaries): prepare -> train (a few dozen updates of a tiny Transformer) -> translate -> score.
+(like fairseq's test_binaries): prepare -> train (200 updates of a tiny Transformer, enough to translate some
+words) -> translate -> score.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import sacrebleu
 import yaml
 
 from conftest import TINY_TRANSFORMER
@@ -36,11 +38,11 @@ def test_prepare_train_translate_score(tmp_path, toy_data, write_config):
             "model": {**TINY_TRANSFORMER, "max_positions": 64},
             "training": {
                 "run_dir": str(run_dir),
-                "max_updates": 40,
+                "max_updates": 200,
                 "batch_tokens": 500,
                 "lr": 3e-3,
                 "warmup_updates": 10,
-                "validate_every": 20,
+                "validate_every": 100,
                 "log_every": 10,
                 "threads": 1,
                 "valid_max_sentences": 8,
@@ -58,9 +60,9 @@ def test_prepare_train_translate_score(tmp_path, toy_data, write_config):
 
     ok(mtkit("train", config))
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert "ckpt_0000040.safetensors" in checkpoints and "best.safetensors" in checkpoints
+    assert "ckpt_0000200.safetensors" in checkpoints and "best.safetensors" in checkpoints
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert max(r["update"] for r in records) == 40
+    assert max(r["update"] for r in records) == 200
     assert any(r["kind"] == "valid" for r in records)
 
     hyps = tmp_path / "hyps.de"
@@ -74,7 +76,15 @@ def test_prepare_train_translate_score(tmp_path, toy_data, write_config):
     scored = ok(mtkit("score", test_ref, "-i", hyps, "--json"))
     scores = json.loads(scored.stdout)
     assert set(scores) == {"bleu", "chrf", "ter"}
-    assert all(0.0 <= scores[m]["score"] <= 100.0 for m in ("bleu", "chrf"))
+    # the printed scores are sacreBLEU's on the files, rounded as sacreBLEU prints them (one decimal)
+    refs, hyp_lines = test_ref.read_text(encoding="utf-8").splitlines(), hyp_text.splitlines()
+    assert sum(map(bool, hyp_lines)) > n_test // 2, hyp_lines  # a translation to score, not empty lines
+    expected = {
+        "bleu": sacrebleu.corpus_bleu(hyp_lines, [refs]).score,
+        "chrf": sacrebleu.corpus_chrf(hyp_lines, [refs]).score,
+        "ter": sacrebleu.corpus_ter(hyp_lines, [refs]).score,
+    }
+    assert {m: scores[m]["score"] for m in expected} == {m: float(f"{x:.1f}") for m, x in expected.items()}
     assert scores["bleu"]["signature"].startswith("nrefs:1|")
 
     table = ok(mtkit("score", test_ref, stdin=hyps.read_bytes()))  # the pipe form: translate | score
