@@ -52,6 +52,7 @@ def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tup
 
     def update(idx):  # the trainer's own update: forward, loss, backward, clipping, learning rate, optimizer step
         train_step(trainer, [idx])
+        trainer.state.update += 1  # the next update's learning rate, as the training loop counts
 
     for idx in plan[:2]:
         update(idx)

@@ -47,6 +47,7 @@ def main() -> None:
 
     def update(idx):  # the trainer's own update (mtkit.training.loop.train_step), one batch per update
         train_step(trainer, [idx], fused=not args.unfused)
+        trainer.state.update += 1  # the next update's learning rate, as the training loop counts
 
     for idx in plan[: args.warmup]:
         update(idx)

@@ -32,12 +32,14 @@ from mtkit.models import PAD, build_model
 from mtkit.plots import plot_curves
 from mtkit.tokenizer import Tokenizer
 from mtkit.training import distributed as distmod
+from mtkit.training import state as state_mod
 from mtkit.training.console import Progress, Window, append_jsonl, print_summary, trim_metrics
 from mtkit.training.distributed import is_out_of_memory
 from mtkit.training.finetune import start_from
 from mtkit.training.loss import fused_output_loss, label_smoothed_loss
 from mtkit.training.optim import learning_rate, make_optimizer, model_width
-from mtkit.training.validate import record_validation, validate
+from mtkit.training.state import TrainState
+from mtkit.training.validate import ValidationResult, validate, validation
 
 
 class TeacherForcing(nn.Module):
@@ -69,16 +71,28 @@ class Step:
 def train_step(
     trainer: "Trainer", group: Sequence[np.ndarray], votes: Callable[[], Sequence[float]] = tuple, fused: bool = True
 ) -> Step:
-    """One optimizer update over ``group``, this rank's batches of example indices (gradients accumulate over them).
+    """One optimizer update, number ``trainer.state.update + 1``, over this rank's batches ``group``.
 
     Per batch: forward to the decoder features, the label-smoothed loss fused with the output projection (no logits
-    tensor), backward (under DDP the gradient all-reduce runs on the last batch only). Then one all-reduce of the
-    summed losses, the target tokens and ``votes()`` (stop requests, asked once the batches are done); the gradients
-    are divided by the update's target tokens, clipped to training.clip_norm, the learning rate of this update is
-    set and the optimizer steps. ``trainer.update`` counts the update. ``fused=False`` (for profiling) computes
-    the logits with ``model.project`` first, then the same loss on them.
+    tensor), backward; gradients accumulate over the batches. Under DDP the gradient all-reduce runs on the last
+    batch only. Then one all-reduce sums the losses, the target tokens and ``votes()`` over the ranks. The gradients
+    are divided by the update's target tokens and clipped to training.clip_norm. The optimizer steps with the
+    learning rate of this update. The trainer's state is left to the caller.
+
+    Args:
+        trainer: the trainer whose model, optimizer and data are used.
+        group: this rank's batches of example indices (training.update_freq of them, fewer at an epoch's end).
+        votes: the stop requests of this rank, asked once the batches are done.
+        fused: False (for profiling) computes the logits with ``model.project`` first, then the same loss on them.
+
+    Returns:
+        The update's summed figures.
+
+    Raises:
+        MtkitError: out of memory on a batch, or a loss that is not finite (nothing is stepped then).
     """
     t, d, net = trainer.t, trainer.dist, trainer.net
+    update = trainer.state.update + 1
     loss_sum = torch.zeros((), device=trainer.device)
     nll_sum = torch.zeros((), device=trainer.device)
     tgt_tokens = src_tokens = padded = 0
@@ -104,7 +118,7 @@ def train_step(
                 shape = tuple(batch.src.shape)
                 raise MtkitError(
                     f"out of memory on a batch of {shape[0]} sentences x {max(shape[1], batch.tgt_in.size(1))} "
-                    f"tokens at update {trainer.update + 1}; lower training.batch_tokens "
+                    f"tokens at update {update}; lower training.batch_tokens "
                     f"(now {t.batch_tokens}) and raise training.update_freq to keep the "
                     "effective batch"
                 ) from None
@@ -121,7 +135,7 @@ def train_step(
     total_tokens, total_loss, total_nll, *summed_votes = stats.tolist()
     if not math.isfinite(total_loss):
         raise MtkitError(
-            f"loss became {total_loss} at update {trainer.update + 1}; stopped without saving it. "
+            f"loss became {total_loss} at update {update}; stopped without saving it. "
             f"The last good checkpoint is in {trainer.ckpt_dir}; lower training.lr or enable "
             "training.clip_norm and resume"
         )
@@ -132,7 +146,7 @@ def train_step(
     torch._foreach_mul_(grads, d.world_size / max(total_tokens, 1.0))
     if t.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), t.clip_norm)
-    lr = trainer.lr_at(trainer.update + 1)
+    lr = trainer.lr_at(update)
     for g in optimizer.param_groups:
         g["lr"] = lr
     if scaler:
@@ -141,7 +155,6 @@ def train_step(
     else:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    trainer.update += 1
     return Step(total_loss, total_nll, total_tokens, src_tokens, padded, summed_votes, lr)
 
 
@@ -173,9 +186,7 @@ class Trainer:
         )
         if self.t.precision == "fp16" and self.device.type != "cuda":
             raise MtkitError(cfgmod.FP16_NEEDS_CUDA)
-        self.update, self.epoch, self.position, self.elapsed = 0, 1, 0, 0.0
-        self.best: Optional[float] = None
-        self.bad_validations = 0
+        self.state = TrainState()
         self.stop_signal: Optional[str] = None
 
     # -- set-up -------------------------------------------------------------------------------------
@@ -189,44 +200,24 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=dtype)
 
     # -- checkpoints ------------------------------------------------------------------------------
-    def metadata(self, valid: Optional[dict]) -> dict:
-        return {
-            "config": cfgmod.to_dict(self.cfg),
-            "src_vocab_size": self.tokenizer.src_vocab_size,
-            "tgt_vocab_size": self.tokenizer.tgt_vocab_size,
-            "joint_vocab": self.tokenizer.joint,
-            "tokenizer_fingerprint": self.tokenizer.fingerprint(),
-            "update": self.update,
-            "epoch": self.epoch,
-            "position": self.position,
-            "elapsed": self.elapsed,
-            "best": self.best,
-            "bad_validations": self.bad_validations,
-            "valid": valid,
-            "world_size": self.dist.world_size,
-            "scaler": self.scaler.state_dict() if self.scaler else None,
-            "torch": torch.__version__,
-        }
-
-    def train_tensors(self) -> dict[str, torch.Tensor]:
-        tensors = ckpt.optimizer_tensors(self.optimizer)
-        for r, state in enumerate(distmod.all_gather_bytes(torch.get_rng_state(), self.dist)):
-            tensors[f"rng.cpu.{r}"] = state
-        if self.device.type == "cuda":
-            for r, state in enumerate(distmod.all_gather_bytes(torch.cuda.get_rng_state(self.device), self.dist)):
-                tensors[f"rng.cuda.{r}"] = state
-        return tensors
-
     def save_checkpoint(self, valid: Optional[dict]) -> None:
-        train = self.train_tensors()  # collective under DDP: every rank takes part
+        """Save ckpt_UPDATE.safetensors and prune the older ones (a collective: every rank calls it).
+
+        Args:
+            valid: the metrics of a validation at this update, or None.
+        """
+        bundle = state_mod.bundle(self, valid)  # gathers every rank's RNG state
         if self.dist.is_main:
-            bundle = ckpt.Bundle(self.metadata(valid), self.model.state_dict(), self.tokenizer.model_bytes(), train)
-            path = self.ckpt_dir / f"ckpt_{self.update:07d}.safetensors"
-            ckpt.save(path, bundle)
+            ckpt.save(self.ckpt_dir / f"ckpt_{self.state.update:07d}.safetensors", bundle)
             self.prune_checkpoints()
         distmod.barrier(self.dist)
 
+    def save_best(self, valid: dict) -> None:
+        """Save best.safetensors: the weights and state now, without the optimizer (main rank only)."""
+        ckpt.save(self.ckpt_dir / "best.safetensors", state_mod.bundle(self, valid, train=False))
+
     def prune_checkpoints(self) -> None:
+        """Delete the numbered checkpoints that training.keep_last and training.keep_best do not keep."""
         ckpt.prune(
             self.ckpt_dir,
             keep_last=self.t.keep_last,
@@ -235,6 +226,11 @@ class Trainer:
         )
 
     def restore(self) -> None:
+        """Continue from the newest checkpoint that loads; a run without one starts at update 0.
+
+        Raises:
+            MtkitError: every checkpoint is damaged, or the newest one does not fit this run.
+        """
         path, bundle, errors = ckpt.load_latest(self.ckpt_dir)
         if bundle is None:
             if self.dist.is_main:
@@ -243,36 +239,36 @@ class Trainer:
         if self.dist.is_main:
             for err in errors:
                 print(f"mtkit: warning: {err} -- resuming from {path.name} instead", file=sys.stderr)
-        meta = bundle.metadata
-        if meta.get("tokenizer_fingerprint") != self.tokenizer.fingerprint():
-            raise MtkitError(
-                f"{path}: was trained with another tokenizer than {self.cfg.data.dir}; "
-                "re-run prepare with the run's data config or start a new run"
-            )
-        ckpt.load_weights(self.model, bundle.model, path)
-        ckpt.restore_optimizer(self.optimizer, bundle.train, self.device)
-        rng = bundle.train.get(f"rng.cpu.{self.dist.rank}")
-        if rng is not None and meta.get("world_size", 1) == self.dist.world_size:
-            torch.set_rng_state(rng)
-        cuda_rng = bundle.train.get(f"rng.cuda.{self.dist.rank}")
-        if cuda_rng is not None and self.device.type == "cuda":
-            torch.cuda.set_rng_state(cuda_rng, self.device)
-        if self.scaler and meta.get("scaler"):
-            self.scaler.load_state_dict(meta["scaler"])
-        self.update, self.epoch, self.position = meta["update"], meta["epoch"], meta["position"]
-        self.elapsed, self.best, self.bad_validations = meta["elapsed"], meta["best"], meta["bad_validations"]
-        saved_world = meta.get("world_size", 1)
-        if saved_world != self.dist.world_size:
-            # position counts batches of one rank's shard: W_saved * position of the epoch's batches are done
-            self.position = self.position * saved_world // self.dist.world_size
+        self.state = state_mod.restore(self, path, bundle)
+        saved_world = bundle.metadata.get("world_size", 1)
         if self.dist.is_main:
             moved = (
                 f" ({saved_world} -> {self.dist.world_size} processes)" if saved_world != self.dist.world_size else ""
             )
-            print(f"resumed from {path.name}: update {self.update}, epoch {self.epoch}{moved}")
+            print(f"resumed from {path.name}: update {self.state.update}, epoch {self.state.epoch}{moved}")
 
     def validate(self) -> dict:
+        """``validate.validate``'s metrics of the model now on the valid split."""
         return validate(self.model, self.valid_data, self.tokenizer, self.cfg, self.device, self.autocast)
+
+    def validate_and_record(self, metrics_path: Path, progress: Progress) -> Optional[ValidationResult]:
+        """Validate, keep the best score and the patience counter, save best.safetensors and log the record.
+
+        Every rank calls it and ends with the same state. Returns None without a valid split.
+        """
+        if self.valid_data is None:
+            return None
+        s = self.state
+        result = validation(self.validate, update=s.update, best=s.best, cfg=self.cfg, dist=self.dist)
+        s.record_validation(result.improved, result.score)
+        if self.dist.is_main:
+            if result.improved:
+                self.save_best(result.metrics)
+            record = {"kind": "valid", "update": s.update, "epoch": s.epoch, "elapsed": s.elapsed}
+            record = {**record, "best": result.improved, **result.metrics}
+            append_jsonl(metrics_path, record)
+            progress.log(record)
+        return result
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -324,45 +320,46 @@ class Trainer:
     def _run(self) -> None:
         t, d = self.t, self.dist
         self._start()
+        s = self.state  # the restored one on --resume
         metrics_path = self.run_dir / "metrics.jsonl"
-        progress = Progress(enabled=d.is_main, total=t.max_updates, start=self.update)
+        progress = Progress(enabled=d.is_main, total=t.max_updates, start=s.update)
         batches = self.epoch_batches()
         window = Window()
-        run_start = time.perf_counter() - self.elapsed
-        last_validated = last_saved = self.update if self.resuming else -1
+        run_start = time.perf_counter() - s.elapsed
+        last_validated = last_saved = s.update if self.resuming else -1
         finished = None
-        if t.max_updates and self.update >= t.max_updates:  # resuming a finished run trains nothing more
+        if t.max_updates and s.update >= t.max_updates:  # resuming a finished run trains nothing more
             finished = f"max_updates={t.max_updates} already reached"
         while finished is None:
-            if self.position >= len(batches):  # the epoch is done
-                if t.max_epochs and self.epoch + 1 > t.max_epochs:
-                    self.position, finished = len(batches), f"max_epochs={t.max_epochs}"
+            if s.position >= len(batches):  # the epoch is done
+                if t.max_epochs and s.epoch + 1 > t.max_epochs:
+                    s.position, finished = len(batches), f"max_epochs={t.max_epochs}"
                     break
-                self.epoch, self.position = self.epoch + 1, 0
+                s.next_epoch()
                 batches = self.epoch_batches()
-            group = batches[self.position : self.position + t.update_freq]
+            group = batches[s.position : s.position + t.update_freq]
             step = train_step(self, group, votes=lambda: self.stop_votes(run_start))
-            self.position += len(group)
-            self.elapsed = time.perf_counter() - run_start
+            s.advance(len(group), time.perf_counter() - run_start)
             window.add(step, d.world_size)
-            if self.update % t.log_every == 0 and d.is_main:
-                record = window.record(self.update, self.epoch, step.lr, self.elapsed)
+            if s.update % t.log_every == 0 and d.is_main:
+                record = window.record(s.update, s.epoch, step.lr, s.elapsed)
                 append_jsonl(metrics_path, record)
                 progress.log(record)
-            progress.advance(self.update)
+            progress.advance(s.update)
             stop, signalled = self.stop_reason(step.votes)
             valid = None
-            if self.update % t.validate_every == 0 or (stop and not signalled and self.update != last_validated):
-                valid = record_validation(self, metrics_path, progress)
-                last_validated = self.update
-                if t.patience and self.bad_validations >= t.patience:
+            if s.update % t.validate_every == 0 or (stop and not signalled and s.update != last_validated):
+                result = self.validate_and_record(metrics_path, progress)
+                valid = result.metrics if result else None
+                last_validated = s.update
+                if t.patience and s.bad_validations >= t.patience:
                     stop = stop or f"no improvement in {t.patience} validations (patience)"
-            if (self.update % (t.save_every or t.validate_every) == 0 or stop) and self.update != last_saved:
+            if (s.update % (t.save_every or t.validate_every) == 0 or stop) and s.update != last_saved:
                 self.save_checkpoint(valid)
-                last_saved = self.update
+                last_saved = s.update
             finished = stop
         progress.close()
-        if self.update != last_saved:
+        if s.update != last_saved:
             self.save_checkpoint(None)
         if d.is_main:
             self._finish(finished)
@@ -375,7 +372,7 @@ class Trainer:
         elif self.cfg.model.init_from:
             start_from(self.cfg, self.model, self.tokenizer)
         # each rank read the run dir on its own machine: a stale copy on one of them restores another update
-        if not distmod.same_on_all_ranks(self.update, d):
+        if not distmod.same_on_all_ranks(self.state.update, d):
             raise MtkitError(
                 f"{self.ckpt_dir}: the {d.world_size} processes found different latest checkpoints; "
                 "on several machines training.run_dir must be one shared directory"
@@ -384,7 +381,7 @@ class Trainer:
             atomic_write_text(self.run_dir / "config.yaml", cfgmod.dump(self.cfg))
             self.tokenizer.save(self.run_dir, atomic_write_bytes)
             if self.resuming:
-                trim_metrics(self.run_dir / "metrics.jsonl", self.update)
+                trim_metrics(self.run_dir / "metrics.jsonl", self.state.update)
             print_summary(self.cfg, self.model, self.manifest, self.dist)
         if t.compile:
             self.net = torch.compile(self.net)
@@ -398,8 +395,9 @@ class Trainer:
     def epoch_batches(self) -> list:
         """This rank's batches of the current epoch (reading its sampled segmentation, where prepare wrote them)."""
         data, t, d = self.train_data, self.t, self.dist
-        data.use_epoch(self.epoch)
-        batches = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=t.seed, epoch=self.epoch)
+        epoch = self.state.epoch
+        data.use_epoch(epoch)
+        batches = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=t.seed, epoch=epoch)
         batches = shard_batches(batches, d.rank, d.world_size)
         if not batches:
             raise MtkitError(
@@ -417,7 +415,7 @@ class Trainer:
     def stop_reason(self, votes: list[float]) -> tuple[Optional[str], bool]:
         """(why to stop after this update or None, whether a signal asked for it) from the summed ``stop_votes``."""
         stop_votes, signal_votes = votes
-        if self.t.max_updates and self.update >= self.t.max_updates:
+        if self.t.max_updates and self.state.update >= self.t.max_updates:
             return f"max_updates={self.t.max_updates}", signal_votes > 0
         if stop_votes > 0:
             return self.stop_signal or (
@@ -432,6 +430,6 @@ class Trainer:
             plot_curves(self.run_dir)
         except Exception as err:  # a plot must never fail a training run
             print(f"note: could not draw curves ({err})")
-        print(f"stopped at update {self.update} ({reason}); run dir: {self.run_dir}")
+        print(f"stopped at update {self.state.update} ({reason}); run dir: {self.run_dir}")
         if self.stop_signal:
             print(f"resume with: mtkit train --resume {self.run_dir}")

@@ -3,19 +3,17 @@ translations, decoded with the same search code as ``mtkit translate``."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
-from mtkit import checkpoint as ckpt
 from mtkit.data.batches import ParallelData, collate, make_batches
 from mtkit.decoding.search import beam_search, greedy
 from mtkit.errors import MtkitError
 from mtkit.scoring.score import corpus_scores
-from mtkit.training.console import append_jsonl
 from mtkit.training.distributed import is_out_of_memory
 from mtkit.training.loss import label_smoothed_loss
 
@@ -66,53 +64,58 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
     return result
 
 
-def record_validation(trainer, metrics_path: Path, progress) -> Optional[dict]:
-    """Validate on the main rank, keep best.safetensors and the patience counter, log the record; every rank
-    returns with the same counter. None without a valid split."""
-    if trainer.valid_data is None:
-        return None
-    valid = None
-    if trainer.dist.is_main:
+@dataclasses.dataclass
+class ValidationResult:
+    """One validation during training: its metrics, and the verdict every rank shares."""
+
+    metrics: Optional[dict]  # validate()'s result plus "seconds", on the main rank; None on the others
+    score: Optional[float]  # metrics[training.best_metric] on every rank; None where it was not measured
+    improved: bool  # score beats the best so far
+
+
+def is_better(score: Optional[float], best: Optional[float], metric: str) -> bool:
+    """Whether ``score`` beats ``best`` by ``metric`` (loss: lower; BLEU, chrF: higher); no score never does."""
+    if score is None:
+        return False
+    return best is None or (score < best if metric == "loss" else score > best)
+
+
+def validation(run: Callable[[], dict], *, update: int, best: Optional[float], cfg, dist) -> ValidationResult:
+    """Validate on the main rank and judge its score against ``best``; every rank returns the same verdict.
+
+    Args:
+        run: returns ``validate``'s metrics of the model now; called on the main rank only.
+        update: the update being validated, for messages.
+        best: the best score so far by ``cfg.training.best_metric``, the same on every rank.
+        cfg: the run's config.
+        dist: the run's ``distributed.Dist``; under DDP this is a collective (a broadcast from rank 0).
+
+    Returns:
+        The metrics (main rank only), the score and whether it improved on ``best``.
+
+    Raises:
+        MtkitError: out of memory while validating; it names the batch sizes to lower.
+    """
+    metric = cfg.training.best_metric
+    metrics, score = None, None
+    if dist.is_main:
         start = time.perf_counter()
         try:
-            valid = trainer.validate()
+            metrics = run()
         except (torch.OutOfMemoryError, RuntimeError) as err:
             if not is_out_of_memory(err):
                 raise
             raise MtkitError(
-                f"out of memory while validating at update {trainer.update}; lower training.batch_tokens "
-                f"(now {trainer.t.batch_tokens}, the loss batches) or decoding.batch_size (now "
-                f"{trainer.cfg.decoding.batch_size}, the BLEU decoding batches)"
+                f"out of memory while validating at update {update}; lower training.batch_tokens "
+                f"(now {cfg.training.batch_tokens}, the loss batches) or decoding.batch_size (now "
+                f"{cfg.decoding.batch_size}, the BLEU decoding batches)"
             ) from None
-        valid["seconds"] = time.perf_counter() - start
-        better = _improved(trainer, valid)
-        trainer.bad_validations = 0 if better else trainer.bad_validations + 1
-        if better:
-            bundle = ckpt.Bundle(trainer.metadata(valid), trainer.model.state_dict(), trainer.tokenizer.model_bytes())
-            ckpt.save(trainer.ckpt_dir / "best.safetensors", bundle)
-        record = {
-            "kind": "valid",
-            "update": trainer.update,
-            "epoch": trainer.epoch,
-            "elapsed": trainer.elapsed,
-            "best": better,
-            **valid,
-        }
-        append_jsonl(metrics_path, record)
-        progress.log(record)
-    # every rank needs the same patience counter to stop together
-    bad = torch.tensor([float(trainer.bad_validations)], device=trainer.device)
-    if trainer.dist.enabled:
-        torch.distributed.broadcast(bad, src=0)
-    trainer.bad_validations = int(bad.item())
-    return valid
-
-
-def _improved(trainer, valid: dict) -> bool:
-    value = valid.get(trainer.t.best_metric)
-    if value is None:
-        return False
-    better = trainer.best is None or (value < trainer.best if trainer.t.best_metric == "loss" else value > trainer.best)
-    if better:
-        trainer.best = value
-    return better
+        metrics["seconds"] = time.perf_counter() - start
+        score = metrics.get(metric)
+    if dist.enabled:  # every rank needs the same verdict to keep the same patience counter and stop together
+        shared = torch.tensor([math.nan if score is None else score, float(score is not None)], dtype=torch.float64)
+        shared = shared.to(dist.device)
+        torch.distributed.broadcast(shared, src=0)
+        value, known = shared.tolist()
+        score = value if known else None
+    return ValidationResult(metrics, score, is_better(score, best, metric))
