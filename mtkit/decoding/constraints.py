@@ -29,16 +29,16 @@ can always meet them all: every finished hypothesis meets every constraint.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from mtkit.decoding.guidance import Guidance, Phrase
+from mtkit.decoding.hypothesis import length_penalty_of
+from mtkit.decoding.strategy import NEG_INF, BeamStrategy, Candidates, PlainStrategy, force_eos
 from mtkit.models.base import EOS
-
-NEG_INF = float("-inf")
 
 
 def transitions(phrase: Phrase, absorbing: bool) -> list[list[int]]:
@@ -150,10 +150,6 @@ class Guide:
         """Single path: keep these rows (paths that have not ended)."""
         self.sent, self.avoid_state, self.word_end = self.sent[index], self.avoid_state[index], self.word_end[index]
 
-    def penalty(self, length, alpha: float) -> Tensor:
-        """(live,) GNMT penalty of hypotheses of ``length`` tokens (EOS included), the prefix not counted."""
-        return (((5.0 + length - self.prefix_len[self.live]).double() / 6.0) ** alpha).float()
-
     def prefix_lengths(self) -> list[int]:
         return self.prefix_len.tolist()
 
@@ -194,21 +190,39 @@ class Guide:
         if self.avoid.count:
             self.avoid_state = self.avoid.step(self.avoid_state, self.sent, tokens.unsqueeze(1)).squeeze(1)
 
-    # ------------------------------------------------------------------------------------- beam search
-    def candidates(
-        self, log_probs: Tensor, beam_scores: Tensor, t: int, live_max_len: Tensor, k: int
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Beam search's ``2k`` candidates per live sentence (see the module docstring), in the order the search
-        takes them: (scores, beam within the sentence, tokens, token log-probs), each (live, 2k)."""
-        rows, _ = log_probs.shape
-        live = rows // k
-        self._ban(log_probs, t)
+
+class ConstrainedStrategy:
+    """Beam search that follows a ``Guide``: prefixes, lexical constraints and avoided phrases.
+
+    Candidates come from dynamic beam allocation (the module docstring). Without constraints the order is by
+    score, as in ``strategy.PlainStrategy``. The length penalty does not count the prefix.
+
+    Args:
+        guide: the batch's instructions; this strategy keeps the phrase states of its hypotheses.
+        length_penalty: GNMT's alpha.
+    """
+
+    def __init__(self, guide: Guide, length_penalty: float):
+        self.guide, self.alpha = guide, length_penalty
+
+    def start(self, max_len: Tensor, max_len_cap: Optional[int], beam_size: int) -> Tensor:
+        self.k = beam_size
+        self.max_len = self.guide.start(max_len, max_len_cap, beam_size)  # (live,)
+        return self.max_len
+
+    def penalty(self, length: Union[int, Tensor]) -> Tensor:
+        prefix = self.guide.prefix_len[self.guide.live].unsqueeze(1)  # (live, 1)
+        return length_penalty_of((length - prefix).double(), self.alpha).float()
+
+    def step(self, t: int, log_probs: Tensor, beam_scores: Tensor) -> Candidates:
+        g, k, live = self.guide, self.k, beam_scores.size(0)
+        g._ban(log_probs, t)
         row_log_probs, row_tokens = log_probs.topk(min(2 * k, log_probs.size(1)), dim=1)  # (rows, width)
-        if self.has_constraints:  # the next token of every unmet constraint, once per row
-            lengths = self.constraints.lengths[self.sent]  # (rows, C)
-            position = self.con_state.clamp(max=self.constraints.tokens.size(2) - 1).unsqueeze(2)
-            nxt = self.constraints.tokens[self.sent].gather(2, position).squeeze(2)  # (rows, C)
-            nxt = nxt.masked_fill(self.con_state.ge(lengths), -1)
+        if g.has_constraints:  # the next token of every unmet constraint, once per row
+            lengths = g.constraints.lengths[g.sent]  # (rows, C)
+            position = g.con_state.clamp(max=g.constraints.tokens.size(2) - 1).unsqueeze(2)
+            nxt = g.constraints.tokens[g.sent].gather(2, position).squeeze(2)  # (rows, C)
+            nxt = nxt.masked_fill(g.con_state.ge(lengths), -1)
             earlier = torch.ones(nxt.size(1), nxt.size(1), dtype=torch.bool, device=nxt.device).tril(-1)
             dup = nxt.unsqueeze(2).eq(row_tokens.unsqueeze(1)).any(2)
             dup |= (nxt.unsqueeze(2).eq(nxt.unsqueeze(1)) & earlier).any(2)
@@ -216,74 +230,76 @@ class Guide:
             nxt_log_probs = log_probs.gather(1, nxt.clamp(min=0)).masked_fill(nxt.lt(0), NEG_INF)
             row_tokens = torch.cat([row_tokens, nxt.clamp(min=0)], dim=1)  # (rows, W)
             row_log_probs = torch.cat([row_log_probs, nxt_log_probs], dim=1)
-        only_first = torch.full_like(row_log_probs, NEG_INF)
-        forced, prefix_tokens = self._forced(t)
+        forced, prefix_tokens = g._forced(t)
         if forced is not None:  # a prefix token is the only candidate, at no cost
-            only_first[:, 0] = 0.0
-            row_log_probs = torch.where(forced.unsqueeze(1), only_first, row_log_probs)
+            only_prefix = torch.full_like(row_log_probs, NEG_INF)
+            only_prefix[:, 0] = 0.0
+            row_log_probs = torch.where(forced.unsqueeze(1), only_prefix, row_log_probs)
             row_tokens = torch.where(forced.unsqueeze(1), prefix_tokens.unsqueeze(1), row_tokens)
-        limit = live_max_len.repeat_interleave(k)  # (rows,)
-        at_limit = limit.le(t).unsqueeze(1)  # only EOS may follow
-        only_first[:, 0] = log_probs[:, EOS]
-        row_log_probs = torch.where(at_limit, only_first, row_log_probs)
-        row_tokens = row_tokens.masked_fill(at_limit, EOS)
+        limit = self.max_len.repeat_interleave(k)  # (rows,)
+        row_log_probs, row_tokens = force_eos(limit.le(t).unsqueeze(1), log_probs, row_log_probs, row_tokens)
         width = row_tokens.size(1)
 
         con_after = ends_word = None
-        if self.has_constraints:
-            con_after = self.constraints.step(self.con_state, self.sent, row_tokens)  # (rows, W, C)
-            lengths = self.constraints.lengths[self.sent].unsqueeze(1)  # (rows, 1, C)
+        if g.has_constraints:
+            con_after = g.constraints.step(g.con_state, g.sent, row_tokens)  # (rows, W, C)
+            lengths = g.constraints.lengths[g.sent].unsqueeze(1)  # (rows, 1, C)
             unmet = con_after.lt(lengths)
-            ends_word = (~unmet & self.con_state.lt(lengths.squeeze(1)).unsqueeze(1)).any(2)  # (rows, W)
+            ends_word = (~unmet & g.con_state.lt(lengths.squeeze(1)).unsqueeze(1)).any(2)  # (rows, W)
             needs = (lengths * unmet).sum(2) - (con_after * unmet).amax(2)  # (rows, W) tokens still needed
             allowed = torch.where(row_tokens.eq(EOS), needs.eq(0), needs.le((limit - t - 1).unsqueeze(1)))
             row_log_probs = row_log_probs.masked_fill(~allowed, NEG_INF)
-        avoid_after = self.avoid.step(self.avoid_state, self.sent, row_tokens) if self.avoid.count else None
+        avoid_after = g.avoid.step(g.avoid_state, g.sent, row_tokens) if g.avoid.count else None
 
         cand = (row_log_probs + beam_scores.view(-1, 1)).view(live, k * width)  # (live, k * W) cumulative
         n = min(2 * k, k * width)
         if con_after is None:
-            top_scores, index = cand.topk(n, dim=1)
+            scores, index = cand.topk(n, dim=1)
         else:  # banks in turn: rank within the bank first, then the more advanced bank
             order = cand.argsort(dim=1, descending=True, stable=True)  # (live, kW)
             bank = con_after.sum(2).view(live, k * width).gather(1, order)
-            one_hot = F.one_hot(bank, self.banks + 1)  # (live, kW, banks + 1)
+            one_hot = F.one_hot(bank, g.banks + 1)  # (live, kW, banks + 1)
             rank = (one_hot.cumsum(1) * one_hot).sum(2) - 1  # place within its bank, by score
-            key = rank * (self.banks + 1) + (self.banks - bank)
-            spare = torch.arange(k * width, device=key.device) + (k * width) * (self.banks + 1)
+            key = rank * (g.banks + 1) + (g.banks - bank)
+            spare = torch.arange(k * width, device=key.device) + (k * width) * (g.banks + 1)
             key = torch.where(cand.gather(1, order).gt(NEG_INF), key, spare)  # dead candidates last
             index = order.gather(1, key.topk(n, dim=1, largest=False).indices)  # (live, n)
-            top_scores = cand.gather(1, index)
-        self._chosen_index = index
+            scores = cand.gather(1, index)
+        self._index = index
         self._con_after = None if con_after is None else con_after.view(live, k * width, -1)
         self._avoid_after = None if avoid_after is None else avoid_after.view(live, k * width, -1)
         self._ends_word = None if ends_word is None else ends_word.view(live, k * width, 1)
-        top_tokens = row_tokens.view(live, k * width).gather(1, index)
-        top_token_log_probs = row_log_probs.view(live, k * width).gather(1, index)
-        return top_scores, index // width, top_tokens, top_token_log_probs
+        tokens = row_tokens.view(live, k * width).gather(1, index)
+        next_scores, chosen = self._continuing(scores, tokens.eq(EOS))
+        return Candidates(
+            scores=scores,
+            beams=index // width,
+            tokens=tokens,
+            token_log_probs=row_log_probs.view(live, k * width).gather(1, index),
+            next_scores=next_scores,
+            chosen=chosen,
+        )
 
-    def choose(self, top_scores: Tensor, top_is_eos: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """The candidates that continue: the first ``k`` non-EOS ones in the order taken (live, k) with their
-        cumulative scores (-inf: no candidate left)."""
-        if not self.has_constraints:  # the order is by score: the search's own rule
-            return top_scores.masked_fill(top_is_eos, NEG_INF).topk(k, dim=1)
-        ok = ~top_is_eos & top_scores.gt(NEG_INF)  # (live, 2k)
+    def _continuing(self, scores: Tensor, is_eos: Tensor) -> tuple[Tensor, Tensor]:
+        """The first ``k`` non-EOS candidates in the order taken: (live, k) cumulative scores and indices."""
+        if not self.guide.has_constraints:  # the order is by score: the plain rule
+            return scores.masked_fill(is_eos, NEG_INF).topk(self.k, dim=1)
+        ok = ~is_eos & scores.gt(NEG_INF)  # (live, 2k)
         place = torch.arange(ok.size(1), device=ok.device)
-        chosen = torch.where(ok, place, place + ok.size(1)).topk(k, dim=1, largest=False).indices  # (live, k)
-        return top_scores.gather(1, chosen).masked_fill(~ok.gather(1, chosen), NEG_INF), chosen
+        chosen = torch.where(ok, place, place + ok.size(1)).topk(self.k, dim=1, largest=False).indices  # (live, k)
+        return scores.gather(1, chosen).masked_fill(~ok.gather(1, chosen), NEG_INF), chosen
 
     def follow(self, chosen: Tensor, keep: Optional[Tensor]) -> None:
-        """Beam search: the rows continue with ``chosen`` candidates (live, k) of ``candidates``; ``keep``: the
-        live sentences that go on (None: all)."""
-        picked = self._chosen_index.gather(1, chosen)  # (live, k) into the k * W candidates
+        g = self.guide
+        picked = self._index.gather(1, chosen)  # (live, k) into the k * W candidates
         if keep is not None:
-            picked, self.live = picked[keep], self.live[keep]
-        self.sent = self.live.repeat_interleave(self.copies)
-        rows = self.sent.numel()
-        for name, after in (("con_state", self._con_after), ("avoid_state", self._avoid_after)):
-            setattr(self, name, _follow(after, picked, keep, rows))
+            picked, g.live, self.max_len = picked[keep], g.live[keep], self.max_len[keep]
+        g.sent = g.live.repeat_interleave(g.copies)
+        rows = g.sent.numel()
+        g.con_state = _follow(self._con_after, picked, keep, rows)
+        g.avoid_state = _follow(self._avoid_after, picked, keep, rows)
         ends_word = _follow(self._ends_word, picked, keep, rows)
-        self.word_end = ends_word.squeeze(1) if ends_word.size(1) else self.word_end.new_zeros(rows)
+        g.word_end = ends_word.squeeze(1) if ends_word.size(1) else g.word_end.new_zeros(rows)
 
 
 def _follow(after: Optional[Tensor], picked: Tensor, keep: Optional[Tensor], rows: int) -> Tensor:
@@ -294,3 +310,48 @@ def _follow(after: Optional[Tensor], picked: Tensor, keep: Optional[Tensor], row
     if keep is not None:
         after = after[keep]
     return after.gather(1, picked.unsqueeze(2).expand(-1, -1, after.size(2))).reshape(rows, after.size(2))
+
+
+class Unguided:
+    """The single-path decoders' stand-in for a missing ``Guide``: no prefix, nothing banned."""
+
+    def start(self, max_len: Tensor, cap: Optional[int], copies: int, beam: bool = True) -> Tensor:
+        self.batch = max_len.numel()
+        return max_len
+
+    def keep(self, index: Tensor) -> None:
+        pass
+
+    def prefix_lengths(self) -> list[int]:
+        return [0] * self.batch
+
+    def mask(self, scores: Tensor, t: int) -> tuple[Tensor, Optional[Tensor]]:
+        return scores, None
+
+    def advance(self, tokens: Tensor) -> None:
+        pass
+
+
+def path_guide(guide: Optional[Guide]) -> Union[Guide, Unguided]:
+    """What greedy decoding and sampling consult at each step.
+
+    Args:
+        guide: the batch's instructions, or None.
+
+    Returns:
+        ``guide`` itself, or an ``Unguided`` that changes nothing.
+    """
+    return Unguided() if guide is None else guide
+
+
+def beam_strategy(guide: Optional[Guide], length_penalty: float) -> BeamStrategy:
+    """The candidate selection for a beam search.
+
+    Args:
+        guide: the batch's instructions, or None.
+        length_penalty: GNMT's alpha.
+
+    Returns:
+        A ``ConstrainedStrategy`` that follows ``guide``, or a ``strategy.PlainStrategy`` without one.
+    """
+    return PlainStrategy(length_penalty) if guide is None else ConstrainedStrategy(guide, length_penalty)

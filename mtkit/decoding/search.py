@@ -1,39 +1,40 @@
-"""Decoding over the Seq2Seq interface: greedy, batched beam search, n-best, length penalty (sampling:
-mtkit/decoding/sampling.py, on the same single-path decoder as greedy).
+"""Decoding over the Seq2Seq interface: greedy, batched beam search, n-best, length penalty.
 
-Everything here is written once against ``encode / init_state / step / State.reorder`` (models/base.py):
-no model is special-cased. Each time step is a handful of batched tensor ops over all live sentences and
-beams; the only Python loop is over time. A sentence that is done leaves the batch (its state rows are
-dropped with the same ``reorder`` that follows the beams), so late steps only pay for long sentences.
+Sampling (sampling.py) runs on the same single-path decoder as greedy. Beam search's candidate selection is a
+strategy (strategy.py): the plain one, or the constrained one of constraints.py when a ``Guide`` is given.
+
+Everything here is written once against ``encode / init_state / step / State.reorder`` (models/base.py).
+No model is special-cased. Each time step is a handful of batched tensor ops over all live sentences and beams.
+The only Python loop is over time. A sentence that is done leaves the batch: its state rows are dropped with the
+same ``reorder`` that follows the beams, so late steps only pay for long sentences.
 
 Conventions shared by every decoder:
-- PAD and BOS are never emitted (their log-probs are masked to -inf before choosing).
-- ``max_lengths`` bounds the output tokens (EOS not counted); at that length EOS is forced.
-- A hypothesis of ``n`` tokens has length ``n + 1`` for the length penalty (EOS counts), and
-  ``token_log_probs`` holds ``n + 1`` values (the last one is EOS's); ``log_prob`` is their sum.
-- Scores are model log-probs (<= 0); ``score = log_prob / lp(length)`` with the GNMT penalty
-  ``lp(length) = ((5 + length) / 6) ** length_penalty`` (``length_penalty=0`` keeps the raw sum).
-- ``attention`` (only with ``need_attention=True``) is ``(len(tokens) + 1, real_src_len)``: one row per
-  emitted token including EOS, restricted to the sentence's non-PAD source positions.
+- PAD and BOS are never emitted: their log-probs are set to -inf before choosing.
+- ``max_lengths`` bounds the output tokens, EOS not counted. At that length EOS is forced.
+- A hypothesis of ``n`` tokens has length ``n + 1`` for the length penalty (EOS counts).
+- ``token_log_probs`` holds ``n + 1`` values, the last one EOS's; ``log_prob`` is their sum.
+- Scores are model log-probs (<= 0); ``score = log_prob / lp(length)``.
+- ``lp`` is the GNMT penalty ``hypothesis.length_penalty_of``: ``((5 + length) / 6) ** length_penalty``.
+  ``length_penalty=0`` keeps the raw sum.
+- ``attention`` (only with ``need_attention=True``) is ``(len(tokens) + 1, real_src_len)``: one row per emitted
+  token including EOS, restricted to the sentence's non-PAD source positions.
 
-Beam search follows fairseq's step: one ``topk`` picks the best ``2 * beam_size`` (beam, token) candidates
-by cumulative log-prob; EOS candidates ranked within the first ``beam_size`` become finished hypotheses
-(so ``beam_size=1`` is greedy; with a length penalty only under ``stopping="beam_full"``), and the best
-``beam_size`` non-EOS candidates continue.
+Beam search follows fairseq's step: the strategy proposes ``2 * beam_size`` (beam, token) candidates per sentence.
+EOS candidates among the first ``beam_size`` become finished hypotheses; the strategy's ``beam_size`` non-EOS
+candidates continue. ``beam_size=1`` is therefore greedy (with a length penalty, only under ``"beam_full"``).
 
-Early stopping (``stopping``):
-- ``"exact"`` (default): a sentence stops when no live beam can still beat its ``nbest``-th best finished
-  hypothesis. Log-probs only fall as a hypothesis grows, so a live beam with cumulative score ``c`` can at
-  best finish with ``c / max(lp(t + 2), lp(max_len + 1))`` (the larger penalty of the shortest and the
-  longest length it can still reach). The returned n-best is therefore the same as running every sentence
-  to its maximum length (ties aside); with ``nbest=1`` and ``length_penalty=0`` it stops as soon as the
-  best candidate is an EOS. Comparing with the ``nbest``-th rather than the ``beam_size``-th finished
-  hypothesis stops sooner and returns the same n-best.
-- ``"beam_full"``: fairseq's rule, stop once ``beam_size`` hypotheses have finished. Faster with a
-  positive length penalty (the exact bound above is loose there), but may miss a longer, better one.
-- ``"first"``: OpenNMT-py's rule, stop as soon as the best candidate of a step is an EOS (and ``nbest``
-  hypotheses have finished). All candidates of a step have the same length, so that hypothesis beats every
-  live one at this length; a longer one could still win under a positive length penalty. Fastest.
+Stopping rules (``stopping``; beam_search has no default, the config's ``decoding.stopping`` holds it):
+- ``"beam_full"``: fairseq's rule. A sentence stops once ``beam_size`` hypotheses have finished. It may miss a
+  longer, better hypothesis under a positive length penalty.
+- ``"exact"``: a sentence stops when no live beam can still beat its ``nbest``-th best finished hypothesis.
+  Log-probs only fall as a hypothesis grows. A live beam with cumulative score ``c`` can at best finish with
+  ``c / max(lp(t + 2), lp(max_len + 1))``, the larger penalty of the shortest and the longest length it can
+  still reach. The n-best is therefore that of running every sentence to its maximum length, ties aside. With
+  ``nbest=1`` and ``length_penalty=0`` it stops as soon as the best candidate is an EOS. The bound is loose
+  under a positive length penalty, so it runs longer than ``"beam_full"`` there.
+- ``"first"``: OpenNMT-py's rule. A sentence stops as soon as the best candidate of a step is an EOS and
+  ``nbest`` hypotheses have finished. All candidates of a step have the same length, so that hypothesis beats
+  every live one at this length. A longer one could still win under a positive length penalty.
 """
 
 from __future__ import annotations
@@ -45,21 +46,28 @@ from typing import Callable, Literal, Optional
 import torch
 from torch import Tensor
 
-from mtkit.decoding.constraints import Guide
+from mtkit.decoding.constraints import Guide, beam_strategy, path_guide
 from mtkit.decoding.hypothesis import Hypothesis, length_penalty_of
+from mtkit.decoding.strategy import NEG_INF
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
 
-NEG_INF = float("-inf")
 Stopping = Literal["exact", "beam_full", "first"]
 
 
 def max_lengths(src_mask: Tensor, a: float, b: float, cap: Optional[int]) -> Tensor:
-    """(batch,) int64 maximum number of output tokens (EOS excluded): min(ceil(a * src_len + b), cap).
+    """Each sentence's maximum number of output tokens: ``min(ceil(a * src_len + b), cap)``, EOS excluded.
 
-    ``src_len`` counts the real (non-PAD) source tokens. The ceiling forgives float rounding
-    (1.2 * 10 is 12, not 13), and the result is never negative.
+    Args:
+        src_mask: (batch, src_len) bool, True at real (non-PAD) source tokens.
+        a: output tokens per source token.
+        b: output tokens beyond those.
+        cap: the most output tokens, or None for no cap.
+
+    Returns:
+        (batch,) int64 limits, never negative.
     """
     src_lengths = src_mask.sum(dim=1).double()  # (batch,)
+    # The 1e-6 forgives float rounding: 1.2 * 10 is 12, not 13.
     limit = torch.ceil(a * src_lengths + b - 1e-6).long().clamp(min=0)
     if cap is not None:
         limit = limit.clamp(max=cap)
@@ -67,12 +75,30 @@ def max_lengths(src_mask: Tensor, a: float, b: float, cap: Optional[int]) -> Ten
 
 
 def default_cap(model: Seq2Seq) -> Optional[int]:
+    """The most output tokens ``model`` can decode.
+
+    Args:
+        model: the model; its ``max_positions`` attribute, where it has one, bounds the decoder's positions.
+
+    Returns:
+        ``model.max_positions - 1``, or None for a model without that attribute.
+    """
     # Decoder inputs are BOS plus every emitted token but the final EOS: max_len + 1 positions.
     max_positions = getattr(model, "max_positions", None)
     return None if max_positions is None else int(max_positions) - 1
 
 
 def check_common(src: Tensor, max_len_a: float, max_len_b: float) -> None:
+    """Check the arguments every decoder takes.
+
+    Args:
+        src: source token ids; must be (batch, src_len).
+        max_len_a: output tokens per source token; must be >= 0.
+        max_len_b: output tokens beyond those; must be >= 0.
+
+    Raises:
+        ValueError: an argument is out of range.
+    """
     if src.dim() != 2:
         raise ValueError(f"src must be (batch, src_len), got shape {tuple(src.shape)}")
     if max_len_a < 0 or max_len_b < 0:
@@ -95,18 +121,33 @@ def single_path(
     need_attention: bool,
     guide: Optional[Guide] = None,
 ) -> list[list[Hypothesis]]:
-    """Decode ``copies`` independent paths per sentence; ``choose`` maps scores (rows, vocab) to tokens (rows,).
+    """Decode ``copies`` independent paths per sentence, one token per path and step.
 
-    The scores handed to ``choose`` are the model's log-probs with PAD/BOS (and, at the length limit,
-    everything but EOS) set to -inf; the recorded token log-probs are the model's own. A ``guide``
-    (constraints.py) forces prefixes and bans avoided phrases; constraints need ``beam_search``.
+    Args:
+        model: the model to decode.
+        src: (batch, src_len) source token ids, PAD-padded.
+        choose: maps scores (rows, vocab) to the next tokens (rows,). The scores are the model's log-probs with
+            PAD and BOS at -inf, and every token but EOS at -inf in rows at their length limit.
+        copies: paths per sentence.
+        max_len_a: output tokens allowed per source token.
+        max_len_b: output tokens allowed beyond those.
+        max_len_cap: the most output tokens, or None.
+        length_penalty: GNMT's alpha; it only changes the reported ``score``.
+        need_attention: also return each hypothesis's attention rows.
+        guide: prefixes and avoided phrases (constraints.py); None for none.
+
+    Returns:
+        One list per sentence of its ``copies`` hypotheses, best score first. Token log-probs are the model's own.
+
+    Raises:
+        ValueError: ``guide`` carries lexical constraints (they need ``beam_search``), or does not fit
+            ``max_len_cap``.
     """
     device = src.device
     src_mask = src.ne(PAD)  # (batch, src_len)
     state = model.init_state(model.encode(src, src_mask), src_mask)
-    max_len = max_lengths(src_mask, max_len_a, max_len_b, max_len_cap)  # (batch,)
-    if guide is not None:
-        max_len = guide.start(max_len, max_len_cap, copies, beam=False)
+    path = path_guide(guide)
+    max_len = path.start(max_lengths(src_mask, max_len_a, max_len_b, max_len_cap), max_len_cap, copies, beam=False)
     if copies > 1:
         copy_rows = torch.arange(src.size(0), device=device).repeat_interleave(copies)  # (rows,)
         state = state.reorder(copy_rows)
@@ -128,9 +169,7 @@ def single_path(
     for t in range(num_steps):
         log_probs, state, attention = model.step(prev_tokens, state, need_attention)
         log_probs = log_probs.float()  # (live, vocab)
-        scores, forced_prefix = log_probs.index_fill(1, banned, NEG_INF), None
-        if guide is not None:
-            scores, forced_prefix = guide.mask(scores, t)
+        scores, forced_prefix = path.mask(log_probs.index_fill(1, banned, NEG_INF), t)
         if t >= first_forced_step:
             forced = live_max_len.le(t).unsqueeze(1)  # (live, 1)
             not_eos = torch.ones_like(scores[0], dtype=torch.bool)
@@ -144,8 +183,7 @@ def single_path(
         )
         if out_attention is not None:
             out_attention[active, t] = attention.float()
-        if guide is not None:
-            guide.advance(tokens)
+        path.advance(tokens)
         ended = tokens.eq(EOS)  # (live,)
         if bool(ended.any()):  # the one sync per step
             keep = ended.logical_not().nonzero().squeeze(1)  # (still_live,)
@@ -153,8 +191,7 @@ def single_path(
                 break
             active, live_max_len, tokens = active[keep], live_max_len[keep], tokens[keep]
             state = state.reorder(keep)
-            if guide is not None:
-                guide.keep(keep)
+            path.keep(keep)
             first_forced_step = int(live_max_len.min())
         prev_tokens = tokens
 
@@ -163,7 +200,7 @@ def single_path(
     lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(max_len, num_steps))
     tokens_list, log_probs_list, lengths_list = out_tokens.tolist(), out_log_probs.tolist(), lengths.tolist()
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
-    prefix_lengths = guide.prefix_lengths() if guide is not None else [0] * src.size(0)
+    prefix_lengths = path.prefix_lengths()
     for row in range(num_rows):
         length = lengths_list[row]
         token_log_probs = log_probs_list[row][: length + 1]
@@ -197,10 +234,24 @@ def greedy(
     need_attention: bool = False,
     guide: Optional[Guide] = None,
 ) -> list[list[Hypothesis]]:
-    """Pick the most likely token at every step. src (batch, src_len) -> one hypothesis per sentence.
+    """Greedy decoding: the most likely token at every step.
 
-    ``max_len_cap`` defaults to ``model.max_positions - 1``; ``length_penalty`` only affects the
-    reported ``score``; ``guide``: prefixes and avoided phrases (constraints.py).
+    Args:
+        model: the model to decode.
+        src: (batch, src_len) source token ids, PAD-padded.
+        max_len_a: output tokens allowed per source token.
+        max_len_b: output tokens allowed beyond those.
+        max_len_cap: the most output tokens; defaults to ``model.max_positions - 1``.
+        length_penalty: GNMT's alpha; it only changes the reported ``score``.
+        need_attention: also return each hypothesis's attention rows.
+        guide: prefixes and avoided phrases (constraints.py); None for none.
+
+    Returns:
+        One list per sentence holding its one hypothesis.
+
+    Raises:
+        ValueError: an argument is out of range, or ``guide`` carries lexical constraints or does not fit
+            ``max_len_cap``.
     """
     check_common(src, max_len_a, max_len_b)
     return single_path(
@@ -246,12 +297,27 @@ def beam_search(
     need_attention: bool = False,
     guide: Optional[Guide] = None,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search. src (batch, src_len) -> the ``nbest`` best hypotheses per sentence, best first.
+    """Batched beam search: the ``nbest`` best hypotheses of each sentence.
 
-    ``length_penalty`` is GNMT's alpha; ``stopping`` is explained in the module docstring (no default here:
-    callers pass ``decoding.stopping`` from the config, which holds the default);
-    ``max_len_cap`` defaults to ``model.max_positions - 1``. A ``guide`` (constraints.py) adds per-sentence
-    prefixes, lexical constraints and avoided phrases; without one the search is the plain one above.
+    Args:
+        model: the model to decode.
+        src: (batch, src_len) source token ids, PAD-padded.
+        beam_size: beams per sentence.
+        length_penalty: GNMT's alpha; 0 ranks by the raw log-prob.
+        max_len_a: output tokens allowed per source token.
+        max_len_b: output tokens allowed beyond those.
+        max_len_cap: the most output tokens; defaults to ``model.max_positions - 1``.
+        nbest: hypotheses returned per sentence, at most ``beam_size``.
+        stopping: when a sentence stops, ``"exact"``, ``"beam_full"`` or ``"first"`` (the module docstring).
+            There is no default here: callers pass ``decoding.stopping``, whose default the config holds.
+        need_attention: also return each hypothesis's attention rows.
+        guide: prefixes, lexical constraints and avoided phrases (constraints.py); None for none.
+
+    Returns:
+        One list per sentence of up to ``nbest`` hypotheses, best first.
+
+    Raises:
+        ValueError: an argument is out of range, or ``guide``'s instructions do not fit ``max_len_cap``.
     """
     check_common(src, max_len_a, max_len_b)
     if beam_size < 1:
@@ -268,9 +334,8 @@ def beam_search(
     src_mask = src.ne(PAD)  # (batch, src_len)
     state = model.init_state(model.encode(src, src_mask), src_mask)
     state = state.reorder(torch.arange(batch_size, device=device).repeat_interleave(k))  # rows: batch * k
-    max_len = max_lengths(src_mask, max_len_a, max_len_b, max_len_cap)  # (batch,)
-    if guide is not None:
-        max_len = guide.start(max_len, max_len_cap, k)
+    strategy = beam_strategy(guide, length_penalty)
+    max_len = strategy.start(max_lengths(src_mask, max_len_a, max_len_b, max_len_cap), max_len_cap, k)  # (batch,)
     num_steps = int(max_len.max()) + 1 if batch_size else 0
 
     # Fixed index tensors, sliced as the batch shrinks.
@@ -279,10 +344,7 @@ def beam_search(
 
     # Per live sentence (dim 0 = live sentences, in the same order as the state's row groups).
     active = torch.arange(batch_size, device=device)  # (live,) sentence index in the batch
-    live_max_len = max_len  # (live,)
-    live_lp_max = ((5.0 + max_len.float() + 1.0) / 6.0) ** length_penalty  # (live,) lp of the longest
-    if guide is not None:
-        live_lp_max = guide.penalty(max_len + 1, length_penalty)
+    live_lp_max = strategy.penalty((max_len + 1).float().unsqueeze(1))  # (live, 1) lp of the longest
     nbest_scores = torch.full((batch_size, nbest), NEG_INF, device=device)  # (live, nbest) best finished
     finished_count = torch.zeros(batch_size, dtype=torch.long, device=device)  # (live,)
     # Only beam 0 is live at the start, so the first step does not pick k copies of one token.
@@ -293,59 +355,29 @@ def beam_search(
     prefix_log_probs = torch.empty(batch_size * k, 0, device=device)  # (rows, t)
     prefix_attention = torch.empty(batch_size * k, 0, src.size(1), device=device)  # (rows, t, src_len)
     prev_tokens = torch.full((batch_size * k,), BOS, dtype=torch.long, device=device)  # (rows,)
-    first_forced_step = int(max_len.min()) if batch_size else 0
     finished: list[_Finished] = []
 
     for t in range(num_steps):
-        live = active.numel()
         log_probs, state, attention = model.step(prev_tokens, state, need_attention)
         log_probs = log_probs.float()  # (rows, vocab)
         log_probs.index_fill_(1, banned, NEG_INF)
-        if guide is None:
-            # The 2k best extensions of a sentence are among the 2k best tokens of each of its beams: rank those
-            # (one pass over the vocabulary) instead of every (beam, token) pair.
-            width = min(2 * k, log_probs.size(1))
-            row_log_probs, row_tokens = log_probs.topk(width, dim=1)  # (rows, width)
-            if t >= first_forced_step:  # some sentence is at its length limit: only EOS may follow
-                forced = live_max_len.le(t).repeat_interleave(k).unsqueeze(1)  # (rows, 1)
-                only_eos = torch.full_like(row_log_probs, NEG_INF)
-                only_eos[:, 0] = log_probs[:, EOS]
-                row_log_probs = torch.where(forced, only_eos, row_log_probs)
-                row_tokens = row_tokens.masked_fill(forced, EOS)
-            cand = row_log_probs + beam_scores.view(-1, 1)  # (rows, width) cumulative scores
-
-            # The 2k best extensions per sentence over (beam x token), best first.
-            top_scores, top_index = cand.view(live, k * width).topk(min(2 * k, k * width), dim=1)  # (live, 2k)
-            top_beam = top_index // width  # (live, 2k) beam within the sentence
-            top_tokens = row_tokens.view(live, k * width).gather(1, top_index)  # (live, 2k)
-            top_rows = top_beam + row_offsets[:live]  # (live, 2k) row in the current state
-            top_token_log_probs = row_log_probs.view(live, k * width).gather(1, top_index)  # (live, 2k)
-        else:
-            top_scores, top_beam, top_tokens, top_token_log_probs = guide.candidates(
-                log_probs, beam_scores, t, live_max_len, k
-            )
-            top_rows = top_beam + row_offsets[:live]
-        top_is_eos = top_tokens.eq(EOS)  # (live, 2k)
+        cands = strategy.step(t, log_probs, beam_scores)  # (live, n) candidates, in the order taken
+        top_rows = cands.beams + row_offsets[: active.numel()]  # (live, n) row in the current state
 
         # EOS within the first k candidates finishes a hypothesis of length t + 1 (EOS included).
-        ends = top_is_eos[:, :k] & top_scores[:, :k].gt(NEG_INF)  # (live, k)
-        lp_end = length_penalty_of(t + 1, length_penalty) if guide is None else guide.penalty(t + 1, length_penalty)
-        end_scores = torch.where(ends, top_scores[:, :k] / (lp_end if guide is None else lp_end.unsqueeze(1)), NEG_INF)
+        ends = cands.tokens[:, :k].eq(EOS) & cands.scores[:, :k].gt(NEG_INF)  # (live, k)
+        end_scores = torch.where(ends, cands.scores[:, :k] / strategy.penalty(t + 1), NEG_INF)  # (live, k)
         nbest_scores = torch.cat([nbest_scores, end_scores], dim=1).topk(nbest, dim=1).values  # (live, nbest)
         finished_count = finished_count + ends.sum(dim=1)
 
-        # The k best non-EOS candidates continue (dead ones carry -inf and never come back).
-        if guide is None:
-            beam_scores, chosen = top_scores.masked_fill(top_is_eos, NEG_INF).topk(k, dim=1)  # (live, k)
-        else:  # with constraints, in the order the banks give
-            beam_scores, chosen = guide.choose(top_scores, top_is_eos, k)
+        # The strategy's k continuing candidates (dead ones carry -inf and never come back).
+        beam_scores, chosen = cands.next_scores, cands.chosen  # (live, k)
         best_live = beam_scores.amax(dim=1)  # (live,)
         if stopping == "exact":
-            # The best any live beam can still reach; lp is monotonic, so the bound is at an end.
-            lp_next = (
-                length_penalty_of(t + 2, length_penalty) if guide is None else guide.penalty(t + 2, length_penalty)
-            )
-            done = (best_live / live_lp_max.clamp(min=lp_next)).le(nbest_scores[:, -1])
+            # The best score a live beam can still reach.
+            # lp is monotonic in the length, so the bound is at the shortest or the longest length left.
+            bound = best_live.unsqueeze(1) / live_lp_max.clamp(min=strategy.penalty(t + 2))  # (live, 1)
+            done = bound.squeeze(1).le(nbest_scores[:, -1])
         elif stopping == "first":
             done = (ends[:, 0] & finished_count.ge(nbest)) | best_live.eq(NEG_INF)  # (live,)
         else:
@@ -361,7 +393,7 @@ def beam_search(
                     score=end_scores[sent_idx, cand_idx],
                     tokens=prefix_tokens[rows],
                     token_log_probs=torch.cat(
-                        [prefix_log_probs[rows], top_token_log_probs[sent_idx, cand_idx].unsqueeze(1)], dim=1
+                        [prefix_log_probs[rows], cands.token_log_probs[sent_idx, cand_idx].unsqueeze(1)], dim=1
                     ),
                     attention=torch.cat([prefix_attention[rows], attention[rows].float().unsqueeze(1)], dim=1)
                     if need_attention
@@ -370,19 +402,17 @@ def beam_search(
             )
 
         parent_rows = top_rows.gather(1, chosen)  # (live, k) rows of the current state to continue
-        next_tokens = top_tokens.gather(1, chosen)  # (live, k)
-        next_log_probs = top_token_log_probs.gather(1, chosen)  # (live, k)
+        next_tokens = cands.tokens.gather(1, chosen)  # (live, k)
+        next_log_probs = cands.token_log_probs.gather(1, chosen)  # (live, k)
         keep = None
         if any_done:  # finished sentences leave the batch
             keep = done.logical_not().nonzero().squeeze(1)  # (still_live,)
             if keep.numel() == 0:
                 break
-            active, live_max_len, live_lp_max = active[keep], live_max_len[keep], live_lp_max[keep]
+            active, live_lp_max = active[keep], live_lp_max[keep]
             nbest_scores, finished_count, beam_scores = nbest_scores[keep], finished_count[keep], beam_scores[keep]
             parent_rows, next_tokens, next_log_probs = parent_rows[keep], next_tokens[keep], next_log_probs[keep]
-            first_forced_step = int(live_max_len.min())
-        if guide is not None:
-            guide.follow(chosen, keep)
+        strategy.follow(chosen, keep)
 
         # Follow the chosen beams (and drop finished sentences) in one reorder.
         parent_rows = parent_rows.view(-1)  # (new_rows,)
