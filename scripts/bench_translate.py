@@ -39,8 +39,8 @@ class TokenCounter:
         self.target_tokens = 0
         inner = model.engine.translate_ids
 
-        def counting(ids):
-            results = inner(ids)
+        def counting(ids, *args, **kwargs):
+            results = inner(ids, *args, **kwargs)
             self.target_tokens += sum(len(hyps[0].tokens) for hyps in results if hyps)
             return results
 
