@@ -1,27 +1,35 @@
 """The benchmark scripts run end to end from a checkout: `scripts/bench_train.py` trains a
 tiny model for a few seconds on the toy corpus and scores the shipped test_2016_flickr (data/multi30k), then
 reports again with --reuse; `scripts/bench_translate.py` times and scores that run; `scripts/bench_positions.py`
-trains a tiny model 3 updates with each position scheme on data prepared once and prints its table. The figures
-themselves are not checked (a 3-second model translates badly and timings are never asserted), only that every
-line the README quotes is printed with a number and that one hypothesis is written per test sentence.
+trains a tiny model 3 updates with each position scheme on data prepared once and prints its table. The
+figures are checked against what they are computed from: BLEU and chrF against sacreBLEU on hypotheses the test
+reads or writes itself, rates against the counts and seconds printed beside them, training figures against the
+run's metrics.jsonl and the test's own clock. Timings are never held to a speed.
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import sacrebleu
 import yaml
 
 from conftest import TINY_TRANSFORMER, write_toy_splits
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_EN = ROOT / "data" / "multi30k" / "test_2016_flickr.en.gz"
+TEST_DE = ROOT / "data" / "multi30k" / "test_2016_flickr.de.gz"
+TORCH_RSS_MB = "import resource, torch; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 
@@ -40,9 +48,39 @@ def figure(pattern: str, text: str) -> float:
     return float(match.group(1))
 
 
+def read_gz(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def bleu_chrf(hyps: list[str], refs: list[str]) -> tuple[float, float]:
+    """sacreBLEU's corpus BLEU and chrF with its defaults, called directly."""
+    return sacrebleu.corpus_bleu(hyps, [refs]).score, sacrebleu.corpus_chrf(hyps, [refs]).score
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def mtkit_translate(run_dir: Path, sources: list[str], beam: int, tmp: Path, dtype: str = "auto") -> list[str]:
+    """``mtkit translate`` of ``sources`` at ``beam`` on one thread: the command line's own translations."""
+    src, out = tmp / f"src.b{beam}.txt", tmp / f"hyp.b{beam}.txt"
+    src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    cmd = ["-m", "mtkit", "translate", run_dir, "-i", src, "-o", out, "--beam-size", beam, "--threads", "1"]
+    cmd += ["--dtype", dtype]
+    run_script(*cmd, cwd=tmp)
+    return out.read_text(encoding="utf-8").splitlines()
+
+
+def rate_matches(rate: float, count: int, seconds: float) -> bool:
+    """``rate`` (printed to 0.1) is ``count / seconds`` for the seconds printed to 0.01 beside it."""
+    return count / (seconds + 0.005) - 0.05 <= rate <= count / max(seconds - 0.005, 1e-9) + 0.05
+
+
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
-    """(config path, run dir, bench_train output) of one 3-second benchmark run on the toy corpus."""
+    """(config path, run dir, bench_train output, its seconds, the largest RSS in MB of this process's children)
+    of one 3-second benchmark run on the toy corpus."""
     root = tmp_path_factory.mktemp("bench")
     run_dir = root / "run"
     tree = {
@@ -64,6 +102,7 @@ def bench_run(tmp_path_factory):
     }
     config = root / "tiny-bench.yaml"
     config.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    start = time.perf_counter()
     out = run_script(
         ROOT / "scripts" / "bench_train.py",
         config,
@@ -76,26 +115,38 @@ def bench_run(tmp_path_factory):
         run_dir,
         cwd=root,
     )
-    return config, run_dir, out
+    seconds = time.perf_counter() - start
+    children_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KB on Linux
+    return config, run_dir, out, seconds, children_rss_mb
 
 
 def test_bench_train_prints_every_figure_and_translates_the_whole_test_set(bench_run):
-    config, run_dir, out = bench_run
-    assert figure(r"^updates\s+" + NUMBER, out) >= 1
-    assert figure(r"^target tokens/s\s+" + NUMBER, out) > 0
-    assert 0 <= figure(r"^padding fraction\s+" + NUMBER, out) < 1
-    assert figure(r"^peak RSS \(train\)\s+" + NUMBER + " MB", out) > 0
-    assert figure(r"^wall time train\s+" + NUMBER + " min", out) > 0
-    assert 0 <= figure(r"^test BLEU beam 5\s+" + NUMBER, out) <= 100
-    assert 0 <= figure(r"^test chrF beam 5\s+" + NUMBER, out) <= 100
-    with gzip.open(TEST_EN, "rt", encoding="utf-8") as f:
-        sources = f.read().splitlines()
+    config, run_dir, out, seconds, children_rss_mb = bench_run
+    records = metrics(run_dir)
+    train = [r for r in records if r["kind"] == "train"]
+    steady = train[2:]  # after the default --warmup-logs 2
+    assert steady, records
+    assert figure(r"^updates\s+" + NUMBER, out) == max(r["update"] for r in records) >= 1
+    tokens_per_s = sum(r["tgt_tokens_per_s"] for r in steady) / len(steady)
+    assert re.search(rf"^target tokens/s\s+{tokens_per_s:.0f} \(mean of {len(steady)} log windows after 2\)", out, re.M)
+    padding = sum(r["padding"] for r in steady) / len(steady)
+    assert figure(r"^padding fraction\s+" + NUMBER, out) == float(f"{padding:.3f}")
+    # the trainer's peak: above a bare Python's with torch imported, within this process's largest child
+    torch_rss_mb = float(run_script("-c", TORCH_RSS_MB, cwd=run_dir.parent))
+    assert torch_rss_mb <= figure(r"^peak RSS \(train\)\s+" + NUMBER + " MB", out) <= children_rss_mb + 0.5
+    # the trainer's wall time: no less than the training time it recorded, no more than the whole script's
+    trained = max(r["elapsed"] for r in records) / 60
+    assert trained - 0.05 <= figure(r"^wall time train\s+" + NUMBER + " min", out) <= seconds / 60 + 0.05
+    sources = read_gz(TEST_EN)
     hyps = (run_dir / "test.beam5.de").read_text(encoding="utf-8").split("\n")
     assert hyps[-1] == "" and len(hyps) - 1 == len(sources) == 1000
+    bleu, chrf = bleu_chrf(hyps[:-1], read_gz(TEST_DE))  # `mtkit score --json`, which the script asks, rounds to 0.1
+    assert figure(r"^test BLEU beam 5\s+" + NUMBER, out) == float(f"{bleu:.1f}")
+    assert figure(r"^test chrF beam 5\s+" + NUMBER, out) == float(f"{chrf:.1f}")
 
 
 def test_bench_train_reuse_reports_on_the_run_without_training_or_inventing_a_memory_figure(bench_run):
-    config, run_dir, first = bench_run
+    config, run_dir, first, _, _ = bench_run
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     out = run_script(
         ROOT / "scripts" / "bench_train.py",
@@ -114,11 +165,13 @@ def test_bench_train_reuse_reports_on_the_run_without_training_or_inventing_a_me
     assert figure(r"^updates\s+" + NUMBER, out) == figure(r"^updates\s+" + NUMBER, first)
     assert figure(r"^test BLEU beam 5\s+" + NUMBER, out) == figure(r"^test BLEU beam 5\s+" + NUMBER, first)
     assert re.search(r"^peak RSS \(train\)\s+not measured", out, re.MULTILINE), out
-    assert 0 < figure(r"^training time\s+" + NUMBER + " min", out) <= 0.2  # the trainer's own, from metrics.jsonl
+    trained = max(r["elapsed"] for r in metrics(run_dir)) / 60  # the trainer's own time
+    assert figure(r"^training time\s+" + NUMBER + " min", out) == float(f"{trained:.1f}")
 
 
-def test_bench_translate_prints_a_row_per_beam(bench_run):
-    _, run_dir, _ = bench_run
+def test_bench_translate_prints_a_row_per_beam(bench_run, tmp_path):
+    _, run_dir, _, _, _ = bench_run
+    start = time.perf_counter()
     out = run_script(
         ROOT / "scripts" / "bench_translate.py",
         run_dir,
@@ -131,11 +184,16 @@ def test_bench_translate_prints_a_row_per_beam(bench_run):
         "2",
         cwd=run_dir.parent,
     )
+    elapsed = time.perf_counter() - start
     rows = [line.split() for line in out.splitlines() if line.startswith("torch ")]
     assert [row[2] for row in rows] == ["5", "1"], out
+    sources, refs = read_gz(TEST_EN), read_gz(TEST_DE)
+    hyps = {beam: mtkit_translate(run_dir, sources, beam, tmp_path, "float32") for beam in (5, 1)}  # the rows' dtype
     for row in rows:
-        sentences_per_s, bleu, chrf = float(row[5]), float(row[7]), float(row[8])
-        assert sentences_per_s > 0 and 0 <= bleu <= 100 and 0 <= chrf <= 100
+        seconds, sentences_per_s, bleu, chrf = float(row[4]), float(row[5]), float(row[7]), float(row[8])
+        assert 0 < seconds < elapsed and rate_matches(sentences_per_s, len(sources), seconds), row
+        expected = bleu_chrf(hyps[int(row[2])], refs)
+        assert (bleu, chrf) == tuple(float(f"{x:.2f}") for x in expected), (row, expected)
 
 
 def test_bench_positions_prepares_once_and_prints_a_row_per_scheme(tmp_path):
@@ -171,18 +229,50 @@ def test_bench_positions_prepares_once_and_prints_a_row_per_scheme(tmp_path):
     counts = [int(re.search(r"\((\d+)\)", cell).group(1)) for cell in header[3:]]
     assert sum(counts[:4]) == 40 and counts[4:] == [10, 6]  # 20 val + 20 test by length; 20 test joined by 2, 3
     assert [row[0].strip() for row in rows] == ["sinusoidal", "learned", "relative", "rope", "alibi"]
+    expected = positions_cells(tmp_path, sources=20)
     for row in rows:
         assert int(row[1]) == 3
-        for cell, n in zip(row[3:], counts):
-            if n:
-                bleu, chrf = (float(x) for x in cell.split("/"))
-                assert 0 <= bleu <= 100 and 0 <= chrf <= 100
-            else:
-                assert cell.strip() == "-"
+        assert [cell.strip() for cell in row[3:]] == expected[row[0].strip()], row
 
 
-def test_bench_constraints_meets_every_constraint_and_prefix(bench_run):
-    _, run_dir, _ = bench_run
+def positions_cells(root: Path, sources: int) -> dict[str, list[str]]:
+    """scheme -> the table's BLEU / chrF cells, recomputed with sacreBLEU from each scheme's eval.hyp.txt, the toy
+    references and the source lengths in the data dir's .idx offsets (train's longest is L)."""
+    data = root / "bench" / "data"
+
+    def source_lengths(split: str) -> np.ndarray:
+        return np.diff(np.fromfile(data / f"{split}.en.idx", dtype=np.int64))
+
+    longest = int(source_lengths("train").max())
+    refs = {
+        split: (root / "corpus" / f"{split}.de").read_text(encoding="utf-8").splitlines()[:sources]
+        for split in ("valid", "test")
+    }
+    lengths = np.concatenate([source_lengths("valid")[:sources], source_lengths("test")[:sources]])
+    pooled_refs = refs["valid"] + refs["test"]
+    joined = {k: [" ".join(refs["test"][i : i + k]) for i in range(0, sources - k + 1, k)] for k in (2, 3)}
+
+    def cell(hyps: list[str], refs: list[str]) -> str:
+        return "{:.1f} / {:.1f}".format(*bleu_chrf(hyps, refs)) if hyps else "-"
+
+    cells = {}
+    for scheme in ("sinusoidal", "learned", "relative", "rope", "alibi"):
+        hyps = (root / "bench" / scheme / "eval.hyp.txt").read_text(encoding="utf-8").splitlines()
+        pooled, at = hyps[: 2 * sources], 2 * sources
+        row = []
+        for low, high in ((0.0, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, float("inf"))):
+            picked = [i for i, n in enumerate(lengths) if low * longest < n <= high * longest]
+            row.append(cell([pooled[i] for i in picked], [pooled_refs[i] for i in picked]))
+        for k in (2, 3):
+            row.append(cell(hyps[at : at + len(joined[k])], joined[k]))
+            at += len(joined[k])
+        assert at == len(hyps), (scheme, len(hyps))
+        cells[scheme] = row
+    return cells
+
+
+def test_bench_constraints_meets_every_constraint_and_prefix(bench_run, tmp_path):
+    _, run_dir, _, _, _ = bench_run
     out = run_script(
         ROOT / "scripts" / "bench_constraints.py",
         run_dir,
@@ -199,7 +289,10 @@ def test_bench_constraints_meets_every_constraint_and_prefix(bench_run):
     met, asked = re.search(r"^coverage: (\d+)/(\d+) sentences meet all their constraints", out, re.MULTILINE).groups()
     assert met == asked and int(asked) > 0, out
     assert "not met" not in out
+    bleu, chrf = bleu_chrf(mtkit_translate(run_dir, read_gz(TEST_EN)[:12], 3, tmp_path), read_gz(TEST_DE)[:12])
+    assert figure(r"^plain\s+BLEU\s+" + NUMBER, out) == float(f"{bleu:.2f}")
+    assert figure(r"^plain\s+BLEU.*chrF\s+" + NUMBER, out) == float(f"{chrf:.2f}")
     for name in ("plain", "constrained"):
-        assert 0 <= figure(rf"^{name}\s+BLEU\s+" + NUMBER, out) <= 100
-        assert figure(rf"^{name}\s+BLEU.*chrF\s+" + NUMBER + r"\s+" + NUMBER + " sent/s", out) >= 0
+        line = re.search(rf"^{name}\s+BLEU.*\s{NUMBER} sent/s\s+\({NUMBER} s\)$", out, re.MULTILINE)
+        assert line and rate_matches(float(line.group(1)), 12, float(line.group(2))), out
     assert re.search(r"^prefix \(first 1-3 reference words\): 12/12 outputs start with it", out, re.MULTILINE), out
