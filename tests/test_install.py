@@ -1,4 +1,5 @@
-"""The environment the tests run in holds what requirements.lock installs: every locked package at its locked version."""
+"""The environment the tests run in holds what requirements.lock installs: each locked package at its locked
+version."""
 
 from __future__ import annotations
 
