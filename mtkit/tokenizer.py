@@ -157,7 +157,18 @@ class Tokenizer:
 
     @classmethod
     def from_model_bytes(cls, blobs: dict[str, bytes]) -> "Tokenizer":
-        """Rebuild from ``model_bytes()`` (the models a checkpoint carries): {"src": ...[, "tgt": ...][, "vocab": ...]}."""
+        """Rebuild a tokenizer from the models a checkpoint carries.
+
+        Args:
+            blobs: what ``model_bytes()`` returned: ``"src"``, and ``"tgt"`` and ``"vocab"`` where the tokenizer
+                has them; a missing ``"tgt"`` means the joint model.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            MtkitError: a blob is not a SentencePiece model or vocabulary.
+        """
         tokenizer = cls.__new__(cls)
         src, tgt = blobs["src"], blobs.get("tgt", blobs["src"])
         tokenizer._init(src, tgt, "checkpoint (src)", "checkpoint (tgt)", blobs.get("vocab"))

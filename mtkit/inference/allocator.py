@@ -30,8 +30,12 @@ _state: dict[str, bool] = {}
 
 
 def keep_freed_memory() -> bool:
-    """Tune glibc's malloc as above (once; later calls return the first answer). True when the parameters were
-    set, False where they do not apply or ``MTKIT_MALLOC=default`` asks to leave them."""
+    """Tune glibc's malloc as the module docstring says, once per process.
+
+    Returns:
+        True when the parameters were set; False where they do not apply or ``MTKIT_MALLOC=default`` leaves them.
+        Later calls return the first call's answer.
+    """
     if "set" not in _state:
         _state["set"] = _tune()
     return _state["set"]
