@@ -1,9 +1,10 @@
-"""Per-sentence decoding instructions for ``mtkit.decoding.search``: a forced target prefix, lexical constraints (phrases the
-output must contain) and avoided phrases (phrases it must not contain), all as target token ids.
+"""Decoding instructions for ``mtkit.decoding.search``, as target token ids, and the beam search that follows them.
 
-``Guidance`` holds one sentence's instructions; ``Guide`` holds a batch's as tensors, with the state of every
-hypothesis, and is what ``search.single_path`` / ``search.beam_search`` consult when given one (without one they run
-their unconstrained code, unchanged).
+There are three kinds of instruction: a forced target prefix, lexical constraints (phrases the output must
+contain) and avoided phrases (phrases it must not contain). ``Guidance`` holds one sentence's instructions.
+``Guide`` holds a batch's as tensors, with the state of every hypothesis. Greedy decoding and sampling consult a
+``Guide`` at each step (``path_guide``). Beam search hands it to ``ConstrainedStrategy``, its candidate selection
+(``beam_strategy``). Without a ``Guide`` every decoder runs unconstrained, as if no instructions were given.
 
 Phrase tracking. Each constraint and each avoided phrase is followed by its own small automaton (Knuth-Morris-Pratt):
 a hypothesis's state for a phrase is the length of the longest start of the phrase that the hypothesis ends with.
@@ -42,9 +43,15 @@ from mtkit.models.base import EOS
 
 
 def transitions(phrase: Phrase, absorbing: bool) -> list[list[int]]:
-    """KMP table: entry [q][j] is the state after token ``phrase[j]`` in state q (0 <= q <= len(phrase)).
+    """The Knuth-Morris-Pratt automaton of a phrase, as a table.
 
-    ``absorbing``: the full state (phrase met) is kept whatever follows."""
+    Args:
+        phrase: the phrase's tokens.
+        absorbing: the full state (phrase met) is kept whatever follows.
+
+    Returns:
+        Entry ``[q][j]`` is the state after token ``phrase[j]`` in state ``q``, for ``0 <= q <= len(phrase)``.
+    """
     n = len(phrase)
     table = []
     for q in range(n + 1):
@@ -97,9 +104,13 @@ class _Phrases:
 class Guide:
     """A batch's instructions and the phrase states of its hypotheses (rows), for one search call.
 
-    ``glue``: (vocab,) bool, the tokens that continue a word. Where given, the token after a prefix that ended in
-    a space (``new_word``) and the token after a constraint's last one must not continue the word: a constraint
-    "Rad" is then met by the word "Rad", not by the start of "Radfahrer".
+    Args:
+        items: one ``Guidance`` per sentence; None for a sentence without instructions.
+        device: where the search runs.
+        glue: (vocab,) bool, the tokens that continue a word; None to allow any token anywhere. Where given, the
+            token after a prefix that ended in a space (``new_word``) and the token after a constraint's last
+            one must not continue the word. A constraint "Rad" is then met by the word "Rad", not by the start
+            of "Radfahrer".
     """
 
     def __init__(self, items: Sequence[Optional[Guidance]], device: torch.device, glue: Optional[Tensor] = None):
@@ -125,9 +136,21 @@ class Guide:
 
     # ----------------------------------------------------------------------------------------- setup, rows
     def start(self, max_len: Tensor, cap: Optional[int], copies: int, beam: bool = True) -> Tensor:
-        """The output limits (batch,), raised to fit each prefix and its constraints; rows: ``copies`` per sentence.
+        """Begin a search: every sentence gets ``copies`` rows, each with fresh phrase states.
 
-        ``beam``: the search is a beam search (the others cannot honour constraints)."""
+        Args:
+            max_len: (batch,) output limits from the length options.
+            cap: the model's limit on output tokens, or None.
+            copies: rows per sentence (beams, or samples).
+            beam: the search is a beam search; the others cannot honour constraints.
+
+        Returns:
+            (batch,) ``max_len`` raised to fit each sentence's prefix and constraints.
+
+        Raises:
+            ValueError: there are constraints and ``beam`` is False, or some sentence's prefix and constraints
+                take more than ``cap`` tokens.
+        """
         if self.has_constraints and not beam:
             raise ValueError("lexical constraints need beam search (greedy and sampling cannot honour them)")
         if cap is not None and bool(self.needs.gt(cap).any()):
@@ -147,16 +170,20 @@ class Guide:
         return torch.maximum(max_len, self.needs)
 
     def keep(self, index: Tensor) -> None:
-        """Single path: keep these rows (paths that have not ended)."""
+        """Single path: keep only the rows ``index`` (paths that have not ended)."""
         self.sent, self.avoid_state, self.word_end = self.sent[index], self.avoid_state[index], self.word_end[index]
 
     def prefix_lengths(self) -> list[int]:
+        """Each sentence's prefix length in tokens."""
         return self.prefix_len.tolist()
 
     # ------------------------------------------------------------------------------------------ masking
-    def _ban(self, log_probs: Tensor, t: int) -> None:
-        """In place: avoided phrases' last tokens where the rest was just written; word continuations after a
-        prefix that ended in a space."""
+    def ban(self, log_probs: Tensor, t: int) -> None:
+        """Ban, in place in ``log_probs`` (rows, vocab), the tokens that must not come next.
+
+        Those are the last token of each avoided phrase whose other tokens were just written, and word
+        continuations where a new word must start.
+        """
         if self.avoid.count:
             lengths = self.avoid.lengths[self.sent]  # (rows, A)
             hit = self.avoid_state.eq(lengths - 1) & lengths.gt(0)  # (rows, A)
@@ -169,24 +196,35 @@ class Guide:
                 new_word = new_word | (self.prefix_len[self.sent].eq(t) & self.new_word[self.sent])  # (rows,)
             log_probs.masked_fill_(new_word.unsqueeze(1) & self.glue, NEG_INF)
 
-    def _forced(self, t: int) -> tuple[Optional[Tensor], Optional[Tensor]]:
-        """(rows,) whether each row writes a prefix token at step t, and which; (None, None) past every prefix."""
+    def forced(self, t: int) -> tuple[Optional[Tensor], Optional[Tensor]]:
+        """Which rows write a prefix token at step ``t`` (rows,) bool, and which token (rows,).
+
+        Both are None past every prefix.
+        """
         if t >= self.longest_prefix:
             return None, None
         return self.prefix_len[self.sent].gt(t), self.prefix[self.sent, t]
 
     def mask(self, scores: Tensor, t: int) -> tuple[Tensor, Optional[Tensor]]:
-        """Single path: scores (rows, vocab) with bans applied and prefix tokens forced (as the only finite
-        score); also the (rows,) forced mask (None past every prefix)."""
-        self._ban(scores, t)
-        forced, tokens = self._forced(t)
+        """Single path: apply the bans and force the prefix tokens of step ``t``.
+
+        Args:
+            scores: (rows, vocab) scores to choose from; changed in place.
+            t: the step.
+
+        Returns:
+            The scores, with a forced prefix token as its row's only finite score, and the (rows,) bool mask of
+            the rows that write a prefix token (None past every prefix).
+        """
+        self.ban(scores, t)
+        forced, tokens = self.forced(t)
         if forced is not None:
             only = torch.full_like(scores, NEG_INF).scatter_(1, tokens.unsqueeze(1), 0.0)
             scores = torch.where(forced.unsqueeze(1), only, scores)
         return scores, forced
 
     def advance(self, tokens: Tensor) -> None:
-        """Single path: every row wrote ``tokens`` (rows,)."""
+        """Single path: every row wrote its token of ``tokens`` (rows,)."""
         if self.avoid.count:
             self.avoid_state = self.avoid.step(self.avoid_state, self.sent, tokens.unsqueeze(1)).squeeze(1)
 
@@ -211,12 +249,12 @@ class ConstrainedStrategy:
         return self.max_len
 
     def penalty(self, length: Union[int, Tensor]) -> Tensor:
-        prefix = self.guide.prefix_len[self.guide.live].unsqueeze(1)  # (live, 1)
-        return length_penalty_of((length - prefix).double(), self.alpha).float()
+        prefix = self.guide.prefix_len[self.guide.live].unsqueeze(1)  # (live, 1) not counted in the length
+        return length_penalty_of((length - prefix).double(), self.alpha).float()  # float64, rounded once
 
     def step(self, t: int, log_probs: Tensor, beam_scores: Tensor) -> Candidates:
         g, k, live = self.guide, self.k, beam_scores.size(0)
-        g._ban(log_probs, t)
+        g.ban(log_probs, t)
         row_log_probs, row_tokens = log_probs.topk(min(2 * k, log_probs.size(1)), dim=1)  # (rows, width)
         if g.has_constraints:  # the next token of every unmet constraint, once per row
             lengths = g.constraints.lengths[g.sent]  # (rows, C)
@@ -230,7 +268,7 @@ class ConstrainedStrategy:
             nxt_log_probs = log_probs.gather(1, nxt.clamp(min=0)).masked_fill(nxt.lt(0), NEG_INF)
             row_tokens = torch.cat([row_tokens, nxt.clamp(min=0)], dim=1)  # (rows, W)
             row_log_probs = torch.cat([row_log_probs, nxt_log_probs], dim=1)
-        forced, prefix_tokens = g._forced(t)
+        forced, prefix_tokens = g.forced(t)
         if forced is not None:  # a prefix token is the only candidate, at no cost
             only_prefix = torch.full_like(row_log_probs, NEG_INF)
             only_prefix[:, 0] = 0.0
@@ -303,8 +341,10 @@ class ConstrainedStrategy:
 
 
 def _follow(after: Optional[Tensor], picked: Tensor, keep: Optional[Tensor], rows: int) -> Tensor:
-    """The (rows, P) states of the picked candidates (live, k) from per-candidate states (live, kW, P); (rows, 0)
-    where there are none."""
+    """The (rows, P) states of the picked candidates (live, k), from per-candidate states (live, kW, P).
+
+    Without per-candidate states (None) the result is (rows, 0).
+    """
     if after is None:
         return picked.new_zeros(rows, 0)
     if keep is not None:

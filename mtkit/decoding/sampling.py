@@ -1,6 +1,7 @@
-"""Ancestral sampling with temperature, top-k and nucleus (top-p) truncation, on search.py's single-path decoder.
+"""Ancestral sampling with temperature, top-k and nucleus (top-p) truncation.
 
-``sample`` returns ``nbest`` independent samples per sentence as ``Hypothesis`` lists, like the other decoders.
+It runs on search.py's single-path decoder. ``sample`` returns ``nbest`` independent samples per sentence as
+``Hypothesis`` lists, like the other decoders.
 """
 
 from __future__ import annotations
@@ -11,12 +12,25 @@ import torch
 from torch import Tensor
 
 from mtkit.decoding.constraints import Guide
-from mtkit.decoding.search import NEG_INF, Hypothesis, check_common, default_cap, single_path
+from mtkit.decoding.hypothesis import Hypothesis
+from mtkit.decoding.limits import check_common, default_cap
+from mtkit.decoding.search import single_path
+from mtkit.decoding.strategy import NEG_INF
 from mtkit.models.base import Seq2Seq
 
 
 def filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float) -> Tensor:
-    """logits (rows, vocab) with everything outside the top-k / nucleus set to -inf."""
+    """Truncate each row's distribution to its top-k and nucleus (top-p) tokens.
+
+    Args:
+        logits: (rows, vocab) unnormalised scores.
+        top_k: tokens kept per row, the most likely first; 0 keeps all.
+        top_p: the probability mass kept per row: the smallest set of most likely tokens that reaches it; 1 keeps
+            all. The most likely token is always kept.
+
+    Returns:
+        (rows, vocab) ``logits`` with every token outside the kept set at -inf.
+    """
     if top_k > 0:
         kth_best = logits.topk(min(top_k, logits.size(1)), dim=1).values[:, -1:]  # (rows, 1)
         logits = logits.masked_fill(logits < kth_best, NEG_INF)
@@ -47,13 +61,33 @@ def sample(
     need_attention: bool = False,
     guide: Optional[Guide] = None,
 ) -> list[list[Hypothesis]]:
-    """Ancestral sampling: ``nbest`` independent samples per sentence, sorted by score (best first).
+    """Ancestral sampling: ``nbest`` independent samples per sentence.
 
-    Tokens are drawn from softmax(log_probs / temperature), restricted to the ``top_k`` most likely
-    tokens (0: all) and to the smallest set whose probability reaches ``top_p``. Reported log-probs and
-    scores are the model's own (no temperature, no truncation). Pass a seeded ``generator`` (on the
-    model's device) for reproducible samples. A ``guide`` (constraints.py) forces prefixes (a forced token is
-    drawn with certainty) and bans avoided phrases; it may not carry constraints.
+    Tokens are drawn from ``softmax(log_probs / temperature)`` truncated by ``filter_top_k_top_p``. Reported
+    log-probs and scores are the model's own, without temperature or truncation.
+
+    Args:
+        model: the model to decode.
+        src: (batch, src_len) source token ids, PAD-padded.
+        temperature: divides the log-probs before drawing; must be > 0.
+        top_k: draw among the ``top_k`` most likely tokens; 0 for all.
+        top_p: draw among the smallest set of most likely tokens whose probability reaches ``top_p``; 1 for all.
+        generator: a seeded generator on the model's device makes the samples reproducible; None uses torch's.
+        max_len_a: output tokens allowed per source token.
+        max_len_b: output tokens allowed beyond those.
+        max_len_cap: the most output tokens; defaults to ``model.max_positions - 1``.
+        length_penalty: GNMT's alpha; it only changes the reported ``score``.
+        nbest: samples per sentence.
+        need_attention: also return each hypothesis's attention rows.
+        guide: prefixes and avoided phrases (constraints.py); None for none. A forced prefix token is drawn with
+            certainty.
+
+    Returns:
+        One list per sentence of its ``nbest`` samples, best score first.
+
+    Raises:
+        ValueError: an argument is out of range, or ``guide`` carries lexical constraints or does not fit
+            ``max_len_cap``.
     """
     check_common(src, max_len_a, max_len_b)
     if temperature <= 0:
