@@ -15,8 +15,9 @@ from typing import List, Optional
 import typer
 
 from mtkit import __version__
-from mtkit.config import OutputOptions, SamplingOptions, ServeLimits, check_flags, serve_limits
+from mtkit.config import ServeLimits, serve_limits
 from mtkit.errors import MtkitError
+from mtkit.flags import OutputOptions, SamplingOptions, check_flags
 
 _SAMPLING, _OUTPUT, _LIMITS = SamplingOptions(), OutputOptions(), ServeLimits()  # the defaults of the flags below
 
@@ -373,7 +374,7 @@ def serve(
         timeout=timeout,
     )
     try:
-        from mtkit.serving.app import serve_main
+        from mtkit.serving.main import serve_main
     except ImportError as err:
         raise MtkitError(f'mtkit serve needs {err.name}: pip install "mtkit[serve]"') from None
 

@@ -8,7 +8,7 @@ dotted key path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union, get_args
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -247,7 +247,7 @@ class DecodingConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = Field(
         "auto",
         description="int8 (CPU): linear layers with int8 weights, activations quantized per row; auto = int8 on a "
-        "CPU with PyTorch's x86 int8 kernels (chosen on val: 2.1x float32's speed, BLEU within 0.02), else float32",
+        "CPU with PyTorch's x86 int8 kernels, else float32 (docs/benchmarks.md has what int8 gains on each CPU kind)",
     )
     threads: Optional[int] = Field(None, ge=1)
     shortlist: int = Field(
@@ -259,27 +259,6 @@ class DecodingConfig(Section):
         "each source subword (mtkit/decoding/shortlist.py); 0 = the whole vocabulary",
     )
     shortlist_frequent: int = Field(100, ge=0, le=1000, description="most frequent target subwords in every shortlist")
-
-
-class SamplingOptions(Section):
-    """`mtkit translate --sampling` flags (not config keys): their defaults, written once."""
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-
-
-class OutputOptions(Section):
-    """`mtkit translate --format / --input-format / --engine` and `mtkit export --format` flags (not config keys)."""
-
-    format: Literal["text", "jsonl"] = "text"
-    input_format: Literal["text", "jsonl"] = "text"
-    engine: Literal["torch", "ctranslate2"] = "torch"
-    export_format: Literal["ctranslate2", "hf"] = "ctranslate2"
-
-
-FLAGS = {"format": "--format", "input_format": "--input-format", "engine": "--engine", "export_format": "--format"}
 
 
 class ServeLimits(Section):
@@ -305,26 +284,6 @@ def serve_limits(flags: dict[str, tuple[str, Any]], **values) -> ServeLimits:
         first = err.errors()[0]
         flag, typed = flags[str(first["loc"][0])]
         raise MtkitError(f"{flag} {typed!r}: {first['msg'][0].lower()}{first['msg'][1:]}") from None
-
-
-def check_flags(**values) -> OutputOptions:
-    """Validate flag values with ``OutputOptions``; a bad one is one line: ``--format 'x': use text or jsonl``."""
-    try:
-        return OutputOptions(**values)
-    except ValidationError as err:
-        first = err.errors()[0]
-        name = str(first["loc"][0])
-        choices = get_args(OutputOptions.model_fields[name].annotation)
-        raise MtkitError(f"{FLAGS[name]} {first['input']!r}: use {' or '.join(choices)}") from None
-
-
-def decoding_with(base: DecodingConfig, overrides: dict) -> DecodingConfig:
-    """``base`` with the given (not None) translate options applied, validated like the config."""
-    dec = base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    try:
-        return DecodingConfig.model_validate(dec.model_dump())
-    except ValidationError as err:
-        raise MtkitError(validation_message(err, "translate options")) from None
 
 
 class Config(Section):

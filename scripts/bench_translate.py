@@ -57,12 +57,12 @@ def direct_ct2(model, sources: list[str]) -> list[str]:
     pieces = sp_src.encode(sources, out_type=str)
     ids = [[0] * len(p) for p in pieces]  # batches() looks at lengths only
     out = [""] * len(sources)
-    beam = max(engine.opt.beam_size, engine.opt.nbest)
-    for idx in batches(ids, engine.opt):
-        results = engine.engine.translate_batch(
+    beam = engine.options.beam_size
+    for idx in batches(ids, engine.options):
+        results = engine.translator.translate_batch(
             [pieces[i] for i in idx],
             beam_size=beam,
-            max_batch_size=engine.opt.batch_size,
+            max_batch_size=engine.options.batch_size,
             max_decoding_length=max(engine.max_length(len(pieces[i]) + 1) for i in idx),
             max_input_length=0,
         )

@@ -118,7 +118,7 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {describe()}")
     print(
         f"{args.run}: {len(sources)} sentences of {args.split}, beam {args.beam}, {args.dtype}, "
-        f"{args.threads} threads, options {engine.opt}"
+        f"{args.threads} threads, options {engine.options}"
     )
     print(f"total {total:.2f} s ({len(sources) / total:.1f} sentences/s{', under the profiler' if args.ops else ''})")
     print(f"{'part':<32} {'seconds':>8} {'share':>6} {'calls':>7}")

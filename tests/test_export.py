@@ -44,9 +44,9 @@ from conftest import (
 )
 from mtkit.checkpoint import load_checkpoint
 from mtkit.decoding.search import length_penalty_of
-from mtkit.inference.ct2_engine import Ct2Translator
-from mtkit.inference.engine import Options
-from mtkit.inference.torch_engine import Translator
+from mtkit.inference.ct2_engine import Ct2Engine
+from mtkit.inference.options import Options
+from mtkit.inference.torch_engine import TorchEngine
 from mtkit.inference.translate import read_lines, translate_stream
 from mtkit.models.base import BOS, EOS, PAD
 
@@ -134,20 +134,13 @@ def exported(run_dir, workdir) -> Path:
     return workdir / "ct2"
 
 
-def engines(loaded, exported, **options) -> tuple[Translator, Ct2Translator]:
+def engines(loaded, exported, **options) -> tuple[TorchEngine, Ct2Engine]:
     from mtkit.interop.ct2_export import read_export
 
     meta, tokenizer = read_export(exported)
-    torch_engine = Translator(loaded.model, loaded.tokenizer, Options(**options), torch.device("cpu"))
-    ct2_engine = Ct2Translator(
-        exported,
-        tokenizer,
-        Options(**options),
-        max_positions=meta["max_positions"],
-        device="cpu",
-        threads=1,
-        exact_scores=True,
-    )
+    torch_engine = TorchEngine(loaded.model, loaded.tokenizer, Options(**options), torch.device("cpu"))
+    ct2_options = Options(**options, engine="ctranslate2", device="cpu", dtype=None, threads=1, scores=True)
+    ct2_engine = Ct2Engine(exported, tokenizer, ct2_options, max_positions=meta["max_positions"])
     return torch_engine, ct2_engine
 
 
@@ -283,7 +276,7 @@ def teacher_forced_log_probs(model, src_ids: list[int], tokens: list[int]) -> li
 def test_beam_equals_torch_searching_the_same_distribution(loaded, exported, test_lines, options):
     torch_out, ct2_out, ids = both(loaded, exported, test_lines, **options)
     model, opt = Renormalised(loaded.model), Options(**options)
-    reference = Translator(model, loaded.tokenizer, opt, torch.device("cpu")).translate_ids(ids)
+    reference = TorchEngine(model, loaded.tokenizer, opt, torch.device("cpu")).translate_ids(ids)
     sources = [src + [EOS] for src in ids]
     search = dict(
         beam_size=max(opt.beam_size, opt.nbest),
@@ -304,7 +297,7 @@ def test_beam_equals_torch_searching_the_same_distribution(loaded, exported, tes
     for src, t, c in zip(ids, torch_out, ct2_out):
         assert len(c) == len(t) == options.get("nbest", 1)
         assert [h.score for h in c] == sorted((h.score for h in c), reverse=True)
-        for h in c:  # the reported numbers are the model's own (exact_scores), whichever search found h
+        for h in c:  # the reported numbers are the model's own (options.scores), whichever search found h
             assert h.token_log_probs == pytest.approx(teacher_forced_log_probs(loaded.model, src, h.tokens), abs=1e-4)
             assert h.score == pytest.approx(h.log_prob / length_penalty_of(len(h.tokens) + 1, alpha))
         if [h.tokens for h in c] == [h.tokens for h in t]:
@@ -363,7 +356,7 @@ def test_translate_cli_converts_a_run_dir_on_the_fly(loaded, run_dir, exported, 
         "ct2-run": (run_dir, "--engine", "ctranslate2"),
         "ct2-export": (exported, "--engine", "ctranslate2"),
     }.items():
-        result = run_cli("translate", *args, "--beam-size", "1", "--nbest", "2", stdin=stdin)
+        result = run_cli("translate", *args, "--beam-size", "2", "--nbest", "2", stdin=stdin)
         assert result.code == 0, result.err
         outputs[name] = result.out.split("\n")
         assert len(outputs[name]) == 2 * 22 + 1 and outputs[name][-5:] == [""] * 5  # 2 lines each, blank ones too
@@ -377,7 +370,7 @@ def test_translate_cli_converts_a_run_dir_on_the_fly(loaded, run_dir, exported, 
     # searches (see test_beam_equals_torch_searching_the_same_distribution), with the run's options and --nbest 2
     dec = loaded.config.decoding
     opt = Options(
-        beam_size=1,
+        beam_size=2,
         nbest=2,
         length_penalty=dec.length_penalty,
         max_len_a=dec.max_len_a,
@@ -386,7 +379,7 @@ def test_translate_cli_converts_a_run_dir_on_the_fly(loaded, run_dir, exported, 
         batch_size=dec.batch_size,
     )
     model, tok = Renormalised(loaded.model), loaded.tokenizer
-    renormalised = Translator(model, tok, opt, torch.device("cpu"))
+    renormalised = TorchEngine(model, tok, opt, torch.device("cpu"))
     ids = renormalised.encode(lines)
     search = dict(
         beam_size=2,

@@ -82,7 +82,7 @@ def find_cycle(graph: dict[str, set[str]]):
 # stands for the module and, for a package, everything in it.
 LAYERS = (
     ("mtkit.errors",),
-    ("mtkit.files", "mtkit.manifest", "mtkit.config"),
+    ("mtkit.files", "mtkit.manifest", "mtkit.config", "mtkit.flags"),
     ("mtkit.scoring",),  # sacreBLEU only: no torch, no model
     ("mtkit.tokenizer", "mtkit.devices", "mtkit.plots"),
     ("mtkit.models",),

@@ -42,8 +42,9 @@ from conftest import (
 )
 from mtkit.checkpoint import load_checkpoint
 from mtkit.decoding.search import beam_search, greedy, max_lengths
-from mtkit.inference.engine import Options, max_chars_for
-from mtkit.inference.torch_engine import Ensemble, Translator
+from mtkit.inference.engine import max_chars_for
+from mtkit.inference.options import Options
+from mtkit.inference.torch_engine import Ensemble, TorchEngine
 from mtkit.inference.translate import chunks, pipe_chunks, read_lines, translate_stream
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.models.int8 import Int8Linear
@@ -76,8 +77,8 @@ def loaded(run_dir):
     return load_checkpoint(run_dir)
 
 
-def make_translator(loaded, model=None, **options) -> Translator:
-    return Translator(model or loaded.model, loaded.tokenizer, Options(**options), torch.device("cpu"))
+def make_translator(loaded, model=None, **options) -> TorchEngine:
+    return TorchEngine(model or loaded.model, loaded.tokenizer, Options(**options), torch.device("cpu"))
 
 
 def src_batch(loaded, lines: list[str]) -> torch.Tensor:
@@ -491,14 +492,14 @@ def test_beam_search_is_at_least_as_probable_as_greedy(loaded, test_lines):
 @torch.inference_mode()
 def test_ensemble_of_a_model_with_itself_equals_the_model(loaded, run_dir, test_lines):
     twin = load_checkpoint(run_dir)  # a second copy of the weights, as --checkpoint loads it
-    single = make_translator(loaded, beam_size=4, nbest=2, need_attention=True)
+    single = make_translator(loaded, beam_size=4, nbest=2, alignments=True)
     ensemble = make_translator(
-        loaded, model=Ensemble([loaded.model, twin.model]), beam_size=4, nbest=2, need_attention=True
+        loaded, model=Ensemble([loaded.model, twin.model]), beam_size=4, nbest=2, alignments=True
     )
     ids = single.encode(test_lines)
     alone, pairs = single.translate_ids(ids), ensemble.translate_ids(ids)
     # the mean of two equal distributions is that distribution, to rounding: the same n-best but at a near-tie
-    diverged = diverged_at_near_ties(loaded.model, [x + [EOS] for x in ids], pairs, alone, **search_of(single.opt))
+    diverged = diverged_at_near_ties(loaded.model, [x + [EOS] for x in ids], pairs, alone, **search_of(single.options))
     for i, (hyps, refs) in enumerate(zip(alone, pairs)):
         if i not in diverged:
             for a, b in zip(hyps, refs):

@@ -12,28 +12,27 @@ returns. Results are ``results.Translation`` / ``results.Hypothesis``.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
 
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
-from mtkit.inference.engine import Engine, Options
+from mtkit.flags import SamplingOptions
+from mtkit.inference.engine import Engine
+from mtkit.inference.options import Options
 from mtkit.inference.results import Hypothesis, Translation
 from mtkit.inference.segments import Segment, with_parallel
 from mtkit.interop import ct2_export as ct2
 
 if TYPE_CHECKING:
-    from mtkit.inference.ct2_engine import Ct2Translator
-    from mtkit.inference.torch_engine import Translator
+    from mtkit.inference.ct2_engine import Ct2Engine
+    from mtkit.inference.torch_engine import TorchEngine
 
 PathLike = Union[str, Path]
 Line = Union[str, bytes, Segment, dict]
-_SAMPLING = cfgmod.SamplingOptions()  # the defaults of translate's sampling flags
-ATTENTION_NEEDS_TORCH = "--alignments and --plot-attention need --engine torch"
+_SAMPLING = SamplingOptions()  # the defaults of translate's sampling flags
 
 
 class TranslationModel:
@@ -53,7 +52,8 @@ class TranslationModel:
 
     @property
     def options(self) -> Options:
-        return self.engine.opt
+        """The options the model was loaded with (each call may change nbest, scores and alignments)."""
+        return self.engine.options
 
     @property
     def tokenizer(self):
@@ -110,6 +110,7 @@ class TranslationModel:
         line), e.g. ``constraints=[["Hund"], None]``. A line may not get one field both ways. Instructions are
         checked before anything is translated: a bad one raises ``MtkitError`` naming the line.
         """
+        options = self.options_for(nbest=nbest, scores=scores, alignments=alignments)
         single = isinstance(lines, (str, bytes, Segment, dict))
         if single:
             prefix, constraints, avoid = (None if x is None else [x] for x in (prefix, constraints, avoid))
@@ -117,48 +118,32 @@ class TranslationModel:
         guidance = []
         for i, segment in enumerate(segments):
             try:
-                guidance.append(self.engine.guidance(segment))
+                guidance.append(self.engine.guidance(segment, options))
             except MtkitError as err:
                 raise MtkitError(f"line {i + 1}: {err}") from None
         out: list[Translation] = []
-        with self._decoding(nbest, scores, alignments):
-            for start in range(0, len(segments), self.options.chunk_size):
-                chunk = segments[start : start + self.options.chunk_size]
-                chunk_guidance = guidance[start : start + self.options.chunk_size]
-                ids = self.engine.encode([s.text for s in chunk])
-                if any(chunk_guidance):
-                    found = self.engine.translate_ids(ids, chunk_guidance)
-                else:
-                    found = self.engine.translate_ids(ids)
-                for segment, src_ids, hyps in zip(chunk, ids, found):
-                    out.append(self._translation(segment, src_ids, hyps, scores, alignments))
+        for start in range(0, len(segments), options.chunk_size):
+            chunk = segments[start : start + options.chunk_size]
+            chunk_guidance = guidance[start : start + options.chunk_size]
+            ids = self.engine.encode([s.text for s in chunk])
+            found = self.engine.translate_ids(ids, chunk_guidance if any(chunk_guidance) else None, options)
+            for segment, src_ids, hyps in zip(chunk, ids, found):
+                out.append(self._translation(segment, src_ids, hyps, scores, alignments))
         return out[0] if single else out
 
-    def check(self, line: Line) -> None:
-        """Raise ``MtkitError`` (saying what, not where) if ``line`` is not one this model can translate as asked:
-        a bad shape, or instructions the engine cannot follow (``translate_batch`` checks the same)."""
-        [segment] = with_parallel([line], None, None, None)
-        self.engine.guidance(segment)
+    def options_for(self, *, nbest: Optional[int] = None, scores: bool = False, alignments: bool = False) -> Options:
+        """The options of one call: the loaded ones with these.
 
-    @contextlib.contextmanager
-    def _decoding(self, nbest: Optional[int], scores: bool, alignments: bool) -> Iterator[None]:
-        """The engine's options for one call: ``nbest`` (validated as the config's), attention, exact scores."""
-        engine = self.engine
-        if alignments and not engine.attention:
-            raise MtkitError(ATTENTION_NEEDS_TORCH)
-        changes: dict = {"need_attention": alignments}
-        if nbest is not None:
-            changes["nbest"] = cfgmod.decoding_with(cfgmod.DecodingConfig(), {"nbest": nbest}).nbest
-        saved, exact = engine.opt, getattr(engine, "exact_scores", None)
-        engine.opt = dataclasses.replace(saved, **changes)
-        if exact is not None:
-            engine.exact_scores = exact or scores
-        try:
-            yield
-        finally:
-            engine.opt = saved
-            if exact is not None:
-                engine.exact_scores = exact
+        Raises:
+            MtkitError: options that do not go together (``nbest`` over the beam size, alignments on CTranslate2).
+        """
+        return self.options.replace(nbest=nbest, scores=scores, alignments=alignments)
+
+    def check(self, line: Line, options: Optional[Options] = None) -> None:
+        """Raise ``MtkitError`` (saying what, not where) if ``line`` is not one this model can translate under
+        ``options`` (default: the loaded ones): a bad shape, or instructions that cannot be followed."""
+        [segment] = with_parallel([line], None, None, None)
+        self.engine.guidance(segment, options)
 
     def _translation(
         self, segment: Segment, src_ids: list[int], hyps: list, scores: bool, alignments: bool
@@ -241,14 +226,25 @@ def load(
 ) -> TranslationModel:
     """A ``TranslationModel`` for a run dir, a checkpoint or a dir written by ``mtkit export``.
 
-    The options are those of ``mtkit translate`` (None: the run's ``decoding`` section); ``checkpoints`` are
-    ensembled with ``path`` (``--checkpoint``); ``engine="ctranslate2"`` (or an export dir) translates through
-    CTranslate2; ``alignments`` checks at load time that the engine can give them. A bad option raises
-    ``MtkitError`` with the message the command line prints.
+    Args:
+        path: a run dir, a checkpoint file, or an export dir (which translates through CTranslate2).
+        checkpoints: further checkpoints ensembled with ``path`` (``--checkpoint``; torch engine).
+        engine: ``torch`` or ``ctranslate2``.
+        alignments: hypotheses carry cross-attention (checked now: the engine must give it).
+        **options: those of ``mtkit translate`` (None: the run's ``decoding`` section); see ``Options``.
+
+    Returns:
+        The loaded model.
+
+    Raises:
+        MtkitError: a path that holds no model, or options that do not go together (the message the command
+        line prints).
     """
-    cfgmod.check_flags(engine=engine)
     paths = [Path(path), *(Path(p) for p in checkpoints)]
+    if engine != "ctranslate2" and ct2.is_export_dir(paths[0]):
+        engine = "ctranslate2"
     overrides = dict(
+        engine=engine,
         beam_size=beam_size,
         length_penalty=length_penalty,
         max_len_a=max_len_a,
@@ -261,34 +257,27 @@ def load(
         threads=threads,
         stopping=stopping,
         shortlist=shortlist,
+        sampling=sampling,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        alignments=alignments,
     )
-    run_options = dict(
-        sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, need_attention=alignments
-    )
-    if engine == "ctranslate2" or ct2.is_export_dir(paths[0]):
-        return TranslationModel(ct2_translator(paths, overrides, **run_options))
-    return TranslationModel(torch_translator(paths, overrides, **run_options))
+    Options.build(**overrides)  # bad options fail before any model is read
+    if engine == "ctranslate2":
+        return TranslationModel(ct2_engine(paths, overrides))
+    return TranslationModel(torch_engine(paths, overrides))
 
 
-def ct2_translator(paths: list[Path], overrides: dict, *, exact_scores: bool = False, **run_options) -> "Ct2Translator":
-    """The CTranslate2 engine for an export dir (``mtkit export``), or for a run dir / checkpoint converted on the fly.
+def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
+    """The CTranslate2 engine for an export dir (``mtkit export``), or for a run dir / checkpoint converted on the
+    fly; ``overrides["dtype"]`` is CTranslate2's compute type (default: the type the model was exported with)."""
+    from mtkit.inference.ct2_engine import Ct2Engine
 
-    ``--dtype`` picks CTranslate2's compute type (int8, int16, float16, bfloat16, float32, ...); by default the
-    type the model was exported with.
-    """
     if len(paths) > 1:
         raise MtkitError("--engine ctranslate2 translates with one model; ensembles (--checkpoint) need --engine torch")
-    if run_options.get("need_attention"):
-        raise MtkitError(ATTENTION_NEEDS_TORCH)
-    from mtkit.inference.ct2_engine import Ct2Translator
-
     ct2.import_ctranslate2()
-    compute_type = overrides.get("dtype") or "default"
-    if compute_type not in ("default", "auto", *ct2.QUANTIZATIONS):
-        raise MtkitError(
-            f"--dtype {compute_type!r}: the ctranslate2 engine computes in one of "
-            f"{', '.join(ct2.QUANTIZATIONS)} (default: the exported type)"
-        )
     path, tmp = Path(paths[0]), None
     try:
         if ct2.is_export_dir(path):
@@ -299,32 +288,23 @@ def ct2_translator(paths: list[Path], overrides: dict, *, exact_scores: bool = F
             ct2.convert(path, model_dir, None)
         meta, tokenizer = ct2.read_export(model_dir)
         base = cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)").decoding
-        dec = cfgmod.decoding_with(base, {**overrides, "dtype": None})
-        return Ct2Translator(
-            model_dir,
-            tokenizer,
-            Options.from_config(dec, **run_options),
-            max_positions=meta["max_positions"],
-            device=dec.device,
-            compute_type=compute_type,
-            threads=dec.threads or 0,
-            exact_scores=exact_scores or dec.nbest > 1,
-        )
+        options = Options.build(base, **overrides)
+        return Ct2Engine(model_dir, tokenizer, options, max_positions=meta["max_positions"])
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
 def auto_dtype(device) -> str:
-    """``dtype: auto``: int8 on a CPU whose PyTorch has the x86 int8 kernels (fbgemm / x86: AVX2 and up), where it
-    decoded the 20-minute Transformer's val set 2.1x as fast as float32, BLEU within 0.02 (docs/benchmarks.md, 2);
-    float32 elsewhere (GPUs, ARM CPUs)."""
+    """``dtype: auto``: int8 on a CPU whose PyTorch has the x86 int8 kernels (fbgemm / x86: AVX2 and up), float32
+    elsewhere (GPUs, ARM CPUs)."""
     import torch
 
+    # docs/benchmarks.md (section 2) has what int8 gains over float32 on each CPU kind
     return "int8" if device.type == "cpu" and torch.backends.quantized.engine in ("x86", "fbgemm") else "float32"
 
 
-def torch_translator(paths: list[Path], overrides: dict, **run_options) -> Translator:
+def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     """The torch engine for a run dir or checkpoint, ensembled with any further ones (``--checkpoint``). torch is
     imported here, not with this module: the CTranslate2 engine runs without it."""
     import torch
@@ -333,25 +313,21 @@ def torch_translator(paths: list[Path], overrides: dict, **run_options) -> Trans
     from mtkit.decoding.shortlist import Shortlisted, check_model, load_lexicon
     from mtkit.devices import pick_device
     from mtkit.inference.allocator import keep_freed_memory
-    from mtkit.inference.torch_engine import Ensemble, Translator
+    from mtkit.inference.torch_engine import Ensemble, TorchEngine
 
     first_file = ckpt.resolve(paths[0])
     meta_cfg = cfgmod.from_dict(ckpt.read_metadata(first_file)["config"], str(first_file))
-    dec = cfgmod.decoding_with(meta_cfg.decoding, overrides)
-    if dec.threads:
-        torch.set_num_threads(dec.threads)
-    device = pick_device(dec.device)
+    options = Options.build(meta_cfg.decoding, **overrides)
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    device = pick_device(options.device)
     if device.type == "cpu":
         keep_freed_memory()
+    dtype_name = auto_dtype(device) if options.dtype == "auto" else options.dtype
+    options.check_device(device.type, dtype_name)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.qint8}[
-        auto_dtype(device) if dec.dtype == "auto" else dec.dtype
+        dtype_name
     ]
-    if dtype == torch.float16 and device.type != "cuda":
-        raise MtkitError("--dtype float16 needs a CUDA GPU; use float32 (or bfloat16) on CPU")
-    if dtype == torch.qint8 and device.type != "cpu":
-        raise MtkitError(
-            "--dtype int8 is for the CPU (--device cpu); on a GPU use float16 or bfloat16, or --engine ctranslate2"
-        )
     loaded = [ckpt.load_checkpoint(p, device, dtype) for p in paths]
     tokenizer = loaded[0].tokenizer
     for other in loaded[1:]:
@@ -360,15 +336,15 @@ def torch_translator(paths: list[Path], overrides: dict, **run_options) -> Trans
                 f"{other.path}: uses another tokenizer than {loaded[0].path}; ensembles need one vocabulary"
             )
     model = loaded[0].model if len(loaded) == 1 else Ensemble([x.model for x in loaded])
-    if dec.shortlist:
+    if options.shortlist:
         check_model(model)
         run_dir = first_file.parent.parent if first_file.parent.name == "checkpoints" else first_file.parent
         lexicon = load_lexicon(run_dir, Path(meta_cfg.data.dir), tokenizer)
         model = Shortlisted(
             model,
             lexicon,
-            per_source=dec.shortlist,
-            frequent=dec.shortlist_frequent,
+            per_source=options.shortlist,
+            frequent=options.shortlist_frequent,
             copy_source=meta_cfg.data.joint_vocab,
         )
-    return Translator(model, tokenizer, Options.from_config(dec, **run_options), device)
+    return TorchEngine(model, tokenizer, options, device)

@@ -1,4 +1,4 @@
-"""``Ct2Translator``: the translation engine over a CTranslate2 model directory written by `mtkit export`."""
+"""``Ct2Engine``: the translation engine over a CTranslate2 model directory written by `mtkit export`."""
 
 from __future__ import annotations
 
@@ -10,71 +10,55 @@ from typing import Optional
 from mtkit.decoding.guidance import Guidance
 from mtkit.decoding.hypothesis import Hypothesis, length_penalty_of
 from mtkit.errors import MtkitError
-from mtkit.inference.engine import Engine, Options, batches
+from mtkit.inference.engine import Engine, batches
+from mtkit.inference.options import Options
 from mtkit.interop.ct2_export import import_ctranslate2
 from mtkit.tokenizer import BOS, PAD, UNK
 
 
-class Ct2Translator(Engine):
-    """The translation engine over a CTranslate2 model written by ``mtkit export`` (``translate_stream`` serves it
-    and the torch engine alike).
+class Ct2Engine(Engine):
+    """The engine over a CTranslate2 model directory written by ``mtkit export``, with the torch engine's contract.
 
-    Decoding keeps the torch engine's contract: PAD and BOS are never emitted, EOS may come first (empty output),
-    at most ``ceil(a * src_len + b)`` tokens (``src_len`` with EOS, capped at max_positions - 1; CTranslate2 takes
-    one limit per call: a batch runs under its longest limit, and a sentence whose output went past its own
-    limit is cut there (greedy, sampling: the same as stopping there) or searched again under it (beam)), and
-    scores are log-probabilities over the GNMT
-    penalty ``((5 + n + 1) / 6) ** length_penalty``. Beam search stops a sentence once ``beam_size`` hypotheses
-    have finished (the ``beam_full`` rule; ``stopping: exact`` is not available here) and ranks them with our
-    penalty. Hypotheses carry no attention.
-
-    CTranslate2 renormalises its log-probs over the tokens it may emit (all but PAD and BOS), so its scores
-    sit slightly above the model's own (by the PAD and BOS mass, tiny in a trained model) and its beams are
-    ranked by them: where that mass is not tiny, a near-tie may go another way than in the torch engine.
-    With ``exact_scores`` the kept hypotheses are rescored by a teacher-forced pass (``score_batch``): their
-    ``score``/``log_prob`` are then the model's and ``token_log_probs`` is filled (otherwise it is empty).
-    ``api.TranslationModel`` asks for it where scores are wanted (``mtkit translate``: n-best lists, jsonl).
-    Without it, numbers no ranking needs are not computed: a lone greedy or sampled hypothesis has a NaN score and
-    log-prob (CTranslate2 is not asked for scores), and a candidate cut at the limit is rescored only where its
-    log-prob without the final EOS, an upper bound, could still place it in the n-best.
-
-    Instructions: a prefix is CTranslate2's ``target_prefix`` (its hypotheses are rescored where ranked or shown,
-    so that score and log-prob are those of the continuation, as in the torch engine; the subword after a prefix that ends in a
-    space is not required to start a word here); avoided phrases are its ``suppress_sequences`` (one call per set
-    of them); constraints are refused (CTranslate2 has no constrained decoding).
+    PAD and BOS are never emitted; EOS may come first (an empty output). Outputs have at most
+    ``ceil(max_len_a * src_len + max_len_b)`` tokens (``src_len`` with EOS, capped at max_positions - 1).
+    Scores are log-probabilities over the GNMT penalty, ranked as the torch engine ranks them. Beam search
+    stops a sentence once ``beam_size`` hypotheses finished (``stopping: beam_full``, the only rule here).
+    Hypotheses carry no attention, and constraints are refused (CTranslate2 has no constrained decoding).
+    A prefix is CTranslate2's ``target_prefix``; avoided phrases are its ``suppress_sequences``.
+    With ``options.scores`` or an n-best list, the kept hypotheses are rescored by a teacher-forced pass: their
+    numbers are then the model's own and ``token_log_probs`` is filled. Without, a lone greedy or sampled
+    hypothesis has a NaN score and log-prob.
     """
 
+    # CTranslate2 takes one output limit per call: a batch runs under its longest limit, and a sentence whose
+    # output went past its own limit is cut there (greedy, sampling: the same as stopping there) or searched
+    # again under it (beam).
+    # CTranslate2 renormalises its log-probs over the tokens it may emit (all but PAD and BOS), so its scores sit
+    # slightly above the model's own and a near-tie may go another way than in the torch engine.
+    # A candidate cut at the limit is rescored only where its log-prob without the final EOS, an upper bound,
+    # could still place it in the n-best.
     # CTranslate2's beam search stops at beam_size finished hypotheses (our beam_full rule) only under a length
     # penalty (with none it exits once the top beam ends), keeps the beam_size best by score / length ** penalty
     # and ranks by that. A penalty this small keeps that stopping rule while ranking by log-probability, which
     # keeps the hypotheses our GNMT penalty would pick (ranked afterwards, on the raw log-probs) far more often
     # than CTranslate2's length ** alpha, which favours hypotheses cut at the length limit.
     _NEUTRAL_PENALTY = 1e-6
-    attention = False
-    constraints = False
 
-    def __init__(
-        self,
-        model_dir: Path,
-        tokenizer,
-        options: Options,
-        *,
-        max_positions: int,
-        device: str = "cpu",
-        compute_type: str = "default",
-        threads: int = 0,
-        exact_scores: bool = False,
-    ):
+    def __init__(self, model_dir: Path, tokenizer, options: Options, *, max_positions: int):
         super().__init__(tokenizer, options, max_positions)
         ct2 = import_ctranslate2()
+        device, compute_type = options.device, options.dtype or "default"
         try:
-            self.engine = ct2.Translator(
-                str(model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads
+            self.translator = ct2.Translator(
+                str(model_dir),
+                device=device,
+                compute_type=compute_type,
+                inter_threads=1,
+                intra_threads=options.threads or 0,
             )
         except (ValueError, RuntimeError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
             raise MtkitError(f"CTranslate2 cannot run this model on {device} as {compute_type} ({first})") from None
-        self.exact_scores = exact_scores
         self.where = f"{device} as {compute_type}"
         self.max_len_cap = self.max_src
         self.src_vocab = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
@@ -84,14 +68,20 @@ class Ct2Translator(Engine):
         if options.sampling:
             ct2.set_random_seed(options.seed)
 
-    def max_length(self, src_len: int) -> int:
+    def max_length(self, src_len: int, options: Optional[Options] = None) -> int:
         """``search.max_lengths`` for one sentence of ``src_len`` tokens (EOS included)."""
-        o = self.opt
+        o = options or self.options
         return min(max(math.ceil(o.max_len_a * src_len + o.max_len_b - 1e-6), 0), self.max_len_cap)
 
-    def translate_ids(self, ids: list[list[int]], guidance: Optional[list[Optional[Guidance]]] = None) -> list[list]:
+    def translate_ids(
+        self,
+        ids: list[list[int]],
+        guidance: Optional[list[Optional[Guidance]]] = None,
+        options: Optional[Options] = None,
+    ) -> list[list]:
+        o = options or self.options
         results: list[list] = [[] for _ in ids]  # empty in, empty out
-        for idx in batches(ids, self.opt):  # batches of similar length, so of similar limits
+        for idx in batches(ids, o):  # batches of similar length, so of similar limits
             groups: dict[tuple, list[int]] = {}  # sentences with the same avoided phrases share a call
             for i in idx:
                 g = guidance[i] if guidance is not None else None
@@ -99,15 +89,16 @@ class Ct2Translator(Engine):
             for avoid, group in groups.items():
                 prefixes = [guidance[i].prefix if guidance is not None and guidance[i] else () for i in group]
                 sources = [[self.src_vocab[t] for t in ids[i]] for i in group]  # CTranslate2 appends </s>
-                limits = [max(self.max_length(len(ids[i]) + 1), len(p)) for i, p in zip(group, prefixes)]
+                limits = [max(self.max_length(len(ids[i]) + 1, o), len(p)) for i, p in zip(group, prefixes)]
                 suppress = self.banned + [[self.tgt_vocab[t] for t in phrase] for phrase in avoid]
                 target_prefix = [[self.tgt_vocab[t] for t in p] for p in prefixes] if any(prefixes) else None
-                for i, hyps in zip(group, self._search(sources, limits, target_prefix, suppress)):
+                for i, hyps in zip(group, self._search(o, sources, limits, target_prefix, suppress)):
                     results[i] = hyps
         return results
 
     def _search(
         self,
+        o: Options,
         sources: list[list[str]],
         limits: list[int],
         prefixes: Optional[list[list[str]]] = None,
@@ -116,11 +107,11 @@ class Ct2Translator(Engine):
         """The n-best hypotheses of each source, each under its own output limit (and after its prefix, without
         the suppressed sequences)."""
         suppress = self.banned if suppress is None else suppress
-        found = self._candidates(sources, max(limits), prefixes, suppress)
+        found = self._candidates(o, sources, max(limits), prefixes, suppress)
         again: dict[int, list[int]] = {}  # limit -> sources whose beam search must run again under it
         for s, limit in enumerate(limits):
             if any(len(pieces) > limit for pieces, _, _ in found[s]):
-                if self.opt.sampling or max(self.opt.beam_size, self.opt.nbest) == 1:
+                if o.sampling or o.beam_size == 1:
                     # a greedy or sampled output cut at the limit is what stopping there would have given
                     found[s] = [
                         (pieces, lp, bound) if len(pieces) < limit else (pieces[:limit], None, None)
@@ -130,15 +121,16 @@ class Ct2Translator(Engine):
                     again.setdefault(limit, []).append(s)
         for limit, group in again.items():
             subset = [prefixes[s] for s in group] if prefixes is not None else None
-            for s, cands in zip(group, self._candidates([sources[s] for s in group], limit, subset, suppress)):
+            for s, cands in zip(group, self._candidates(o, [sources[s] for s in group], limit, subset, suppress)):
                 found[s] = cands
         forced = [len(p) for p in prefixes] if prefixes is not None else [0] * len(sources)
         if prefixes is not None:  # rescored: the continuation's log-prob, not CTranslate2's whole-output score
             found = [[(pieces, None, None) for pieces, _, _ in cands] for cands in found]
-        return self._ranked(sources, found, forced)
+        return self._ranked(o, sources, found, forced)
 
     def _candidates(
         self,
+        o: Options,
         sources: list[list[str]],
         limit: int,
         prefixes: Optional[list[list[str]]] = None,
@@ -148,7 +140,7 @@ class Ct2Translator(Engine):
         log-prob is None when CTranslate2 gives no usable one (``_ranked`` rescores those it needs) and ``bound``
         is then an upper bound of it where one is known (a hypothesis cut at the limit: its log-prob without the
         EOS that ends it here)."""
-        o = self.opt
+        exact = _exact_scores(o)
         found: list[list[tuple[list[str], Optional[float], Optional[float]]]] = []
         if limit == 0:  # only EOS may follow BOS
             found = [[([], None, None)] for _ in sources]
@@ -163,14 +155,14 @@ class Ct2Translator(Engine):
                     sampling_temperature=o.temperature,
                 )
             else:
-                beam = max(o.beam_size, o.nbest)
+                beam = o.beam_size
                 ct2_penalty = 0.0 if beam == 1 else self._NEUTRAL_PENALTY
                 kwargs = dict(beam_size=beam, num_hypotheses=beam)
-            # scores rank several candidates, or are shown (exact_scores); a lone greedy or sampled output needs
+            # scores rank several candidates, or are shown (options.scores); a lone greedy or sampled output needs
             # none, and asking CTranslate2 for them cost 3% of greedy decoding
-            ranked = kwargs["num_hypotheses"] > 1 or self.exact_scores
+            ranked = kwargs["num_hypotheses"] > 1 or exact
             out = self._run(
-                self.engine.translate_batch,
+                self.translator.translate_batch,
                 sources,
                 prefixes,
                 max_batch_size=o.batch_size,
@@ -206,13 +198,14 @@ class Ct2Translator(Engine):
 
     def _ranked(
         self,
+        o: Options,
         sources: list[list[str]],
         found: list[list[tuple[list[str], Optional[float], Optional[float]]]],
         forced: list[int],
     ) -> list[list]:
         """Hypotheses from ``_candidates``' output: missing log-probs filled in, GNMT-penalised, best first.
         ``forced``: the prefix length of each source (its tokens cost nothing and are not counted)."""
-        o = self.opt
+        exact = _exact_scores(o)
 
         def score_of(s: int, pieces: list, log_prob: float) -> float:
             return log_prob / length_penalty_of(len(pieces) + 1 - forced[s], o.length_penalty)
@@ -220,10 +213,10 @@ class Ct2Translator(Engine):
         # A hypothesis without a log-prob is rescored unless its bound shows it cannot reach the n-best (most are
         # cut at the limit and far below: rescoring them took a tenth of the time at beam 5), or unless no ranking
         # needs it: a sentence with no more candidates than the n-best (greedy) keeps them all, and its numbers
-        # are shown only with exact_scores (which rescores what it keeps), so an unknown log-prob stays NaN.
+        # are shown only with options.scores (which rescores what it keeps), so an unknown log-prob stays NaN.
         missing = []
         for s, cands in enumerate(found):
-            if len(cands) <= o.nbest and not self.exact_scores:
+            if len(cands) <= o.nbest and not exact:
                 found[s] = [(p, lp if lp is not None else math.nan, None) for p, lp, _ in cands]
                 continue
             known = sorted((score_of(s, p, lp) for p, lp, _ in cands if lp is not None), reverse=True)
@@ -233,6 +226,7 @@ class Ct2Translator(Engine):
                     missing.append((s, c))
         if missing:
             scored = self._score(
+                o,
                 [sources[s] for s, _ in missing], [found[s][c][0] for s, c in missing], [forced[s] for s, _ in missing]
             )
             for (s, c), (log_prob, _) in zip(missing, scored):
@@ -246,10 +240,10 @@ class Ct2Translator(Engine):
             ]
             hyps.sort(key=lambda h: h.score, reverse=True)
             results.append(hyps[: o.nbest])
-        if self.exact_scores:
+        if exact:
             kept = [(s, h) for s, hyps in enumerate(results) for h in hyps]
             targets = [[self.tgt_vocab[t] for t in h.tokens] for _, h in kept]
-            scored = self._score([sources[s] for s, _ in kept], targets, [forced[s] for s, _ in kept])
+            scored = self._score(o, [sources[s] for s, _ in kept], targets, [forced[s] for s, _ in kept])
             for (s, h), (log_prob, token_log_probs) in zip(kept, scored):
                 h.log_prob, h.token_log_probs = log_prob, token_log_probs
                 h.score = log_prob / length_penalty_of(len(h.tokens) + 1 - forced[s], o.length_penalty)
@@ -270,15 +264,21 @@ class Ct2Translator(Engine):
             ) from None
 
     def _score(
-        self, sources: list[list[str]], targets: list[list[str]], forced: Optional[list[int]] = None
+        self, o: Options, sources: list[list[str]], targets: list[list[str]], forced: Optional[list[int]] = None
     ) -> list[tuple[float, list[float]]]:
         """(log-prob, token log-probs with EOS's last) of each target given its source: the model's own numbers,
         but 0.0 for the first ``forced`` tokens of each (a prefix's)."""
         scored = self._run(
-            self.engine.score_batch, sources, targets, max_batch_size=self.opt.batch_size, max_input_length=0
+            self.translator.score_batch, sources, targets, max_batch_size=o.batch_size, max_input_length=0
         )
         out = []
         for r, skip in zip(scored, forced or [0] * len(targets)):
             token_log_probs = [0.0] * skip + list(r.log_probs)[skip:]
             out.append((math.fsum(token_log_probs), token_log_probs))
         return out
+
+
+def _exact_scores(o: Options) -> bool:
+    """Whether the kept hypotheses get the model's own numbers (a teacher-forced pass): they are shown, or they
+    rank an n-best list."""
+    return o.scores or o.nbest > 1

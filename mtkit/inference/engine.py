@@ -1,58 +1,19 @@
-"""What every translation engine shares: the decoding options, source encoding (normalisation and truncation to
-the model's length), length-sorted batching, and ``Engine``, the base class ``mtkit translate`` drives. The torch
-engine is ``torch_engine.Translator``, the CTranslate2 one ``ct2.Ct2Translator``; ``api.TranslationModel`` wraps either.
+"""What every translation engine shares: source encoding (normalisation and truncation to the model's length),
+a sentence's instructions as target subwords, length-sorted batching, and ``Engine``, the base class of
+``TorchEngine`` (torch_engine.py) and ``Ct2Engine`` (ct2_engine.py). ``api.TranslationModel`` wraps either.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
 from typing import Iterator, Optional
 
-from mtkit import config as cfgmod
 from mtkit.decoding.guidance import Guidance
 from mtkit.decoding.hypothesis import Hypothesis
 from mtkit.errors import MtkitError
+from mtkit.inference.options import Options, check_instructions
 from mtkit.inference.segments import Segment
 from mtkit.tokenizer import UNK
-
-_DECODING = cfgmod.DecodingConfig()  # the schema holds the defaults; Options repeats none of them
-_SAMPLING = cfgmod.SamplingOptions()
-
-
-@dataclasses.dataclass
-class Options:
-    beam_size: int = _DECODING.beam_size
-    length_penalty: float = _DECODING.length_penalty
-    max_len_a: float = _DECODING.max_len_a
-    max_len_b: int = _DECODING.max_len_b
-    batch_size: int = _DECODING.batch_size
-    batch_tokens: Optional[int] = _DECODING.batch_tokens
-    chunk_size: int = _DECODING.chunk_size
-    nbest: int = _DECODING.nbest
-    stopping: str = _DECODING.stopping
-    sampling: bool = False
-    temperature: float = _SAMPLING.temperature
-    top_k: int = _SAMPLING.top_k
-    top_p: float = _SAMPLING.top_p
-    seed: int = _SAMPLING.seed
-    need_attention: bool = False
-
-    @classmethod
-    def from_config(cls, dec: cfgmod.DecodingConfig, **run_options) -> "Options":
-        """The decoding section's options plus this run's (sampling, seed, need_attention)."""
-        return cls(
-            beam_size=dec.beam_size,
-            length_penalty=dec.length_penalty,
-            max_len_a=dec.max_len_a,
-            max_len_b=dec.max_len_b,
-            batch_size=dec.batch_size,
-            batch_tokens=dec.batch_tokens,
-            chunk_size=dec.chunk_size,
-            nbest=dec.nbest,
-            stopping=dec.stopping,
-            **run_options,
-        )
 
 
 def batches(ids: list[list[int]], options: Options) -> Iterator[list[int]]:
@@ -82,16 +43,15 @@ def max_chars_for(max_src: int) -> int:
 
 
 class Engine(abc.ABC):
-    """Source lines -> n-best hypotheses (``search.Hypothesis``) per line: ``encode`` the lines (shared), then
-    ``translate_ids`` (each engine's own), with the lines' instructions from ``guidance`` where they have some.
-    ``truncated`` counts the lines cut to the model's length; ``attention``: whether hypotheses can carry
-    cross-attention (``Options.need_attention``); ``constraints``: whether the engine can honour constraints."""
+    """Source lines -> n-best hypotheses per line: ``encode`` the lines (shared), then ``translate_ids`` (each
+    engine's own), with each line's instructions from ``guidance`` where it has some.
 
-    attention = True
-    constraints = True
+    ``options`` are the options the engine was loaded with; each call may pass others (``Options.replace``).
+    ``truncated`` counts the lines cut to the model's length.
+    """
 
     def __init__(self, tokenizer, options: Options, max_positions: int):
-        self.tokenizer, self.opt = tokenizer, options
+        self.tokenizer, self.options = tokenizer, options
         self.max_src = max_positions - 1  # room for EOS
         self.max_chars = max_chars_for(self.max_src)
         self.truncated = 0
@@ -111,9 +71,9 @@ class Engine(abc.ABC):
             out.append(seq)
         return out
 
-    def guidance(self, segment: Segment) -> Optional[Guidance]:
-        """A segment's instructions as target subwords (None for a plain line); raises ``MtkitError`` for those this
-        engine cannot follow with this model.
+    def guidance(self, segment: Segment, options: Optional[Options] = None) -> Optional[Guidance]:
+        """A segment's instructions as target subwords (None for a plain line); raises ``MtkitError`` for those that
+        cannot be followed with this model under ``options`` (default: the engine's).
 
         Each phrase is encoded by the target SentencePiece model on its own, whitespace runs made single spaces, so
         it matches the output where it stands as whole words. The prefix is encoded the same way, as it is: where
@@ -122,10 +82,7 @@ class Engine(abc.ABC):
         by the detokenised continuation (``api.TranslationModel``), so it always starts with the prefix."""
         if segment.plain:
             return None
-        if segment.constraints and not self.constraints:
-            raise MtkitError("constraints need --engine torch (the CTranslate2 engine has no constrained decoding)")
-        if segment.constraints and self.opt.sampling:
-            raise MtkitError("constraints need beam search: sampling cannot honour them; drop --sampling")
+        check_instructions(options or self.options, bool(segment.constraints))
         prefix = segment.prefix if segment.prefix and segment.prefix.strip() else ""
         phrases = [prefix, *segment.constraints, *segment.avoid]
         ids = [tuple(x) for x in self.tokenizer.encode_tgt([" ".join(p.split()) for p in phrases])]
@@ -147,7 +104,18 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def translate_ids(
-        self, ids: list[list[int]], guidance: Optional[list[Optional[Guidance]]] = None
+        self,
+        ids: list[list[int]],
+        guidance: Optional[list[Optional[Guidance]]] = None,
+        options: Optional[Options] = None,
     ) -> list[list[Hypothesis]]:
-        """The n-best hypotheses of each source id list, best first (an empty list for an empty source);
-        ``guidance``: each line's instructions (``guidance``), or None for plain lines."""
+        """The n-best hypotheses of each source, best first.
+
+        Args:
+            ids: source subword ids per line; an empty list gets no hypothesis.
+            guidance: each line's instructions (``guidance``), or None where all lines are plain.
+            options: this call's options (default: the engine's).
+
+        Returns:
+            Up to ``options.nbest`` hypotheses per line, best first.
+        """

@@ -1,5 +1,5 @@
-"""The torch engine: ``Translator`` decodes a model (one, an ``Ensemble`` of several, or a shortlisted one) with
-``mtkit.decoding.search`` (beam search, greedy) or ``mtkit.decoding.sampling``; ``ct2.Ct2Translator`` is the CTranslate2 engine."""
+"""The torch engine: ``TorchEngine`` decodes a model (one, an ``Ensemble`` of several, or a shortlisted one) with
+``mtkit.decoding.search`` (beam search, greedy) or ``mtkit.decoding.sampling``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import torch
 
 from mtkit.decoding import sampling, search
 from mtkit.decoding.constraints import Guidance, Guide
-from mtkit.errors import MtkitError
-from mtkit.inference.engine import Engine, Options, batches
-from mtkit.inference.segments import Segment
+from mtkit.inference.engine import Engine, batches
+from mtkit.inference.options import Options
 from mtkit.models import EOS, PAD, Seq2Seq, State
 from mtkit.tokenizer import NUM_SPECIAL
 
@@ -50,7 +49,7 @@ class Ensemble(Seq2Seq):
         return torch.logsumexp(logps, dim=0) - math.log(len(self.models))
 
 
-class Translator(Engine):
+class TorchEngine(Engine):
     """The torch engine: a model (or an ensemble, or a shortlisted model) decoded by ``mtkit.decoding.search``.
 
     Lines with instructions share batches with plain ones. A batch with a constraint runs beam search: with
@@ -65,11 +64,6 @@ class Translator(Engine):
         self.generator = torch.Generator(device="cpu").manual_seed(options.seed) if options.sampling else None
         self._glue: Optional[torch.Tensor] = None
 
-    def guidance(self, segment: Segment) -> Optional[Guidance]:
-        if segment.constraints and getattr(self.model, "lexicon", None) is not None:
-            raise MtkitError("constraints need the whole target vocabulary; drop --shortlist")
-        return super().guidance(segment)
-
     def glue(self) -> torch.Tensor:
         """(vocab,) bool: the target subwords that continue a word: no leading U+2581, a letter or digit first
         (punctuation may follow a word)."""
@@ -79,9 +73,14 @@ class Translator(Engine):
         return self._glue
 
     @torch.inference_mode()
-    def translate_ids(self, ids: list[list[int]], guidance: Optional[list[Optional[Guidance]]] = None) -> list[list]:
+    def translate_ids(
+        self,
+        ids: list[list[int]],
+        guidance: Optional[list[Optional[Guidance]]] = None,
+        options: Optional[Options] = None,
+    ) -> list[list]:
         results: list[list] = [[] for _ in ids]  # empty inputs give empty outputs without a model call
-        o = self.opt
+        o = options or self.options
         for idx in batches(ids, o):
             items = [guidance[i] for i in idx] if guidance is not None else []
             guide = Guide(items, self.device, self.glue()) if any(items) else None
@@ -92,7 +91,7 @@ class Translator(Engine):
                 src[row, : len(ids[i])] = torch.tensor(ids[i], dtype=torch.long)
                 src[row, len(ids[i])] = EOS
             src = src.to(self.device)
-            common = dict(max_len_a=o.max_len_a, max_len_b=o.max_len_b, need_attention=o.need_attention, guide=guide)
+            common = dict(max_len_a=o.max_len_a, max_len_b=o.max_len_b, need_attention=o.alignments, guide=guide)
             if o.sampling:
                 out = sampling.sample(
                     self.model,
@@ -111,7 +110,7 @@ class Translator(Engine):
                 out = search.beam_search(
                     self.model,
                     src,
-                    beam_size=max(o.beam_size, o.nbest),
+                    beam_size=o.beam_size,
                     length_penalty=o.length_penalty,
                     nbest=o.nbest,
                     stopping=o.stopping,

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Optional, Union
 
-from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import atomic_open
+from mtkit.flags import check_flags
 from mtkit.inference import api
 from mtkit.inference.engine import Engine
 from mtkit.inference.results import Translation
@@ -249,7 +249,7 @@ def translate_main(
     """``mtkit translate``: ``options`` are ``mtkit.load``'s decoding and sampling options; ``--engine
     ctranslate2``, or a dir written by ``mtkit export``, translates through CTranslate2; ``input_format``
     jsonl reads a JSON object with instructions per line (``skip_bad_lines``: a bad one gives an empty line)."""
-    cfgmod.check_flags(format=fmt, engine=engine, input_format=input_format)
+    check_flags(format=fmt, engine=engine, input_format=input_format)
     if input is not None and not Path(input).is_file():
         raise MtkitError(f"{input}: input file not found")
     model = api.load(

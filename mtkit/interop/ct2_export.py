@@ -30,6 +30,7 @@ from typing import Optional
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
+from mtkit.flags import check_flags
 from mtkit.tokenizer import BOS, EOS, UNK, Tokenizer
 
 EXPORT_META = "mtkit_export.json"
@@ -261,7 +262,7 @@ def convert(checkpoint: Path, directory: Path, quantization: Optional[str]) -> d
 
 def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], force: bool) -> Path:
     """``mtkit export``: convert the run's checkpoint (as translate picks it) into ``out``."""
-    cfgmod.check_flags(export_format=fmt)
+    check_flags(export_format=fmt)
     out = Path(out)
     if out.exists():
         if not force:
