@@ -1,13 +1,13 @@
-"""Self-describing checkpoints: safetensors only (no pickle), written atomically; loading one for inference.
+"""Self-describing checkpoints: saving, loading and checking bundles, pruning, averaging, loading for inference.
 
-One ``.safetensors`` file holds
+A checkpoint is one safetensors file, written atomically; pickles are never read. It holds
 - ``model.*``: the weights;
 - ``tokenizer.src`` / ``tokenizer.tgt``: the SentencePiece model bytes (uint8), so a checkpoint translates alone;
 - ``train.*`` (training checkpoints only): optimizer moments, RNG states;
-and a JSON ``metadata`` entry: the resolved config, vocab sizes, tokenizer fingerprint, update, epoch,
-data position, validation metrics, plus a CRC-32 of every tensor (safetensors itself has no checksum, so a
-flipped byte in the data would otherwise load silently). ``best.safetensors`` and ``average.safetensors``
-carry no ``train.*``.
+and a JSON ``metadata`` entry: the resolved config, vocab sizes, tokenizer fingerprint, the training state
+(``mtkit.training.state``), validation metrics. A CRC-32 of every tensor goes beside it: safetensors has no
+checksum of its own, so a flipped byte in the data would otherwise load silently. ``best.safetensors`` and
+``average.safetensors`` carry no ``train.*``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def _crc32(tensor: torch.Tensor) -> int:
 
 @dataclass
 class Bundle:
+    """What one checkpoint file holds."""
+
     metadata: dict
     model: dict[str, torch.Tensor]
     tokenizer: dict[str, bytes] = field(default_factory=dict)
@@ -47,6 +49,13 @@ class Bundle:
 
 
 def save(path: Path, bundle: Bundle) -> None:
+    """Write ``bundle`` to ``path`` whole or not at all, with a CRC-32 of every tensor.
+
+    Tied weights (one storage under several names) are stored once.
+
+    Raises:
+        MtkitError: the file cannot be written; the previous file at ``path`` is intact.
+    """
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}  # tied weights are stored once: alias -> stored name
     seen: dict[tuple, str] = {}
@@ -72,6 +81,11 @@ def save(path: Path, bundle: Bundle) -> None:
 
 
 def read_metadata(path: Path) -> dict:
+    """The ``metadata`` of the checkpoint at ``path``, without reading its tensors.
+
+    Raises:
+        MtkitError: the file is missing, unreadable, not an mtkit checkpoint, or its metadata is damaged.
+    """
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
@@ -95,7 +109,18 @@ def _unreadable(path: Path, err: Exception) -> str:
 
 
 def load(path: Path, *, with_train: bool = False, map_location: str = "cpu") -> Bundle:
-    """Read a checkpoint. Only safetensors is ever parsed; pickles are refused."""
+    """The checkpoint at ``path``, every tensor checked against its CRC-32.
+
+    Only safetensors is ever parsed: a pickle (torch.save) file is refused without being read.
+
+    Args:
+        path: the checkpoint file.
+        with_train: read the ``train.*`` tensors too (resuming); they are skipped otherwise.
+        map_location: the device of the model and train tensors.
+
+    Raises:
+        MtkitError: the file is missing, a pickle, truncated, damaged or fails a CRC-32 check.
+    """
     path = Path(path)
     if not path.exists():
         raise MtkitError(f"{path}: checkpoint not found")
@@ -140,7 +165,11 @@ def load(path: Path, *, with_train: bool = False, map_location: str = "cpu") -> 
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], where: Path) -> None:
-    """Copy ``weights`` into ``model``, naming the first tensor that is missing, unexpected or misshapen."""
+    """Copy ``weights`` into ``model``.
+
+    Raises:
+        MtkitError: the first tensor that is missing, unexpected or misshapen, named with ``where``.
+    """
     own = model.state_dict()
     for name, tensor in own.items():
         if name not in weights:
@@ -180,20 +209,22 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tenso
 
 
 def restore_optimizer(optimizer: torch.optim.Optimizer, train: dict[str, torch.Tensor], device: torch.device) -> None:
-    """Load the ``opt.*`` tensors of ``optimizer_tensors`` back (``step`` counters stay on the CPU)."""
+    """Load the ``opt.*`` tensors of ``optimizer_tensors`` back into ``optimizer``, on ``device``."""
     state: dict[int, dict] = {}
     for key, v in train.items():
         if key.startswith("opt."):
             _, i, name = key.split(".", 2)
-            state.setdefault(int(i), {})[name] = v.to(device) if name != "step" else v
+            state.setdefault(int(i), {})[name] = v.to(device) if name != "step" else v  # Adam keeps step on the CPU
     sd = optimizer.state_dict()
     sd["state"] = state
     optimizer.load_state_dict(sd)
 
 
 def prune(ckpt_dir: Path, *, keep_last: int, keep_best: int, best_metric: str) -> None:
-    """Delete the numbered checkpoints but the ``keep_last`` newest and the ``keep_best`` best by ``best_metric``
-    (of their validation metadata; loss: lowest, BLEU/chrF: highest)."""
+    """Delete the numbered checkpoints in ``ckpt_dir`` but the ``keep_last`` newest and the ``keep_best`` best.
+
+    The best are ranked by ``best_metric`` of their validation metadata (loss: lowest; BLEU, chrF: highest).
+    """
     found = list_checkpoints(ckpt_dir)
     keep = {p for _, p in found[-keep_last:]}
     if keep_best:
@@ -213,8 +244,16 @@ def prune(ckpt_dir: Path, *, keep_last: int, keep_best: int, best_metric: str) -
 
 
 def load_latest(ckpt_dir: Path) -> tuple[Optional[Path], Optional[Bundle], list[MtkitError]]:
-    """(path, bundle with training state, errors of newer damaged ones) of the newest numbered checkpoint that
-    loads: a damaged newest checkpoint falls back to the previous one. (None, None, []) when there is none."""
+    """The newest numbered checkpoint in ``ckpt_dir`` that loads, with its ``train.*`` tensors.
+
+    A damaged newest checkpoint falls back to the previous one.
+
+    Returns:
+        (path, bundle, the errors of the newer damaged ones); (None, None, []) when there is no checkpoint.
+
+    Raises:
+        MtkitError: every checkpoint is damaged (the newest one's error).
+    """
     errors: list[MtkitError] = []
     for _, path in reversed(list_checkpoints(ckpt_dir)):
         try:
@@ -240,7 +279,13 @@ def latest_loadable(ckpt_dir: Path) -> Optional[Path]:
 
 
 def resolve(path: Path) -> Path:
-    """A run dir, its checkpoints dir, or a checkpoint file -> the checkpoint file to translate with."""
+    """The checkpoint file to translate with, for a run dir, its checkpoints dir or a checkpoint file.
+
+    average.safetensors comes first, then best.safetensors, then the newest numbered checkpoint that reads.
+
+    Raises:
+        MtkitError: ``path`` does not exist or holds no checkpoint.
+    """
     path = Path(path)
     if path.is_file():
         return path
@@ -257,7 +302,11 @@ def resolve(path: Path) -> Path:
 
 
 def average(paths: list[Path]) -> Bundle:
-    """Mean of the model weights of ``paths``; metadata and tokenizer of the newest."""
+    """The mean of the model weights of ``paths``, with the metadata and tokenizer of the last one.
+
+    Raises:
+        MtkitError: no paths, a tensor whose shape differs between them, or an unreadable checkpoint.
+    """
     if not paths:
         raise MtkitError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
@@ -275,6 +324,14 @@ def average(paths: list[Path]) -> Bundle:
 
 
 def average_main(run: Path, *, last: int, output: Optional[Path]) -> Path:
+    """`mtkit average`: save the mean of the ``last`` numbered checkpoints of ``run``.
+
+    Returns:
+        The file written: ``output``, or the run's checkpoints/average.safetensors.
+
+    Raises:
+        MtkitError: ``last`` below 1, a run without numbered checkpoints, or what ``average`` raises.
+    """
     if last < 1:
         raise MtkitError(f"--last {last}: give the number of checkpoints to average (1 or more)")
     ckpts = [p for _, p in list_checkpoints(Path(run) / "checkpoints")]
@@ -290,6 +347,8 @@ def average_main(run: Path, *, last: int, output: Optional[Path]) -> Path:
 # ------------------------------------------------------------------------------- loading for inference
 @dataclass
 class Loaded:
+    """A checkpoint loaded for inference."""
+
     model: Seq2Seq
     tokenizer: object
     config: cfgmod.Config
@@ -300,7 +359,16 @@ class Loaded:
 def load_checkpoint(
     path: Path, device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32
 ) -> Loaded:
-    """A run dir or checkpoint file -> model in eval mode, its tokenizer and config (nothing else needed)."""
+    """The model of a run dir or checkpoint file, in eval mode, with its tokenizer and config.
+
+    Args:
+        path: what ``resolve`` takes.
+        device: where the model goes.
+        dtype: its dtype; ``torch.qint8`` quantizes the linear layers per row (on the CPU).
+
+    Raises:
+        MtkitError: no checkpoint, a damaged one, or metadata, tokenizer and weights that do not match.
+    """
     file = resolve(Path(path))
     bundle = load(file)
     meta = bundle.metadata

@@ -42,7 +42,8 @@ def flops_per_update(config: str, overrides: list[str], batches: int = 4) -> tup
 
     from mtkit import config as cfgmod
     from mtkit.data.batches import make_batches
-    from mtkit.training.loop import Trainer, train_step
+    from mtkit.training.loop import Trainer
+    from mtkit.training.step import train_step
 
     cfg = cfgmod.load(config, overrides + ["training.run_dir=/tmp/mtkit-bench-flops"])
     trainer = Trainer(cfg)

@@ -35,7 +35,8 @@ def main() -> None:
 
     from mtkit import config as cfgmod
     from mtkit.data.batches import make_batches
-    from mtkit.training.loop import Trainer, train_step
+    from mtkit.training.loop import Trainer
+    from mtkit.training.step import train_step
 
     torch.set_num_threads(args.threads)
     cfg = cfgmod.load(args.config, args.set + ["training.run_dir=/tmp/mtkit-profile-train"])
@@ -45,7 +46,7 @@ def main() -> None:
     need = args.warmup + max(args.updates, args.profile)
     plan = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=1, epoch=1)[:need]
 
-    def update(idx):  # the trainer's own update (mtkit.training.loop.train_step), one batch per update
+    def update(idx):  # the trainer's own update (mtkit.training.step.train_step), one batch per update
         train_step(trainer, [idx], fused=not args.unfused)
         trainer.state.update += 1  # the next update's learning rate, as the training loop counts
 

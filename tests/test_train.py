@@ -11,7 +11,6 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +29,7 @@ from mtkit import config as cfgmod
 from mtkit import files
 from mtkit.models import PAD
 from mtkit.training import loop as trainmod
+from mtkit.training import step as stepmod
 from mtkit.training.loss import fused_output_loss, label_smoothed_loss
 from mtkit.training.optim import learning_rate
 
@@ -416,7 +416,7 @@ def test_resuming_a_finished_run_trains_nothing_more(run_copy, run_cli):
 # ----------------------------------------------------------------------------- signals and locks
 def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_section, run_cli, monkeypatch):
     config = make_config(tmp_path, data_section, max_updates=50, validate_every=4, save_every=4)
-    real, calls = trainmod.fused_output_loss, []
+    real, calls = stepmod.fused_output_loss, []
 
     def loss_with_ctrl_c(*args, **kw):
         if torch.is_grad_enabled():
@@ -425,7 +425,7 @@ def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_section, run
                 signal.raise_signal(signal.SIGINT)
         return real(*args, **kw)
 
-    monkeypatch.setattr(trainmod, "fused_output_loss", loss_with_ctrl_c)
+    monkeypatch.setattr(stepmod, "fused_output_loss", loss_with_ctrl_c)
     before = signal.getsignal(signal.SIGINT)
     result = run_cli("train", config)
     assert result.code == 0, result.err
@@ -437,103 +437,154 @@ def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path, data_section, run
     assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is back
 
 
-def _wait_for(predicate, proc, what: str, timeout: float = 90.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
+# `python -m mtkit` that pauses once: at MTKIT_TEST_PAUSE=WHERE:UPDATE the trainer prints "paused: WHERE UPDATE"
+# and waits there, until a SIGINT or SIGTERM has been handled or for good. A test that kills or signals it once
+# that line is out knows where the trainer stands, however loaded the machine is.
+PAUSING_WORKER = """
+import os, sys, time
+from pathlib import Path
+
+from mtkit.training import loop
+
+where, at = os.environ["MTKIT_TEST_PAUSE"].split(":")
+at = int(at)
+
+
+def pause(trainer=None):
+    print(f"paused: {where} {at}", flush=True)
+    while trainer is None or trainer.stop_signal is None:
+        time.sleep(0.01)
+
+
+if where == "update":  # before update AT; at 1: started (config.yaml written, run locked), nothing trained
+    real_step = loop.train_step
+
+    def train_step(trainer, *args, **kwargs):
+        if trainer.state.update + 1 == at:
+            pause(trainer)
+        return real_step(trainer, *args, **kwargs)
+
+    loop.train_step = train_step
+elif where == "validate":  # inside the validation of update AT
+    real_validate = loop.Trainer.validate
+
+    def validate(self):
+        if self.state.update == at:
+            pause(self)
+        return real_validate(self)
+
+    loop.Trainer.validate = validate
+elif where == "save":  # ckpt_AT written to its temp file and fsynced, not yet renamed into place
+    real_replace = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if Path(dst).name == f"ckpt_{at:07d}.safetensors":
+            pause()
+        return real_replace(src, dst, *args, **kwargs)
+
+    os.replace = replace
+from mtkit.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+HANG_GUARD = 300  # seconds; only a trainer that never gets there takes this long
+
+
+def start_paused(tmp_path: Path, args: list, pause: str, log) -> subprocess.Popen:
+    """`mtkit train ARGS` in a child that pauses at ``pause`` (WHERE:UPDATE), its output going to ``log``."""
+    worker = tmp_path / "pausing_worker.py"
+    worker.write_text(PAUSING_WORKER, encoding="utf-8")
+    return subprocess.Popen(
+        [sys.executable, str(worker), "train", *map(str, args)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**SUBPROCESS_ENV, "MTKIT_TEST_PAUSE": pause},
+    )
+
+
+def wait_until_paused(proc: subprocess.Popen, log_path: Path) -> None:
+    """Return once the child has printed its "paused:" line; fail if it ends first."""
+    deadline = time.monotonic() + HANG_GUARD
+    while "paused: " not in log_path.read_text(encoding="utf-8"):
         if proc.poll() is not None:
-            return False
+            pytest.fail(f"the trainer ended before its pause:\n{log_path.read_text(encoding='utf-8')[-4000:]}")
         if time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"timed out waiting for {what}")
+            pytest.fail(f"the trainer did not reach its pause:\n{log_path.read_text(encoding='utf-8')[-4000:]}")
         time.sleep(0.02)
-    return True
-
-
-def _train_lines(run: Path) -> int:
-    try:
-        return (run / "metrics.jsonl").read_text(encoding="utf-8").count('"kind": "train"')
-    except FileNotFoundError:
-        return 0
 
 
 def test_second_trainer_is_refused_and_sigterm_saves_and_exits_0(tmp_path, data_section, run_cli):
     config = make_config(tmp_path, data_section, max_updates=100_000, validate_every=1000, save_every=1000)
-    run = tmp_path / "run"
-    log = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen(
-        [sys.executable, "-m", "mtkit", "train", str(config)], stdout=log, stderr=subprocess.STDOUT, env=SUBPROCESS_ENV
-    )
-    try:
-        assert _wait_for(lambda: _train_lines(run) >= 1, first, "the first trainer to start training"), (
-            tmp_path / "first.log"
-        ).read_text()
-        # a second trainer on the same run dir is refused while the first holds the lock
-        second = run_cli("train", "--resume", run)
-        assert_one_line_error(second, "another mtkit train", f"pid {first.pid}", str(run))
-        first.send_signal(signal.SIGTERM)
-        code = first.wait(timeout=60)
-    finally:
-        if first.poll() is None:
-            first.kill()
-        log.close()
-    out = (tmp_path / "first.log").read_text()
+    run, log_path = tmp_path / "run", tmp_path / "first.log"
+    with open(log_path, "w") as log:
+        first = start_paused(tmp_path, [config], "update:2", log)  # holds the run lock, update 1 done
+        try:
+            wait_until_paused(first, log_path)
+            # a second trainer on the same run dir is refused while the first holds the lock
+            second = run_cli("train", "--resume", run)
+            assert_one_line_error(second, "another mtkit train", f"pid {first.pid}", str(run))
+            first.send_signal(signal.SIGTERM)  # the first goes on with update 2, then saves and stops
+            code = first.wait(timeout=HANG_GUARD)
+        finally:
+            if first.poll() is None:
+                first.kill()
+    out = log_path.read_text()
     assert code == 0, out
-    assert f"resume with: mtkit train --resume {run}" in out and "(SIGTERM)" in out
-    stopped = int(out.split("stopped at update ")[1].split()[0])
-    assert checkpoints(run) == {stopped: run / "checkpoints" / f"ckpt_{stopped:07d}.safetensors"}
-    assert ckpt.load(checkpoints(run)[stopped], with_train=True).metadata["update"] == stopped
+    assert "stopped at update 2 (SIGTERM)" in out and f"resume with: mtkit train --resume {run}" in out
+    assert checkpoints(run) == {2: run / "checkpoints" / "ckpt_0000002.safetensors"}
+    assert ckpt.load(checkpoints(run)[2], with_train=True).metadata["update"] == 2
     # the lock went with the process: the run continues
-    result = run_cli("train", "--resume", run, "--set", f"training.max_updates={stopped + 2}")
+    result = run_cli("train", "--resume", run, "--set", "training.max_updates=4")
     assert result.code == 0, result.err
-    assert max(checkpoints(run)) == stopped + 2
+    assert max(checkpoints(run)) == 4
 
 
-def test_kill_9_at_random_moments_always_leaves_a_resumable_run(tmp_path, data_section, run_cli):
-    """Three kill -9 at seeded random moments: one at a random delay after launch (start-up or training),
-    two at a random update plus a random delay (training, validation or mid-save). Each time every checkpoint
-    on disk loads whole and --resume continues; the end result is bit-identical to an uninterrupted run."""
-    n = 40
-    common = dict(max_updates=n, save_every=3, validate_every=6, valid_max_sentences=5, keep_last=2)
-    config = make_config(tmp_path, data_section, **common)
-    reference = make_config(tmp_path, data_section, name="reference", **common)
+def test_kill_9_at_chosen_moments_always_leaves_a_resumable_run(tmp_path, data_section, run_cli):
+    """kill -9 at four moments: after start-up, before an update, while validating and between a checkpoint's
+    write and its rename, the last three at seeded random updates. The trainer pauses at the moment and says so,
+    and only then is killed. Each time every checkpoint on disk loads whole and --resume continues; the end
+    result is bit-identical to an uninterrupted run."""
+    n, save_every, validate_every = 40, 3, 6
+    common = dict(max_updates=n, save_every=save_every, validate_every=validate_every, valid_max_sentences=5)
+    config = make_config(tmp_path, data_section, keep_last=2, **common)
+    reference = make_config(tmp_path, data_section, name="reference", keep_last=2, **common)
     assert run_cli("train", reference).code == 0
     run, rng = tmp_path / "run", random.Random(20240611)
-    kills = 0
-    for attempt in range(3):
-        args = ["--resume", str(run)] if (run / "config.yaml").is_file() else [str(config)]
+
+    def after(every: int, upto: int) -> int:  # a seeded random multiple of ``every`` past the newest checkpoint
+        latest = max(checkpoints(run), default=0)
+        return rng.choice([u for u in range(latest + 1, upto + 1) if u % every == 0])
+
+    moments = [
+        lambda: "update:1",
+        lambda: f"update:{after(1, 15)}",
+        lambda: f"validate:{after(validate_every, 24)}",
+        lambda: f"save:{after(save_every, n - save_every)}",
+    ]
+    for attempt, moment in enumerate(moments):
+        pause = moment()
+        where, at = pause.split(":")[0], int(pause.split(":")[1])
+        args = ["--resume", run] if (run / "config.yaml").is_file() else [config]
         log_path = tmp_path / f"attempt-{attempt}.log"
-
-        def reached(path=log_path) -> int:
-            return max(map(int, re.findall(r"^update +(\d+)", path.read_text(), re.M)), default=0)
-
-        resumed_from = max(checkpoints(run), default=0)
-        target = rng.randint(resumed_from + 1, max(resumed_from + 1, n - 8))
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "mtkit", "train", *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=SUBPROCESS_ENV,
-            )
+            proc = start_paused(tmp_path, args, pause, log)
             try:
-                if attempt == 0:
-                    time.sleep(rng.uniform(0.0, 3.0))
-                elif _wait_for(lambda done=reached, target=target: done() >= target, proc, f"update {target}"):
-                    time.sleep(rng.uniform(0.0, 0.05))
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGKILL)
-                    kills += 1
-                proc.wait(timeout=60)
+                wait_until_paused(proc, log_path)
+                proc.send_signal(signal.SIGKILL)
+                assert proc.wait(timeout=HANG_GUARD) == -signal.SIGKILL
             finally:
                 if proc.poll() is None:
                     proc.kill()
-        assert "Traceback" not in log_path.read_text(), log_path.read_text()
+        out = log_path.read_text()
+        assert f"paused: {pause.replace(':', ' ')}" in out and "Traceback" not in out, out
         for path in checkpoints(run).values():
             ckpt.load(path, with_train=True)
-        if checkpoints(run):
-            assert (run / "config.yaml").is_file()
-    assert kills >= 2, "the runs finished before they could be killed"
-    final = run_cli("train", *(["--resume", run] if (run / "config.yaml").is_file() else [config]))
+        assert max(checkpoints(run), default=0) == (at - 1) // save_every * save_every  # the last save done
+        assert (run / "config.yaml").is_file()
+        if where == "save":  # the killed save left its temp file, and the previous checkpoints whole
+            assert [p for p in (run / "checkpoints").iterdir() if p.name.endswith(".tmp")]
+    final = run_cli("train", "--resume", run)
     assert final.code == 0, final.err
     assert_same_state(checkpoints(run)[n], checkpoints(tmp_path / "reference")[n])
     assert [r["update"] for r in metrics(run, "train")] == list(range(1, n + 1))  # replays are not duplicated
@@ -546,7 +597,7 @@ def test_nan_or_inf_loss_stops_naming_the_update_and_keeps_the_last_checkpoint(
     tmp_path, data_section, run_cli, monkeypatch, bad
 ):
     config = make_config(tmp_path, data_section, max_updates=20, save_every=2, validate_every=2)
-    real, calls = trainmod.fused_output_loss, []
+    real, calls = stepmod.fused_output_loss, []
 
     def loss_turning_nan(*args, **kw):
         loss, nll = real(*args, **kw)
@@ -556,13 +607,13 @@ def test_nan_or_inf_loss_stops_naming_the_update_and_keeps_the_last_checkpoint(
                 return loss * float(bad), nll
         return loss, nll
 
-    monkeypatch.setattr(trainmod, "fused_output_loss", loss_turning_nan)
+    monkeypatch.setattr(stepmod, "fused_output_loss", loss_turning_nan)
     line = assert_one_line_error(run_cli("train", config), f"loss became {bad} at update 5", "training.lr")
     run = tmp_path / "run"
     assert str(run / "checkpoints") in line
     assert set(checkpoints(run)) == {2, 4}
     assert ckpt.load(checkpoints(run)[4], with_train=True).metadata["update"] == 4
-    monkeypatch.setattr(trainmod, "fused_output_loss", real)
+    monkeypatch.setattr(stepmod, "fused_output_loss", real)
     result = run_cli("train", "--resume", run, "--set", "training.max_updates=5")
     assert result.code == 0 and "resumed from ckpt_0000004.safetensors" in result.out
 

@@ -1,5 +1,7 @@
-"""What `mtkit train` reports: a model summary table, progress (rich on a terminal, plain lines otherwise) and the
-records of RUN/metrics.jsonl."""
+"""What `mtkit train` reports: a summary table, progress and the records of RUN/metrics.jsonl.
+
+Progress is a rich bar on a terminal and plain lines otherwise.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from mtkit.files import atomic_write_text
 
 
 def model_rows(cfg) -> list[tuple[str, str]]:
+    """The summary table's (name, value) rows that describe ``cfg.model``."""
     m = cfg.model
     if m.arch == "transformer":
         return [
@@ -44,6 +47,7 @@ def model_rows(cfg) -> list[tuple[str, str]]:
 
 
 def print_summary(cfg, model, manifest: dict, dist) -> None:
+    """Print the run's table: model, vocabulary, data, device, batch, optimizer, stop conditions, run dir."""
     t = cfg.training
     table = Table(title=f"mtkit train: {cfg.model.arch}", show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -73,6 +77,7 @@ def print_summary(cfg, model, manifest: dict, dist) -> None:
 
 
 def format_record(r: dict) -> str:
+    """The log line of one metrics.jsonl record (train or valid)."""
     if r["kind"] == "train":
         return (
             f"update {r['update']:>6}  epoch {r['epoch']:>3}  loss {r['loss']:.3f}  ppl {r['ppl']:7.2f}  "
@@ -136,7 +141,7 @@ class Window:
         self.updates, self.time = 0, time.perf_counter()
 
     def add(self, step, world_size: int) -> None:
-        """Count one update (a ``train.Step``)."""
+        """Count one update (a ``step.Step``)."""
         self.loss += step.loss
         self.nll += step.nll
         self.tokens += step.tgt_tokens
@@ -166,8 +171,10 @@ class Window:
 
 
 def trim_metrics(path: Path, update: int) -> None:
-    """Keep the records of updates <= ``update`` (the resumed checkpoint's): a killed run's later records, and a
-    line cut by the kill, would otherwise mix with their replay."""
+    """Keep the records of updates <= ``update``, the resumed checkpoint's, in the metrics file ``path``.
+
+    A killed run's later records, and a line cut by the kill, would otherwise mix with their replay.
+    """
     if not path.is_file():
         return
     kept = []
@@ -182,6 +189,7 @@ def trim_metrics(path: Path, update: int) -> None:
 
 
 def append_jsonl(path: Path, record: dict) -> None:
+    """Append ``record`` to ``path`` as one JSON line."""
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
         f.flush()

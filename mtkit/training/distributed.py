@@ -1,4 +1,7 @@
-"""torch.distributed set-up from torchrun's environment (same code path at world size 1)."""
+"""torch.distributed for training: the set-up from torchrun's environment, and the collectives the loop uses.
+
+At world size 1 no process group starts and every collective returns at once, so one code path serves both.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from mtkit.devices import pick_device
 
 @dataclass(frozen=True)
 class Dist:
+    """This process's place in the run."""
+
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
@@ -29,7 +34,15 @@ class Dist:
 
 
 def setup(device_choice: str, timeout_minutes: float = 30.0) -> Dist:
-    """Read RANK / WORLD_SIZE / LOCAL_RANK (set by torchrun); start the process group when world > 1."""
+    """This process's ``Dist`` from torchrun's RANK / WORLD_SIZE / LOCAL_RANK; the process group starts when world > 1.
+
+    Args:
+        device_choice: training.devices (auto, cpu, cuda, ...).
+        timeout_minutes: how long a collective waits for the other ranks before it fails.
+
+    Returns:
+        The rank, world size, local rank and device; NCCL serves CUDA devices, gloo the others.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -67,13 +80,14 @@ def peer_lost(err: BaseException) -> bool:
 
 
 def all_reduce_sum(tensor: torch.Tensor, d: Dist) -> torch.Tensor:
+    """Sum ``tensor`` over the ranks in place and return it (a collective)."""
     if d.enabled:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
 
 
 def all_gather_bytes(tensor: torch.Tensor, d: Dist) -> list[torch.Tensor]:
-    """Gather one equally-sized uint8 tensor from every rank (RNG states)."""
+    """Every rank's ``tensor``, by rank, on the CPU (a collective; the tensors are uint8 of one size, RNG states)."""
     if not d.enabled:
         return [tensor]
     out = [torch.empty_like(tensor) for _ in range(d.world_size)]
@@ -91,11 +105,13 @@ def same_on_all_ranks(value: int, d: Dist) -> bool:
 
 
 def barrier(d: Dist) -> None:
+    """Wait until every rank gets here (a collective)."""
     if d.enabled:
         dist.barrier()
 
 
 def teardown(d: Dist) -> None:
+    """End the process group, if one was started."""
     if d.enabled and dist.is_initialized():
         dist.destroy_process_group()
 

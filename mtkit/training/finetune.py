@@ -18,7 +18,20 @@ from mtkit.tokenizer import Tokenizer
 
 
 def start_from(cfg: cfgmod.Config, model, tokenizer: Tokenizer) -> Path:
-    """Load the weights of ``cfg.model.init_from`` into ``model`` (built from ``cfg``); the checkpoint's path."""
+    """Load the weights of the run ``cfg.model.init_from`` into ``model``.
+
+    Args:
+        cfg: the new run's config; ``model`` was built from it.
+        model: the model to fill.
+        tokenizer: the new run's tokenizer; it must be the one of init_from.
+
+    Returns:
+        The checkpoint the weights came from.
+
+    Raises:
+        MtkitError: another vocabulary, a model section that differs from the checkpoint's, or an unreadable
+            checkpoint.
+    """
     run = Path(cfg.model.init_from)
     file = ckpt.resolve(run)
     bundle = ckpt.load(file)

@@ -51,7 +51,24 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def resolve_config(config: Optional[Path], overrides: list[str], resume: Optional[Path], force: bool):
-    """-> (config, resuming). With --resume the run's saved config is the base; a CONFIG given too must match it."""
+    """The config of the run to train, and whether it resumes.
+
+    With ``resume`` the run's saved config is the base. A CONFIG given too must match it, and so must the
+    ``overrides``, but for the stopping and logging keys (``STOP_KEYS``); ``force`` accepts any difference.
+
+    Args:
+        config: the CONFIG file, or None.
+        overrides: the ``--set KEY=VALUE`` items.
+        resume: the run dir of ``--resume``, or None for a new run.
+        force: ``--force``.
+
+    Returns:
+        (config, resuming).
+
+    Raises:
+        MtkitError: no config at all, a new run in a run dir that holds checkpoints, a run dir without
+            config.yaml, or a config that differs from the run's without ``force``.
+    """
     if resume is None:
         if config is None:
             raise MtkitError("give a CONFIG file, or --resume RUN_DIR to continue a run")
@@ -93,6 +110,11 @@ def resolve_config(config: Optional[Path], overrides: list[str], resume: Optiona
 
 
 def train_main(*, config: Optional[Path], overrides: list[str], resume: Optional[Path], force: bool, gpus: int) -> None:
+    """`mtkit train`: resolve the config, then train here or relaunch under torchrun for ``gpus`` > 1.
+
+    Raises:
+        MtkitError: what ``resolve_config``, ``launch_torchrun`` or the ``Trainer`` raise.
+    """
     cfg, resuming = resolve_config(config, overrides, resume, force)  # config errors once, before any launch
     if gpus > 1 and "LOCAL_RANK" not in os.environ:
         launch_torchrun(gpus, cfg, config=config, overrides=overrides, resume=resume, force=force)
@@ -103,9 +125,14 @@ def train_main(*, config: Optional[Path], overrides: list[str], resume: Optional
 def launch_torchrun(
     nproc: int, cfg, *, config: Optional[Path], overrides: list[str], resume: Optional[Path], force: bool
 ) -> None:
-    """`mtkit train --gpus N ...` = `torchrun --standalone --nproc_per_node N -m mtkit train ...` (one machine).
+    """Run `mtkit train` again as ``nproc`` processes under `torchrun --standalone` on this machine.
 
-    With training.devices cpu (or auto without a GPU) the N processes train on the CPU over gloo.
+    With training.devices cpu (or auto without a GPU) the processes train on the CPU over gloo. A SIGTERM is
+    passed on to torchrun, which passes it on to the workers; they save and stop.
+
+    Raises:
+        MtkitError: more processes than visible CUDA GPUs, or torchrun exited with an error.
+        KeyboardInterrupt: the workers were interrupted (they said where they stopped and how to resume).
     """
     device = distmod.pick_device(cfg.training.devices)
     if device.type == "cuda" and nproc > torch.cuda.device_count():

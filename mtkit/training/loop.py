@@ -1,164 +1,54 @@
-"""`mtkit train`: one visible, step-based training loop.
+"""The training loop of `mtkit train`: the ``Trainer`` repeats ``step.train_step``, one update each time.
 
-Token batches from length buckets -> ``train_step`` (label-smoothed cross-entropy fused with the output projection,
-gradient accumulation with no_sync under DDP, clip, Adam with a pure learning-rate function) -> validation (loss,
-BLEU, chrF through the search code) -> atomic safetensors checkpoints holding everything needed to resume
-bit-for-bit. How a run starts (its config, --resume, torchrun) is ``mtkit.training.launch``.
+Each update takes token batches from length buckets. ``train_step`` runs the label-smoothed loss fused with the
+output projection, accumulates gradients (under no_sync with DDP), clips them and steps Adam at the learning rate
+of a pure schedule. Every so many updates the loop validates (loss, BLEU, chrF through the search code) and saves
+an atomic safetensors checkpoint that resumes bit for bit. The run's counters are a ``state.TrainState``.
+How a run starts (its config, --resume, torchrun) is ``mtkit.training.launch``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import math
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
-import numpy as np
 import torch
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit.data.batches import ParallelData, collate, make_batches, shard_batches
+from mtkit.data.batches import ParallelData, make_batches, shard_batches
 from mtkit.errors import MtkitError
 from mtkit.files import RunLock, atomic_write_bytes, atomic_write_text, remove_stale_temps
 from mtkit.manifest import MANIFEST, read_manifest
-from mtkit.models import PAD, build_model
+from mtkit.models import build_model
 from mtkit.plots import plot_curves
 from mtkit.tokenizer import Tokenizer
 from mtkit.training import distributed as distmod
 from mtkit.training import state as state_mod
 from mtkit.training.console import Progress, Window, append_jsonl, print_summary, trim_metrics
-from mtkit.training.distributed import is_out_of_memory
 from mtkit.training.finetune import start_from
-from mtkit.training.loss import fused_output_loss, label_smoothed_loss
 from mtkit.training.optim import learning_rate, make_optimizer, model_width
 from mtkit.training.state import TrainState
+from mtkit.training.step import TeacherForcing, train_step
 from mtkit.training.validate import ValidationResult, validate, validation
 
 
-class TeacherForcing(nn.Module):
-    """The decoder features at the non-pad target positions, (tokens, d): the module training compiles and wraps
-    in DDP (whose gradient hooks need the forward pass to go through it), while ``model.forward`` stays logits."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        return self.model.features(src, tgt_in, keep)
-
-
-@dataclasses.dataclass
-class Step:
-    """One optimizer update: losses and target tokens summed over every rank; ``src_tokens`` and ``padded`` (the
-    positions of the src + tgt tensors) of this rank; ``votes`` summed over ranks; the learning rate it used."""
-
-    loss: float
-    nll: float
-    tgt_tokens: float
-    src_tokens: int
-    padded: int
-    votes: list[float]
-    lr: float
-
-
-def train_step(
-    trainer: "Trainer", group: Sequence[np.ndarray], votes: Callable[[], Sequence[float]] = tuple, fused: bool = True
-) -> Step:
-    """One optimizer update, number ``trainer.state.update + 1``, over this rank's batches ``group``.
-
-    Per batch: forward to the decoder features, the label-smoothed loss fused with the output projection (no logits
-    tensor), backward; gradients accumulate over the batches. Under DDP the gradient all-reduce runs on the last
-    batch only. Then one all-reduce sums the losses, the target tokens and ``votes()`` over the ranks. The gradients
-    are divided by the update's target tokens and clipped to training.clip_norm. The optimizer steps with the
-    learning rate of this update. The trainer's state is left to the caller.
+class Trainer:
+    """One training run: its data, model, optimizer and state, and the loop over them.
 
     Args:
-        trainer: the trainer whose model, optimizer and data are used.
-        group: this rank's batches of example indices (training.update_freq of them, fewer at an epoch's end).
-        votes: the stop requests of this rank, asked once the batches are done.
-        fused: False (for profiling) computes the logits with ``model.project`` first, then the same loss on them.
-
-    Returns:
-        The update's summed figures.
+        cfg: the run's config.
+        resuming: continue from the run's newest checkpoint (``--resume``) when ``run`` starts.
 
     Raises:
-        MtkitError: out of memory on a batch, or a loss that is not finite (nothing is stepped then).
+        MtkitError: the data dir is not prepared, or fp16 is asked for without CUDA.
     """
-    t, d, net = trainer.t, trainer.dist, trainer.net
-    update = trainer.state.update + 1
-    loss_sum = torch.zeros((), device=trainer.device)
-    nll_sum = torch.zeros((), device=trainer.device)
-    tgt_tokens = src_tokens = padded = 0
-    for i, idx in enumerate(group):
-        batch = collate(trainer.train_data, idx, trainer.device)
-        sync = contextlib.nullcontext() if (not d.enabled or i == len(group) - 1) else net.no_sync()
-        try:
-            with sync:
-                with trainer.autocast():
-                    keep = batch.tgt_out.ne(PAD)
-                    features = net(batch.src, batch.tgt_in, keep)  # (tokens, d)
-                    if fused:
-                        loss, nll = fused_output_loss(
-                            features, *trainer.model.output_projection(), batch.tgt_out[keep], t.label_smoothing
-                        )
-                    else:
-                        loss, nll = label_smoothed_loss(
-                            trainer.model.project(features), batch.tgt_out[keep], t.label_smoothing
-                        )
-                (trainer.scaler.scale(loss) if trainer.scaler else loss).backward()
-        except (torch.OutOfMemoryError, RuntimeError) as err:
-            if is_out_of_memory(err):
-                shape = tuple(batch.src.shape)
-                raise MtkitError(
-                    f"out of memory on a batch of {shape[0]} sentences x {max(shape[1], batch.tgt_in.size(1))} "
-                    f"tokens at update {update}; lower training.batch_tokens "
-                    f"(now {t.batch_tokens}) and raise training.update_freq to keep the "
-                    "effective batch"
-                ) from None
-            raise
-        loss_sum += loss.detach()
-        nll_sum += nll
-        tgt_tokens += batch.tgt_tokens
-        src_tokens += batch.src_tokens
-        padded += batch.src.numel() + batch.tgt_in.numel()
-    stats = torch.tensor(
-        [float(tgt_tokens), loss_sum.item(), nll_sum.item(), *votes()], dtype=torch.float64, device=trainer.device
-    )
-    distmod.all_reduce_sum(stats, d)
-    total_tokens, total_loss, total_nll, *summed_votes = stats.tolist()
-    if not math.isfinite(total_loss):
-        raise MtkitError(
-            f"loss became {total_loss} at update {update}; stopped without saving it. "
-            f"The last good checkpoint is in {trainer.ckpt_dir}; lower training.lr or enable "
-            "training.clip_norm and resume"
-        )
-    optimizer, scaler = trainer.optimizer, trainer.scaler
-    if scaler:
-        scaler.unscale_(optimizer)
-    grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
-    torch._foreach_mul_(grads, d.world_size / max(total_tokens, 1.0))
-    if t.clip_norm > 0:
-        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), t.clip_norm)
-    lr = trainer.lr_at(update)
-    for g in optimizer.param_groups:
-        g["lr"] = lr
-    if scaler:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return Step(total_loss, total_nll, total_tokens, src_tokens, padded, summed_votes, lr)
 
-
-class Trainer:
     def __init__(self, cfg: cfgmod.Config, *, resuming: bool = False):
         self.cfg, self.t = cfg, cfg.training
         self.run_dir = Path(self.t.run_dir)
@@ -186,14 +76,16 @@ class Trainer:
         )
         if self.t.precision == "fp16" and self.device.type != "cuda":
             raise MtkitError(cfgmod.FP16_NEEDS_CUDA)
-        self.state = TrainState()
-        self.stop_signal: Optional[str] = None
+        self.state = TrainState()  # restored by run() on --resume
+        self.stop_signal: Optional[str] = None  # the name of the first SIGINT / SIGTERM received
 
     # -- set-up -------------------------------------------------------------------------------------
     def lr_at(self, update: int) -> float:
+        """The learning rate of update number ``update`` (from 1)."""
         return learning_rate(update, self.t, model_width(self.cfg.model))
 
     def autocast(self):
+        """The autocast context of training.precision (none for fp32)."""
         if self.t.precision == "fp32":
             return contextlib.nullcontext()
         dtype = torch.bfloat16 if self.t.precision == "bf16" else torch.float16
@@ -272,6 +164,12 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self) -> None:
+        """Train until a stop condition, validating and saving on the way; the run dir stays locked meanwhile.
+
+        Raises:
+            MtkitError: any failure a user can act on. Under DDP, a rank whose partner failed names the resume
+                command.
+        """
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.ckpt_dir.mkdir(exist_ok=True)
@@ -304,6 +202,7 @@ class Trainer:
                 distmod.teardown(self.dist)
 
     def _install_signal_handlers(self):
+        """A first SIGINT / SIGTERM asks the loop to save and stop after the update; a second one stops at once."""
         first_at = [0.0]
 
         def handler(signum, frame):
@@ -318,6 +217,7 @@ class Trainer:
             signal.signal(s, handler)
 
     def _run(self) -> None:
+        """The loop: update, log, validate, save, until a stop condition holds."""
         t, d = self.t, self.dist
         self._start()
         s = self.state  # the restored one on --resume
@@ -393,7 +293,11 @@ class Trainer:
         self._install_signal_handlers()
 
     def epoch_batches(self) -> list:
-        """This rank's batches of the current epoch (reading its sampled segmentation, where prepare wrote them)."""
+        """This rank's batches of the state's epoch; the epoch's sampled segmentation is read where prepare wrote one.
+
+        Raises:
+            MtkitError: the corpus has no batch for this rank.
+        """
         data, t, d = self.train_data, self.t, self.dist
         epoch = self.state.epoch
         data.use_epoch(epoch)
@@ -407,13 +311,21 @@ class Trainer:
         return batches
 
     def stop_votes(self, run_start: float) -> tuple[float, float]:
-        """(this rank wants to stop, it got a signal): summed over ranks with the update's losses."""
+        """This rank's stop votes: (it wants to stop, it got a signal), each 0.0 or 1.0.
+
+        ``train_step`` sums them over the ranks with the update's losses, so that every rank stops after the same
+        update. ``run_start`` is the ``time.perf_counter()`` the run's training time counts from.
+        """
         t = self.t
         time_up = t.max_minutes is not None and (time.perf_counter() - run_start) / 60 >= t.max_minutes
         return 1.0 if (time_up or self.stop_signal) else 0.0, 1.0 if self.stop_signal else 0.0
 
     def stop_reason(self, votes: list[float]) -> tuple[Optional[str], bool]:
-        """(why to stop after this update or None, whether a signal asked for it) from the summed ``stop_votes``."""
+        """Why to stop after this update (None: go on), and whether a signal asked for it.
+
+        Args:
+            votes: ``stop_votes`` summed over the ranks (``Step.votes``).
+        """
         stop_votes, signal_votes = votes
         if self.t.max_updates and self.state.update >= self.t.max_updates:
             return f"max_updates={self.t.max_updates}", signal_votes > 0
@@ -424,6 +336,7 @@ class Trainer:
         return None, signal_votes > 0
 
     def _finish(self, reason: str) -> None:
+        """Average the last checkpoints if asked, draw the curves and say where the run stopped (main rank)."""
         if self.t.average_last > 1:
             ckpt.average_main(self.run_dir, last=self.t.average_last, output=None)
         try:

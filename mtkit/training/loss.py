@@ -28,7 +28,7 @@ def _smoothed_gradient(
 class _SmoothedCrossEntropy(torch.autograd.Function):
     """Label-smoothed cross-entropy of (tokens, vocab) logits, summed, with the gradient written in one pass.
 
-    loss = (1 - eps) * nll + eps * mean_over_vocab(-log p)   (the uniform smoothing of Szegedy et al. 2016)
+    loss = (1 - eps) * nll + eps * mean_over_vocab(-log p)   (uniform label smoothing, Szegedy et al.)
     d loss / d logits = softmax(logits) - ((1 - eps) * onehot(target) + eps / vocab)
     Rows whose target is PAD are expected to be removed by the caller.
     """
@@ -54,10 +54,16 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
 def label_smoothed_loss(
     logits: torch.Tensor, target: torch.Tensor, smoothing: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed over non-pad target tokens: (label-smoothed loss, plain NLL (no gradient)).
+    """The label-smoothed loss and the plain NLL of ``logits``, each summed over the non-pad target tokens.
 
-    ``logits`` is (batch, tgt_len, vocab) with ``target`` (batch, tgt_len), or already (tokens, vocab) with
-    ``target`` (tokens,) holding no padding.
+    Args:
+        logits: (batch, tgt_len, vocab) with ``target`` (batch, tgt_len), or (tokens, vocab) with ``target``
+            (tokens,) holding no padding.
+        target: the target token ids.
+        smoothing: the label-smoothing epsilon.
+
+    Returns:
+        (loss, nll); the nll carries no gradient.
     """
     if logits.dim() == 3:
         keep = target.ne(PAD)
@@ -69,8 +75,8 @@ def label_smoothed_loss(
 class _OutputBuffers:
     """Reusable flat buffers for the (tokens, vocab) logits of the fused output loss, one free list per device
     and dtype. A forward pass takes one (or allocates one), the backward pass gives it back; a graph that is never
-    backpropagated just drops its buffer. glibc's malloc neither keeps a 120 MB block mapped between updates (it
-    maps and unmaps it, paying a page fault per 4 KiB every time) nor reuses a freed block for the next aligned
+    backpropagated just drops its buffer. glibc's malloc neither keeps a logits-sized block mapped between updates
+    (it maps and unmaps it, paying a page fault per page every time) nor reuses a freed block for the next aligned
     request, so a fresh (tokens, vocab) tensor per update costs more than the arithmetic done in it."""
 
     def __init__(self):
@@ -166,7 +172,17 @@ class _FusedOutputLoss(torch.autograd.Function):
 def fused_output_loss(
     features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor, smoothing: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``label_smoothed_loss(F.linear(features, weight, bias), target, smoothing)`` without materialising the
-    logits as a tensor of their own: features (tokens, d), target (tokens,) holding no padding."""
+    """``label_smoothed_loss(F.linear(features, weight, bias), target, smoothing)`` without a logits tensor.
+
+    Args:
+        features: (tokens, d) decoder features.
+        weight: (vocab, d) output projection.
+        bias: (vocab,) or None.
+        target: (tokens,) target ids, holding no padding.
+        smoothing: the label-smoothing epsilon.
+
+    Returns:
+        (loss, nll), summed; the nll carries no gradient. The loss supports one backward pass.
+    """
     loss, nll = _FusedOutputLoss.apply(features, weight, bias, target, smoothing)
     return loss, nll.detach()

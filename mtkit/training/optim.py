@@ -1,5 +1,7 @@
-"""The optimizer and its learning-rate schedule: Adam / AdamW over weight-decay groups, and a pure function from
-the update number to the learning rate."""
+"""The optimizer and its learning-rate schedule.
+
+Adam or AdamW over weight-decay groups; the learning rate is a pure function of the update number.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import torch
 
 
 def learning_rate(update: int, t, d_model: int) -> float:
-    """Learning rate of optimizer update number ``update`` (1-based); ``t`` is the training config.
+    """The learning rate of optimizer update number ``update`` (from 1); ``t`` is the training config.
 
     inverse_sqrt: linear warmup to lr, then lr * sqrt(warmup / update) (fairseq)
     noam:         lr * d_model^-0.5 * min(update^-0.5, update * warmup^-1.5) (Vaswani et al.; lr is the factor)
@@ -35,7 +37,10 @@ def model_width(model_cfg) -> int:
 
 
 def make_optimizer(model: torch.nn.Module, t, lr: float) -> torch.optim.Optimizer:
-    """Adam (weight decay on every parameter) or AdamW (none on biases and norms) as training config ``t`` says."""
+    """The optimizer of training config ``t`` over ``model``'s parameters, starting at learning rate ``lr``.
+
+    Adam decays every parameter; AdamW decays none of the biases and norms.
+    """
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)

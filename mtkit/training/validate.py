@@ -1,5 +1,8 @@
-"""Validation during training: label-smoothed loss and perplexity of the valid split, and BLEU / chrF of its
-translations, decoded with the same search code as ``mtkit translate``."""
+"""Validation during training: the valid split's loss and perplexity, and the BLEU / chrF of its translations.
+
+The translations come from the same search code as ``mtkit translate``. ``validation`` returns a
+``ValidationResult``; the training loop records it in its state.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +23,21 @@ from mtkit.training.loss import label_smoothed_loss
 
 @torch.no_grad()
 def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, autocast: Callable) -> dict:
-    """{"loss", "nll", "ppl"[, "bleu", "chrf", "example"]} of ``model`` on ``data``; ``cfg`` is the run's config."""
+    """The metrics of ``model`` on the valid split ``data``.
+
+    Args:
+        model: the model; it is put in eval mode and back into the mode it was in.
+        data: the valid split.
+        tokenizer: decodes the translations for BLEU and chrF.
+        cfg: the run's config (training.label_smoothing, valid_bleu, valid_beam_size, valid_max_sentences; the
+            decoding section's batch size and length limits).
+        device: where the batches go.
+        autocast: returns the autocast context of training.precision.
+
+    Returns:
+        {"loss", "nll", "ppl"} per target token; with training.valid_bleu also "bleu", "chrf" and an "example"
+        {"hyp", "ref"}.
+    """
     t = cfg.training
     was_training = model.training
     model.eval()
