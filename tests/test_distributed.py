@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -274,11 +273,9 @@ def test_a_failing_rank_stops_the_run_in_bounded_time(toy):
     cfg = toy(TRANSFORMER, "failing")
     worker = cfg.parent / "failing_worker.py"
     worker.write_text(FAILING_WORKER)
-    started = time.perf_counter()
-    result = run(torchrun(worker, "train", cfg, "--set", "training.max_updates=50"), timeout=90)
-    seconds = time.perf_counter() - started
+    # the collectives' own timeout is 30 minutes: a run still waiting after 5 has missed the failure
+    result = run(torchrun(worker, "train", cfg, "--set", "training.max_updates=50"), timeout=300)
     assert result.returncode != 0
-    assert seconds < 60, seconds
     assert "injected failure on rank 1" in result.stdout
     # rank 0 was waiting for rank 1 in a gradient all-reduce: it stops by itself, with one readable line
     assert "mtkit: error: rank 0: another process of this run failed" in result.stdout, result.stdout[-4000:]
