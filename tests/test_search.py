@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from mtkit.decoding.sampling import sample
-from mtkit.decoding.search import Hypothesis, beam_search, greedy, length_penalty_of, max_lengths
+from mtkit.decoding.search import Decoded, beam_search, greedy, length_penalty_of, max_lengths
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq, State
 
 # ----------------------------------------------------------------------------- scripted decoder
@@ -382,7 +382,7 @@ def random_src(seed: int, batch: int = 5, vocab: int = 12) -> Tensor:
     return src
 
 
-def reference_beam_search(model, src_row, *, beam_size, alpha, max_len, nbest, stopping) -> list[Hypothesis]:
+def reference_beam_search(model, src_row, *, beam_size, alpha, max_len, nbest, stopping) -> list[Decoded]:
     """One unpadded sentence; each beam stepped alone; all candidates listed and sorted; run to the end
     (beam_full: until beam_size hypotheses finished). Same candidate rule as beam_search: the 2k best
     extensions, EOS among the first k finishes, the first k others continue."""
@@ -390,7 +390,7 @@ def reference_beam_search(model, src_row, *, beam_size, alpha, max_len, nbest, s
     mask = src.ne(PAD)
     state = model.init_state(model.encode(src, mask), mask)
     beams = [([], [], np.float32(0.0), [], state)]  # tokens, token log-probs, cumulative, attention rows, state
-    finished: list[Hypothesis] = []
+    finished: list[Decoded] = []
     for t in range(max_len + 1):
         candidates = []
         for beam_index, (tokens, _, total, _, beam_state) in enumerate(beams):
@@ -410,7 +410,7 @@ def reference_beam_search(model, src_row, *, beam_size, alpha, max_len, nbest, s
                 if rank < beam_size:
                     token_log_probs = [float(x) for x in token_lps + [lp]]
                     finished.append(
-                        Hypothesis(
+                        Decoded(
                             tokens,
                             float(total) / length_penalty_of(t + 1, alpha),
                             float(total),

@@ -1,4 +1,5 @@
-"""A decoded hypothesis as every engine returns it, and the GNMT length penalty that ranks them.
+"""``Decoded``: one output of a search as token ids, as every engine returns it, and the GNMT length penalty
+that ranks outputs (``mtkit.Hypothesis`` is what users get: text, subwords, plain floats).
 
 No torch here: the CTranslate2 engine uses these without importing it.
 """
@@ -13,7 +14,9 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Hypothesis:
+class Decoded:
+    """One hypothesis of a search: target token ids, their scores, and optionally their cross-attention."""
+
     tokens: list[int]  # without BOS / EOS
     score: float  # log_prob / lp(len(tokens) + 1): what hypotheses are ranked by
     log_prob: float  # sum of token_log_probs

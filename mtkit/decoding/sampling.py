@@ -1,7 +1,7 @@
 """Ancestral sampling with temperature, top-k and nucleus (top-p) truncation.
 
 It runs on search.py's single-path decoder. ``sample`` returns ``nbest`` independent samples per sentence as
-``Hypothesis`` lists, like the other decoders.
+``Decoded`` lists, like the other decoders.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from mtkit.decoding.constraints import Guide
-from mtkit.decoding.hypothesis import Hypothesis
+from mtkit.decoding.hypothesis import Decoded
 from mtkit.decoding.limits import check_common, default_cap
 from mtkit.decoding.search import single_path
 from mtkit.decoding.strategy import NEG_INF
@@ -60,7 +60,7 @@ def sample(
     nbest: int = 1,
     need_attention: bool = False,
     guide: Optional[Guide] = None,
-) -> list[list[Hypothesis]]:
+) -> list[list[Decoded]]:
     """Ancestral sampling: ``nbest`` independent samples per sentence.
 
     Tokens are drawn from ``softmax(log_probs / temperature)`` truncated by ``filter_top_k_top_p``. Reported

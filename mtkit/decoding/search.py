@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from mtkit.decoding.constraints import Guide, beam_strategy, path_guide
-from mtkit.decoding.hypothesis import Hypothesis, length_penalty_of
+from mtkit.decoding.hypothesis import Decoded, length_penalty_of
 from mtkit.decoding.limits import check_common, default_cap, max_lengths
 from mtkit.decoding.strategy import NEG_INF
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
@@ -70,7 +70,7 @@ def single_path(
     length_penalty: float,
     need_attention: bool,
     guide: Optional[Guide] = None,
-) -> list[list[Hypothesis]]:
+) -> list[list[Decoded]]:
     """Decode ``copies`` independent paths per sentence, one token per path and step.
 
     Args:
@@ -149,7 +149,7 @@ def single_path(
     is_eos = out_tokens.eq(EOS)  # (rows, steps)
     lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(max_len, num_steps))
     tokens_list, log_probs_list, lengths_list = out_tokens.tolist(), out_log_probs.tolist(), lengths.tolist()
-    results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    results: list[list[Decoded]] = [[] for _ in range(src.size(0))]
     prefix_lengths = path.prefix_lengths()
     for row in range(num_rows):
         length = lengths_list[row]
@@ -159,7 +159,7 @@ def single_path(
         if out_attention is not None:
             attention_rows = out_attention[row, : length + 1][:, src_mask[row // copies]]
         results[row // copies].append(
-            Hypothesis(
+            Decoded(
                 tokens=tokens_list[row][:length],
                 score=log_prob / length_penalty_of(length + 1 - prefix_lengths[row // copies], length_penalty),
                 log_prob=log_prob,
@@ -183,7 +183,7 @@ def greedy(
     length_penalty: float = 0.0,
     need_attention: bool = False,
     guide: Optional[Guide] = None,
-) -> list[list[Hypothesis]]:
+) -> list[list[Decoded]]:
     """Greedy decoding: the most likely token at every step.
 
     Args:
@@ -246,7 +246,7 @@ def beam_search(
     stopping: Stopping,
     need_attention: bool = False,
     guide: Optional[Guide] = None,
-) -> list[list[Hypothesis]]:
+) -> list[list[Decoded]]:
     """Batched beam search: the ``nbest`` best hypotheses of each sentence.
 
     Args:
@@ -376,9 +376,9 @@ def beam_search(
     return _collect_nbest(finished, batch_size, nbest, src_mask)
 
 
-def _collect_nbest(finished: list[_Finished], batch_size: int, nbest: int, src_mask: Tensor) -> list[list[Hypothesis]]:
+def _collect_nbest(finished: list[_Finished], batch_size: int, nbest: int, src_mask: Tensor) -> list[list[Decoded]]:
     """The nbest highest-scoring finished hypotheses per sentence, best first, as Python objects."""
-    results: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
+    results: list[list[Decoded]] = [[] for _ in range(batch_size)]
     if not finished:
         return results
     sentence = torch.cat([f.sentence for f in finished])  # (total,)
@@ -399,7 +399,7 @@ def _collect_nbest(finished: list[_Finished], batch_size: int, nbest: int, src_m
         f = finished[c]
         token_log_probs = f.token_log_probs[r].tolist()
         results[s].append(
-            Hypothesis(
+            Decoded(
                 tokens=f.tokens[r].tolist(),
                 score=sc,
                 log_prob=math.fsum(token_log_probs),
@@ -412,7 +412,7 @@ def _collect_nbest(finished: list[_Finished], batch_size: int, nbest: int, src_m
 
 __all__ = [
     "NEG_INF",
-    "Hypothesis",
+    "Decoded",
     "beam_search",
     "check_common",
     "default_cap",

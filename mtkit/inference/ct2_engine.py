@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from mtkit.decoding.guidance import Guidance
-from mtkit.decoding.hypothesis import Hypothesis, length_penalty_of
+from mtkit.decoding.hypothesis import Decoded, length_penalty_of
 from mtkit.errors import MtkitError
 from mtkit.inference.engine import Engine, batches
 from mtkit.inference.options import Options
@@ -227,14 +227,16 @@ class Ct2Engine(Engine):
         if missing:
             scored = self._score(
                 o,
-                [sources[s] for s, _ in missing], [found[s][c][0] for s, c in missing], [forced[s] for s, _ in missing]
+                [sources[s] for s, _ in missing],
+                [found[s][c][0] for s, c in missing],
+                [forced[s] for s, _ in missing],
             )
             for (s, c), (log_prob, _) in zip(missing, scored):
                 found[s][c] = (found[s][c][0], log_prob, None)
         results = []
         for s, cands in enumerate(found):
             hyps = [
-                Hypothesis([self.tgt_ids.get(p, UNK) for p in pieces], score_of(s, pieces, log_prob), log_prob, [])
+                Decoded([self.tgt_ids.get(p, UNK) for p in pieces], score_of(s, pieces, log_prob), log_prob, [])
                 for pieces, log_prob, _ in cands
                 if log_prob is not None  # those left out are below the n-best
             ]

@@ -9,7 +9,7 @@ import abc
 from typing import Iterator, Optional
 
 from mtkit.decoding.guidance import Guidance
-from mtkit.decoding.hypothesis import Hypothesis
+from mtkit.decoding.hypothesis import Decoded
 from mtkit.errors import MtkitError
 from mtkit.inference.options import Options, check_instructions
 from mtkit.inference.segments import Segment
@@ -108,7 +108,7 @@ class Engine(abc.ABC):
         ids: list[list[int]],
         guidance: Optional[list[Optional[Guidance]]] = None,
         options: Optional[Options] = None,
-    ) -> list[list[Hypothesis]]:
+    ) -> list[list[Decoded]]:
         """The n-best hypotheses of each source, best first.
 
         Args:
