@@ -6,7 +6,8 @@
 - Bounds and bad input answer with a JSON ``{"error": ...}`` and the right status, never a 500: body size,
   sentences and characters per request, invalid JSON or form, wrong types, a full queue, a timeout, API keys.
 - A real uvicorn server on 127.0.0.1 answers the ``libretranslatepy`` client.
-Models that must block (queue full, timeout) are stand-ins; no test asserts a timing.
+Models that must block (queue full, timeout) are stand-ins; no test asserts a timing. The batcher's own tests are in
+test_serving_batcher.py.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import mtkit  # noqa: E402
 from mtkit.config import ServeLimits  # noqa: E402
 from mtkit.inference.results import Hypothesis, Translation  # noqa: E402
 from mtkit.serving.app import create_app, run_languages  # noqa: E402
-from mtkit.serving.batcher import Batcher, model_thread  # noqa: E402
+from mtkit.serving.batcher import model_thread  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 DEADLINE = 60.0  # seconds any wait in these tests may take before it fails
@@ -206,155 +207,6 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(run_dir, mo
         assert answers[i] == {"translations": [{"text": t} for t in expected[i]]}, i
     assert stats.largest_batch == waiting > max(len(g) for g in groups)  # sentences of 3 requests in one batch
     assert stats.sentences == sum(len(g) for g in groups)
-
-
-def test_batches_never_mix_outputs_of_different_kinds():
-    calls = []
-    gate = threading.Event()
-
-    def translate(lines, nbest, scores, alignments):
-        calls.append((list(lines), nbest, scores, alignments))
-        assert gate.wait(DEADLINE)
-        return [x.upper() for x in lines]
-
-    batcher = Batcher(translate, batch_size=8, max_wait=0, queue_size=16)
-    batcher.start()
-    try:
-        first = batcher.submit(["a"])
-        wait_until(lambda: len(calls) == 1, "the first batch")
-        items = batcher.submit(["b", "c"], nbest=2) + batcher.submit(["d"]) + batcher.submit(["e"], nbest=2)
-        items += batcher.submit(["f"], alignments=True)
-        gate.set()
-        assert [item.future.result(DEADLINE) for item in first + items] == ["A", "B", "C", "D", "E", "F"]
-    finally:
-        batcher.stop()
-    assert calls == [
-        (["a"], None, False, False),
-        (["b", "c", "e"], 2, False, False),
-        (["d"], None, False, False),
-        (["f"], None, False, True),
-    ]
-    assert batcher.stats.largest_batch == 3 and batcher.stats.batches == 4
-
-
-def test_the_batcher_waits_for_its_last_batch_and_the_sentences_that_waited_meanwhile():
-    calls = []
-    gate = threading.Event()
-
-    def translate(lines, nbest, scores, alignments):
-        calls.append(list(lines))
-        assert gate.wait(DEADLINE)
-        return [x.upper() for x in lines]
-
-    # a wait far longer than any test: a lone sentence after a batch of one must not sit through it
-    batcher = Batcher(translate, batch_size=8, max_wait=10 * DEADLINE, queue_size=16)
-    batcher.start()
-    try:
-        gate.set()
-        assert batcher.submit(["a"])[0].future.result(DEADLINE) == "A"
-        assert batcher.submit(["b"])[0].future.result(DEADLINE) == "B"
-        gate.clear()
-        first = batcher.submit(["c", "d", "e"])
-        wait_until(lambda: len(calls) == 3, "the batch of three")
-        second = batcher.submit(["f"])
-        gate.set()
-        assert first[-1].future.result(DEADLINE) == "E"
-        time.sleep(0.1)  # the worker is free; it waits for 3 + 1 sentences: "c", "d", "e"'s clients and "f"
-        assert len(calls) == 3 and not second[0].future.done()
-        third = batcher.submit(["g", "h"])
-        time.sleep(0.1)
-        assert len(calls) == 3 and not third[0].future.done()
-        fourth = batcher.submit(["i"])
-        assert [item.future.result(DEADLINE) for item in second + third + fourth] == ["F", "G", "H", "I"]
-    finally:
-        batcher.stop()
-    assert calls == [["a"], ["b"], ["c", "d", "e"], ["f", "g", "h", "i"]]
-
-
-def _expecting(batcher: Batcher, gate: threading.Event, calls: list, running: int, meanwhile: int) -> None:
-    """Leave ``batcher`` expecting ``running + meanwhile`` sentences: a batch of ``running`` translates while
-    ``meanwhile`` more arrive; returns once the worker looks for its next batch."""
-    gate.clear()
-    batcher.submit([f"r{i}" for i in range(running)])
-    wait_until(lambda: len(calls) == 1, "the running batch")
-    batcher.submit([f"m{i}" for i in range(meanwhile)])
-    gate.set()
-    wait_until(lambda: batcher.stats.batches == 1, "the running batch's end")
-
-
-def test_the_batcher_waits_while_sentences_keep_coming_and_stops_at_a_pause():
-    calls: list = []
-    gate = threading.Event()
-
-    def translate(lines, *key):
-        calls.append(list(lines))
-        assert gate.wait(DEADLINE)
-        return [x.upper() for x in lines]
-
-    # pauses of up to 1 s are waited through, the first sentence is waited for up to 10 x DEADLINE
-    batcher = Batcher(translate, batch_size=16, max_wait=1.0, queue_size=16, max_delay=10 * DEADLINE)
-    batcher.start()
-    try:
-        _expecting(batcher, gate, calls, running=3, meanwhile=2)  # expects 5: "m0", "m1" queued
-        time.sleep(1.5)  # longer than max_wait: still waiting for the first of the running batch's clients
-        assert len(calls) == 1
-        batcher.submit(["a"])
-        time.sleep(0.1)
-        batcher.submit(["b"])  # 4 of 5: then a pause longer than max_wait, so the batch starts without the 5th
-        wait_until(lambda: len(calls) == 2, "the batch after the pause")
-        batcher.submit(["c"])
-        wait_until(lambda: len(calls) == 3, "the next batch")
-    finally:
-        batcher.stop()
-    assert calls[1:] == [["m0", "m1", "a", "b"], ["c"]]
-
-
-def test_the_batcher_holds_a_batch_back_for_max_delay_at_most():
-    calls: list = []
-    gate = threading.Event()
-
-    def translate(lines, *key):
-        calls.append((time.monotonic(), list(lines)))
-        assert gate.wait(DEADLINE)
-        return [x.upper() for x in lines]
-
-    batcher = Batcher(translate, batch_size=64, max_wait=1.0, queue_size=64, max_delay=1.5)
-    batcher.start()
-    try:
-        _expecting(batcher, gate, calls, running=8, meanwhile=8)  # expects 16
-        began = time.monotonic()
-        for i in range(12):  # one sentence each 0.25 s: never a pause as long as max_wait, never 16 sentences
-            if len(calls) == 1:
-                batcher.submit([f"s{i}"])
-            time.sleep(0.25)
-        wait_until(lambda: len(calls) >= 2, "the held batch")
-    finally:
-        batcher.stop()
-    started, lines = calls[1]
-    assert started - began < 2.5, "held past max_delay while sentences kept coming"
-    assert 8 < len(lines) < 16 and lines[:8] == [f"m{i}" for i in range(8)]
-
-
-def test_a_lone_clients_next_sentence_does_not_wait_even_when_it_comes_back_at_once():
-    registered = threading.Event()
-
-    def translate(lines, *key):
-        assert registered.wait(DEADLINE)
-        return [x.upper() for x in lines]
-
-    batcher = Batcher(translate, batch_size=8, max_wait=10 * DEADLINE, queue_size=8)
-    batcher.start()
-    try:
-        first = batcher.submit(["a"])[0]
-        follow: list = []
-        # runs on the worker as it answers "a", before it looks for its next batch: the quickest possible client
-        first.future.add_done_callback(lambda _: follow.extend(batcher.submit(["b"])))
-        registered.set()
-        assert first.future.result(DEADLINE) == "A"
-        wait_until(lambda: bool(follow), "the follow-up sentence")
-        assert follow[0].future.result(DEADLINE) == "B"  # not held for a second sentence that never comes
-    finally:
-        batcher.stop()
 
 
 def test_the_model_translates_on_the_thread_it_was_loaded_on():

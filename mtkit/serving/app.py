@@ -152,7 +152,8 @@ def create_app(
         "mtkit_batch_sentences", "Sentences per batch", buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=registry
     )
 
-    def translate(lines: list, nbest: Optional[int], scores: bool, alignments: bool) -> list:
+    def translate(lines: list, key: tuple) -> list:
+        nbest, scores, alignments = key
         return model.translate_batch(lines, nbest=nbest, scores=scores, alignments=alignments)
 
     batcher = Batcher(
@@ -243,7 +244,7 @@ def create_app(
         if alignments and not getattr(getattr(model, "engine", None), "attention", True):
             raise ApiError(422, "options.alignments needs the torch engine (this server runs CTranslate2)")
         try:
-            items = batcher.submit(lines, nbest, scores, alignments)
+            items = batcher.submit(lines, (nbest, scores, alignments))
         except QueueFull as err:
             raise ApiError(503, str(err), {"Retry-After": "1"}) from None
         results = asyncio.gather(*[asyncio.wrap_future(item.future) for item in items])

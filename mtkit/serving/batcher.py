@@ -1,15 +1,14 @@
-"""Dynamic batching for ``mtkit serve``: sentences of concurrent requests share one ``translate_batch`` call.
+"""Dynamic batching: sentences of concurrent requests share one translate call.
 
-Requests put their sentences in one bounded queue (``queue_size`` sentences); a single worker thread takes up to
-``batch_size`` sentences that ask for the same output (n-best, scores, alignments), translates them with one call
-and hands each result to its sentence's future. Before it starts a batch, the worker waits for as many sentences
-as there were clients last time: those of its previous batch, which send again once answered, plus those that
-arrived while it ran; it waits while they come, each within ``max_wait`` of the last (the first within
-``max_delay``), and ``max_delay`` at most in all. So a lone client never waits, and clients that each wait for their
-answer end up in one batch instead of alternating halves: the model decodes while the clients wait, and the event
-loop answers and reads requests while the model waits, instead of both sharing the cores at once (a request
-handled during a decode slowed that decode more than the request's own CPU time, 2026-11-24, 2 cores). Only the
-worker touches the model (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
+Requests put their sentences in one bounded queue (``queue_size`` sentences). A single worker thread takes up to
+``batch_size`` sentences of the same key, translates them with one call and hands each result to its sentence's
+future. Before it starts a batch, the worker waits for as many sentences as there were clients last time: those of
+its previous batch, which send again once answered, plus those that arrived while it ran. It waits while they come,
+each within ``max_wait`` of the last (the first within ``max_delay``), and ``max_delay`` at most in all. So a lone
+client never waits. Clients that each wait for their answer end up in one batch instead of alternating halves: the
+model decodes while the clients wait, and the event loop answers and reads requests while the model waits, instead
+of both sharing the cores at once (docs/benchmarks.md, Serving). Only the worker touches the model
+(``TranslationModel`` is not thread-safe), and the event loop never waits on it.
 """
 
 from __future__ import annotations
@@ -20,32 +19,42 @@ import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Hashable, Optional, Union
 
-# (lines, nbest, scores, alignments) -> one result per line, in order; a line is a str or a segments.Segment
-TranslateFn = Callable[[list, Optional[int], bool, bool], list]
+# (lines, key) -> one result per line, in order; a line is a str or a segments.Segment
+TranslateFn = Callable[[list, Hashable], list]
+# (condition, timeout or None) -> None: the worker's wait, called with the condition held; it may return early
+WaitFn = Callable[[threading.Condition, Optional[float]], Any]
 
 
 def model_thread() -> ThreadPoolExecutor:
-    """One thread for everything a model does, loading included. PyTorch's OpenMP threads belong to the thread
-    that starts them: a model loaded on the main thread and run on another one has two teams on the same cores,
-    which slowed decoding 3x (a lone sentence 52-70 ms against 16-22 ms, 2026-11-24, AMD EPYC, 2 cores)."""
+    """One thread for everything a model does, loading included.
+
+    Returns:
+        An executor with a single worker thread.
+    """
+    # PyTorch's OpenMP threads belong to the thread that starts them: a model loaded on one thread and run on
+    # another has two teams on the same cores (docs/benchmarks.md, Serving)
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtkit-model")
 
 
 class QueueFull(Exception):
-    """The queue has no room for a request's sentences."""
+    """The queue has no room for a request's sentences, or the batcher is stopping."""
 
 
 @dataclass(eq=False)
 class Item:
+    """One queued sentence and the future of its result."""
+
     text: Any  # a str, or a segments.Segment with its instructions
-    key: tuple  # sentences are batched with others of the same key: (nbest, scores, alignments)
+    key: Hashable  # sentences are batched only with others of an equal key; the key goes to the translate call
     future: Future = field(default_factory=Future)
 
 
 @dataclass
 class Stats:
+    """What the worker has done so far."""
+
     batches: int = 0
     sentences: int = 0
     largest_batch: int = 0
@@ -54,6 +63,22 @@ class Stats:
 
 
 class Batcher:
+    """A bounded sentence queue and the one worker that translates it in batches.
+
+    Args:
+        translate: called on the worker with a batch's lines and their common key.
+        batch_size: the most sentences in one call.
+        max_wait: the longest pause between two arriving sentences the worker waits through while it expects more.
+        queue_size: the most sentences waiting, all requests together.
+        on_batch: called with each batch's size once it is translated.
+        executor: the one-thread executor the model was loaded on (``model_thread``), to translate on that thread
+            too. Without one the batcher starts a thread of its own.
+        max_delay: the longest the worker waits for the first expected sentence and holds a batch back in all
+            (at least ``max_wait``).
+        clock: monotonic seconds.
+        wait: how the worker waits on its condition for at most a timeout measured on ``clock``.
+    """
+
     def __init__(
         self,
         translate: TranslateFn,
@@ -63,12 +88,10 @@ class Batcher:
         on_batch: Optional[Callable[[int], None]] = None,
         executor: Optional[Executor] = None,
         max_delay: float = 0.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wait: WaitFn = threading.Condition.wait,
     ):
-        """``max_wait``: the longest pause between two arriving sentences the worker waits through while it
-        expects more; ``max_delay``: the longest it waits for the first one and holds a batch back in all (at least
-        ``max_wait``).
-        ``executor``: the one-thread executor the model was loaded on, to translate on that thread too (see
-        ``model_thread``); without one the batcher starts a thread of its own."""
         self.translate = translate
         self.batch_size = max(1, batch_size)
         self.max_wait = max(0.0, max_wait)
@@ -76,13 +99,14 @@ class Batcher:
         self.queue_size = max(1, queue_size)
         self.on_batch = on_batch
         self.stats = Stats()
+        self._clock, self._wait = clock, wait
         self._pending: collections.deque[Item] = collections.deque()
         self._cond = threading.Condition()
         self._stopped = False
         self._executor = executor
         self._worker: Optional[Union[threading.Thread, Future]] = None
         self._arrived = 0  # sentences submitted so far
-        self._last_arrival = 0.0  # time.monotonic() of the latest submit
+        self._last_arrival = 0.0  # clock() at the latest submit
         self._arrived_by_end = 0  # self._arrived when the last batch ended
         self._expected = 1  # sentences to wait for: the previous batch's and those that arrived while it ran
 
@@ -93,6 +117,7 @@ class Batcher:
             return len(self._pending)
 
     def start(self) -> None:
+        """Start the worker: on the executor if there is one, else on a thread of its own."""
         with self._cond:
             self._stopped = False
         if self._executor is not None:
@@ -102,7 +127,11 @@ class Batcher:
             self._worker.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the worker after its current batch; sentences still queued fail with ``QueueFull``."""
+        """Stop the worker after its current batch; sentences still queued fail with ``QueueFull``.
+
+        Args:
+            timeout: seconds to wait for the worker to end.
+        """
         with self._cond:
             self._stopped = True
             left, self._pending = list(self._pending), collections.deque()
@@ -116,11 +145,20 @@ class Batcher:
             futures_wait([self._worker], timeout)
         self._worker = None
 
-    def submit(
-        self, lines: list, nbest: Optional[int] = None, scores: bool = False, alignments: bool = False
-    ) -> list[Item]:
-        """Queue ``lines`` (all or none of them); raises ``QueueFull`` when they do not fit."""
-        items = [Item(text, (nbest, scores, alignments)) for text in lines]
+    def submit(self, lines: list, key: Hashable = ()) -> list[Item]:
+        """Queue all of ``lines`` or none of them.
+
+        Args:
+            lines: the sentences, each a str or a ``segments.Segment``.
+            key: what the translate call gets with them; only sentences of equal keys share a batch.
+
+        Returns:
+            One item per line, in order; each future gets its line's result.
+
+        Raises:
+            QueueFull: the lines do not fit in the queue, or the batcher is stopped.
+        """
+        items = [Item(text, key) for text in lines]
         with self._cond:
             if self._stopped:
                 raise QueueFull("the server is shutting down")
@@ -128,7 +166,7 @@ class Batcher:
                 raise QueueFull(f"the translation queue is full ({self.queue_size} sentences); retry shortly")
             self._pending.extend(items)
             self._arrived += len(items)
-            self._last_arrival = time.monotonic()
+            self._last_arrival = self._clock()
             self._cond.notify_all()
         return items
 
@@ -143,26 +181,29 @@ class Batcher:
             item.future.cancel()
 
     def _take(self) -> Optional[list[Item]]:
-        """The next batch: the oldest sentence and up to batch_size - 1 more of its key, after waiting for as many
-        as the previous batch had plus those that arrived while it ran, as long as each next sentence comes within
-        max_wait and for max_delay at most. None once stopped."""
+        """The next batch: the oldest sentence and up to batch_size - 1 more of its key.
+
+        Waits first for as many as the previous batch had plus those that arrived while it ran, as long as each
+        next sentence comes within max_wait, and for max_delay at most. Returns None once stopped, [] when every
+        sentence was dropped while waiting.
+        """
         with self._cond:
             expected = self._expected
             while not self._pending and not self._stopped:
-                self._cond.wait()
+                self._wait(self._cond, None)
             if self._stopped:
                 return None
-            cap = time.monotonic() + max(self.max_wait, self.max_delay)
+            cap = self._clock() + max(self.max_wait, self.max_delay)
             while True:
                 key = self._pending[0].key
                 same = sum(1 for x in self._pending if x.key == key)
                 # until a sentence comes after the last batch, its answers may still be going out: up to the cap;
                 # then max_wait after the latest one
                 came = self._arrived > self._arrived_by_end
-                left = (min(self._last_arrival + self.max_wait, cap) if came else cap) - time.monotonic()
+                left = (min(self._last_arrival + self.max_wait, cap) if came else cap) - self._clock()
                 if same >= expected or left <= 0 or self._stopped:
                     break
-                self._cond.wait(left)
+                self._wait(self._cond, left)
                 if not self._pending:  # every sentence dropped while waiting
                     return []
             batch, rest = [], collections.deque()
@@ -181,15 +222,15 @@ class Batcher:
                 continue
             with self._cond:
                 arrived = self._arrived
-            started = time.perf_counter()
+            started = self._clock()
             try:
-                results = self.translate([item.text for item in batch], *batch[0].key)
+                results = self.translate([item.text for item in batch], batch[0].key)
             except Exception as err:  # handed to each request, which answers with its own error
                 for item in batch:
                     item.future.set_exception(err)
                 continue
             finally:  # counted before any answer goes out: a client's next request must not look like another's
-                self.stats.busy += time.perf_counter() - started
+                self.stats.busy += self._clock() - started
                 with self._cond:
                     self._expected = min(self.batch_size, len(batch) + self._arrived - arrived)
                     self._arrived_by_end = self._arrived
