@@ -1,0 +1,54 @@
+"""The server's errors: every one is a JSON body ``{"error": "one readable message"}`` with its status."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+
+class ApiError(Exception):
+    """An error answered as it is: ``status``, ``message`` and, if given, ``headers``."""
+
+    def __init__(self, status: int, message: str, headers: Optional[dict] = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+def error_response(status: int, message: str, headers: Optional[dict] = None) -> JSONResponse:
+    """The JSON error body for ``message``, its whitespace folded onto one line."""
+    return JSONResponse({"error": " ".join(message.split())}, status_code=status, headers=headers)
+
+
+def describe(problem: dict) -> str:
+    """One pydantic validation problem as ``where: what``."""
+    if tuple(problem.get("loc", ())) == ("body",):
+        return "the body must be a JSON object (Content-Type: application/json)"
+    where = ".".join(str(x) for x in problem.get("loc", ()) if x != "body") or "body"
+    return f"{where}: {problem.get('msg', 'invalid')}"
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Answer ``ApiError``, Starlette's HTTP errors, invalid bodies and anything unexpected with a JSON error."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request, err: ApiError):
+        return error_response(err.status, err.message, err.headers)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_request, err: HTTPException):
+        return error_response(err.status_code, str(err.detail), getattr(err, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request, err: RequestValidationError):
+        problems = err.errors()
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return error_response(400, "the body is not valid JSON")
+        return error_response(422, "; ".join(describe(p) for p in problems[:5]))  # the first few: one short line
+
+    @app.exception_handler(Exception)
+    async def _internal(_request, err: Exception):
+        return error_response(500, f"internal error: {type(err).__name__}")  # the type only: no internals leak

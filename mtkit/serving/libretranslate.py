@@ -1,0 +1,96 @@
+"""LibreTranslate's API: ``POST /translate`` and ``GET /languages``, for its clients."""
+
+from __future__ import annotations
+
+import json
+from typing import Union
+
+from fastapi import FastAPI, Request
+
+from mtkit.serving.auth import ApiKey, header_key
+from mtkit.serving.errors import ApiError
+from mtkit.serving.languages import language_name
+from mtkit.serving.service import TranslationService, client_gone
+
+
+async def read_fields(request: Request) -> dict:
+    """A LibreTranslate request's fields: a JSON object, or form fields (a repeated q becomes a list).
+
+    Raises:
+        ApiError: 400 for a body that does not parse, 415 for another content type, 422 for a JSON body that is not
+            an object or a form with files.
+    """
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        try:
+            fields = json.loads(await request.body())
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply for the parser
+            raise ApiError(400, "the body is not valid JSON") from None
+        if not isinstance(fields, dict):
+            raise ApiError(422, "the JSON body must be an object")
+        return fields
+    if kind in ("application/x-www-form-urlencoded", "multipart/form-data", ""):
+        try:
+            form = await request.form()
+        except Exception:  # a malformed form: python-multipart and starlette raise several kinds
+            raise ApiError(400, "the body is not a valid form") from None
+        fields = {key: form.getlist(key) for key in form.keys()}
+        if any(not isinstance(v, str) for values in fields.values() for v in values):
+            raise ApiError(422, "form fields must be text, not files")
+        return {key: values if key == "q" and len(values) > 1 else values[0] for key, values in fields.items()}
+    raise ApiError(415, f"unsupported content type {kind!r}; send JSON or a form")
+
+
+def text_to_translate(fields: dict, languages: tuple[str, str]) -> Union[str, list[str]]:
+    """The ``q`` of a translate request whose fields ask for what this server translates.
+
+    Args:
+        fields: the request's fields (``read_fields``).
+        languages: the (source, target) codes this server translates.
+
+    Returns:
+        ``q``: a string, or a list of strings.
+
+    Raises:
+        ApiError: 400 without ``q``, for another language pair or a format other than text; 422 for a field of
+            the wrong type.
+    """
+    src, tgt = languages
+    q = fields.get("q")
+    if q is None:
+        raise ApiError(400, "missing q (the text to translate)")
+    if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+        raise ApiError(422, "q must be a string or a list of strings")
+    for name in ("source", "target", "format"):
+        if not isinstance(fields.get(name, ""), str):
+            raise ApiError(422, f"{name} must be a string")
+    source, target = fields.get("source") or "auto", fields.get("target") or tgt
+    if source not in (src, "auto") or target != tgt:
+        raise ApiError(400, f"this server translates {src} to {tgt} only, not {source} to {target}")
+    if fields.get("format", "text") not in ("text", ""):
+        raise ApiError(400, f"format {fields['format']!r} is not supported; use text")
+    return q
+
+
+def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, str], api_key: ApiKey) -> None:
+    """Add LibreTranslate's ``/translate`` and ``/languages`` to ``app``, translating with ``service``."""
+    src, tgt = languages
+
+    @app.get("/languages")
+    async def languages_() -> list[dict]:
+        """LibreTranslate's language list: the one pair this model translates."""
+        return [
+            {"code": src, "name": language_name(src), "targets": [tgt]},
+            {"code": tgt, "name": language_name(tgt), "targets": []},
+        ]
+
+    @app.post("/translate")
+    async def libre_translate(request: Request) -> dict:
+        """LibreTranslate's translate: form-encoded or JSON; q a string or a list -> translatedText likewise."""
+        fields = await read_fields(request)
+        given = fields.get("api_key")
+        api_key.check(given if isinstance(given, str) else header_key(request))  # the field first, as LibreTranslate
+        q = text_to_translate(fields, languages)
+        results = await service.translate([q] if isinstance(q, str) else q, disconnected=lambda: client_gone(request))
+        texts = [r.text for r in results]
+        return {"translatedText": texts[0] if isinstance(q, str) else texts}

@@ -1,0 +1,116 @@
+"""``POST /v1/translate``'s wire format: the request and response models (their schema is at ``/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from mtkit.inference.segments import with_parallel
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    nbest: Optional[StrictInt] = Field(None, ge=1, description="Hypotheses per sentence, best first.")
+    scores: StrictBool = Field(
+        False, description="Give each hypothesis its score, log-probability, subwords and their log-probabilities."
+    )
+    alignments: StrictBool = Field(
+        False, description="Give each hypothesis its cross-attention: a row per target subword and EOS (torch engine)."
+    )
+
+
+class SegmentIn(BaseModel):
+    """A sentence with its decoding instructions (docs/decoding.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr = Field(..., description="The sentence to translate.")
+    prefix: Optional[StrictStr] = Field(None, description="The translation starts with this text.")
+    constraints: list[StrictStr] = Field([], description="Phrases the translation must contain.")
+    avoid: list[StrictStr] = Field([], description="Phrases the translation must not contain.")
+
+
+def _items(value: Any) -> Any:
+    """A sentence or an object alone is a list of one; a sentence is an object with only ``text``."""
+    if isinstance(value, (str, dict)):
+        value = [value]
+    return [{"text": x} if isinstance(x, str) else x for x in value] if isinstance(value, list) else value
+
+
+Sentences = Annotated[
+    list[SegmentIn], BeforeValidator(_items, json_schema_input_type=Union[str, SegmentIn, list[Union[str, SegmentIn]]])
+]
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: Sentences = Field(
+        ..., description="A sentence or a list of sentences; each a string or an object with its instructions."
+    )
+    prefix: Optional[list[Optional[StrictStr]]] = Field(None, description="One prefix (or null) per sentence.")
+    constraints: Optional[list[Optional[list[StrictStr]]]] = Field(
+        None, description="One list of phrases to include (or null) per sentence."
+    )
+    avoid: Optional[list[Optional[list[StrictStr]]]] = Field(
+        None, description="One list of phrases to avoid (or null) per sentence."
+    )
+    options: Options = Field(default_factory=Options)
+
+    def lines(self) -> list:
+        """The sentences with their instructions merged from the parallel lists.
+
+        Returns:
+            One per sentence: a plain str when it has no instructions, else a ``segments.Segment``.
+
+        Raises:
+            MtkitError: a parallel list of the wrong length, or an instruction that does not fit its sentence.
+        """
+        segments = with_parallel(
+            [x.model_dump() for x in self.text], self.prefix, self.constraints, self.avoid, "text item"
+        )
+        return [s.text if s.plain else s for s in segments]  # plain sentences take the plain string path
+
+
+class HypothesisOut(BaseModel):
+    text: str
+    score: Optional[float] = None
+    log_prob: Optional[float] = None
+    tokens: Optional[list[str]] = None
+    token_log_probs: Optional[list[float]] = Field(None, description="One per subword, the last for EOS.")
+    alignment: Optional[list[list[float]]] = Field(None, description="Rows: target subwords and EOS; columns: source.")
+
+
+class TranslationOut(BaseModel):
+    text: str = Field(..., description="The best translation.")
+    source_tokens: Optional[list[str]] = Field(None, description="With options.alignments: the source subwords.")
+    hypotheses: Optional[list[HypothesisOut]] = Field(
+        None, description="With options.nbest, options.scores or options.alignments."
+    )
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TranslationOut]
+
+
+def translation_out(result, options: Options) -> TranslationOut:
+    """One sentence's answer: its text, and the hypotheses and source subwords that ``options`` ask for.
+
+    Args:
+        result: the model's ``results.Translation`` of the sentence.
+        options: the request's options.
+    """
+    if options.nbest is None and not options.scores and not options.alignments:
+        return TranslationOut(text=result.text)
+    hyps = [
+        HypothesisOut(
+            text=h.text,
+            score=h.score,
+            log_prob=h.log_prob,
+            tokens=list(h.tokens) if options.scores or options.alignments else None,
+            token_log_probs=h.token_log_probs,
+            alignment=h.alignment,
+        )
+        for h in result.hypotheses
+    ]
+    source_tokens = list(result.source_tokens) if options.alignments else None
+    return TranslationOut(text=result.text, source_tokens=source_tokens, hypotheses=hyps)
