@@ -207,6 +207,7 @@ def alibi_run(tmp_path_factory) -> Path:
     return root / "run"
 
 
+@pytest.mark.slow
 def test_it_trains_resumes_and_learns_through_the_cli(alibi_run):
     import json
 

@@ -26,6 +26,8 @@ import yaml
 
 from conftest import TINY_TRANSFORMER, write_toy_splits
 
+pytestmark = pytest.mark.slow  # processes, training runs, benchmark scripts
+
 ROOT = Path(__file__).resolve().parent.parent
 TEST_EN = ROOT / "data" / "multi30k" / "test_2016_flickr.en.gz"
 TEST_DE = ROOT / "data" / "multi30k" / "test_2016_flickr.de.gz"

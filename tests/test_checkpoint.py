@@ -270,6 +270,7 @@ KILLER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_kill_9_mid_save_leaves_the_last_checkpoint_loadable(tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()

@@ -31,6 +31,8 @@ from mtkit.data.batches import ParallelData, make_batches, shard_batches
 from mtkit.data.prepare import prepare
 from mtkit.errors import MtkitError
 
+pytestmark = pytest.mark.slow  # processes, training runs, benchmark scripts
+
 TIMEOUT = 120  # seconds; a hang fails the test instead of stalling CI
 SEED = 1  # training.seed; the trainer's first epoch is epoch 1
 

@@ -10,10 +10,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 import sacrebleu
 import yaml
 
 from conftest import TINY_TRANSFORMER
+
+pytestmark = pytest.mark.slow  # processes, training runs, benchmark scripts
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 

@@ -284,6 +284,7 @@ def test_an_mtkit_model_exports_to_transformers(toy_run_workdir, trained_export,
 
 
 # ----------------------------------------------------------------------------------------- fine-tuning
+@pytest.mark.slow
 def test_fine_tune_an_import_prepare_train_resume_translate_score(imported, tmp_path, write_config, run_cli):
     corpus = {}
     for split, n, skip in (("train", 120, 1000), ("valid", 10, 0)):

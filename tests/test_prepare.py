@@ -506,6 +506,7 @@ def test_prepare_never_imports_torch(tmp_path, toy_config):
     subprocess.run([sys.executable, "-c", code, str(toy_config())], check=True, capture_output=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_kill_9_during_prepare_never_leaves_a_manifest_pointing_at_partial_data(tmp_path, write_parallel, write_config):
     """kill -9 at seeded random moments of `mtkit prepare --force`: the data dir is always either the last whole
     build or absent, never a manifest over partial arrays; a later prepare succeeds."""

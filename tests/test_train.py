@@ -514,6 +514,7 @@ def wait_until_paused(proc: subprocess.Popen, log_path: Path) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_second_trainer_is_refused_and_sigterm_saves_and_exits_0(tmp_path, data_section, run_cli):
     config = make_config(tmp_path, data_section, max_updates=100_000, validate_every=1000, save_every=1000)
     run, log_path = tmp_path / "run", tmp_path / "first.log"
@@ -540,6 +541,7 @@ def test_second_trainer_is_refused_and_sigterm_saves_and_exits_0(tmp_path, data_
     assert max(checkpoints(run)) == 4
 
 
+@pytest.mark.slow
 def test_kill_9_at_chosen_moments_always_leaves_a_resumable_run(tmp_path, data_section, run_cli):
     """kill -9 at four moments: after start-up, before an update, while validating and between a checkpoint's
     write and its rename, the last three at seeded random updates. The trainer pauses at the moment and says so,

@@ -156,6 +156,7 @@ def greedy_decode(model, src, max_len):
     return torch.stack(out, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("positions", ["sinusoidal", "relative", "rope", "alibi"])
 def test_learns_to_reverse(positions):
     """A proof that it learns: reversal of 96 fixed sequences, then greedy decoding reproduces every one."""

@@ -520,6 +520,7 @@ def test_ensemble_through_the_cli(loaded, run_dir, test_lines, capsys, monkeypat
 
 
 # ------------------------------------------------------------------------- as separate processes
+@pytest.mark.slow
 def test_reader_closing_early_exits_quietly(run_dir, test_lines, tmp_path):
     # 300 lines of jsonl with alignments is megabytes: far more than a pipe holds, so writes must fail
     source = write_lines(tmp_path / "src.en", test_lines * 10)
@@ -539,6 +540,7 @@ def test_reader_closing_early_exits_quietly(run_dir, test_lines, tmp_path):
     assert code == 0 and err == b"", err.decode()
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_one_line(run_dir, test_lines):
     translate = spawn(["translate", run_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -559,6 +561,7 @@ def test_ctrl_c_prints_one_line(run_dir, test_lines):
     assert rest == b""
 
 
+@pytest.mark.slow
 def test_several_processes_share_one_run_dir(run_dir, test_lines, tmp_path):
     source = write_lines(tmp_path / "src.en", test_lines)
     variants = [["-b", 1], ["--format", "jsonl", "--nbest", 2], ["-b", 1]]
@@ -575,6 +578,7 @@ def test_several_processes_share_one_run_dir(run_dir, test_lines, tmp_path):
     assert results[0][0] == results[2][0]  # same options, same output
 
 
+@pytest.mark.slow
 def test_one_line_at_a_time_through_a_pipe_is_answered_before_eof(loaded, run_dir, test_lines):
     """A program that writes a line and waits for its translation gets it (chunk_size is 50 here)."""
     import select
@@ -705,6 +709,7 @@ def test_int8_engine_quantizes_every_linear_layer_and_keeps_the_translations(run
     assert load_checkpoint(run_dir).model.output is None  # a float32 load stays tied
 
 
+@pytest.mark.slow
 def test_memory_stays_flat_as_the_input_grows(run_dir, test_lines, tmp_path):
     """Peak RSS of `mtkit translate` on 30x more input (and a 2 MB line without a break) grows by less than
     the input itself would take: input is streamed chunk by chunk (scripts/bench_memory.py: 1 GB)."""
