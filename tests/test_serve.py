@@ -1,4 +1,4 @@
-"""``mtkit serve`` (mtkit/serving/app.py, mtkit/serving/batcher.py) on the tiny Transformer of conftest.py's ``toy_run_workdir``.
+"""``mtkit serve``'s HTTP API (mtkit/serving/) on the tiny Transformer of conftest.py's ``toy_run_workdir``.
 
 - ``POST /v1/translate`` and LibreTranslate's ``POST /translate`` give what ``model.translate`` gives for the
   same lines (the same code path: compared exactly), n-best lists and scores as ``translate_batch``'s.
@@ -7,13 +7,14 @@
   sentences and characters per request, invalid JSON or form, wrong types, a full queue, a timeout, API keys.
 - A real uvicorn server on 127.0.0.1 answers the ``libretranslatepy`` client.
 Models that must block (queue full, timeout) are stand-ins; no test asserts a timing. The batcher's own tests are in
-test_serving_batcher.py.
+test_serving_batcher.py, the service's (admission, timeout, disconnect) in test_serving_service.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import signal
 import socket
 import subprocess
@@ -413,6 +414,28 @@ def test_a_client_that_disconnects_takes_its_sentences_out_of_the_queue():
     assert gated.translated == ["a", "d"]  # "b" and "c" were never translated
 
 
+class LogSeen(logging.Handler):
+    """Sets ``seen`` once a record of ``logger`` contains ``text``; the logger logs at INFO meanwhile."""
+
+    def __init__(self, logger: str, text: str):
+        super().__init__()
+        self.logger, self.text, self.seen = logging.getLogger(logger), text, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+    def __enter__(self) -> LogSeen:
+        self.logger_level = self.logger.level
+        self.logger.setLevel(logging.INFO)
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.logger_level)
+
+
 def test_stopping_finishes_the_requests_in_flight():
     gated = Gated(batch_size=1)
     answers = []
@@ -420,8 +443,10 @@ def test_stopping_finishes_the_requests_in_flight():
         first = threading.Thread(target=lambda: answers.append(post_json(port, {"text": "a"})))
         first.start()
         wait_until(gated.started.is_set, "the first batch")
-        server.should_exit = True  # what SIGTERM and Ctrl-C set
-        time.sleep(0.2)  # let the server begin its shutdown, the request still in flight
+        with LogSeen("uvicorn.error", "Waiting for connections to close") as waiting:
+            server.should_exit = True  # what SIGTERM and Ctrl-C set
+            # the shutdown has stopped accepting and now waits for the request in flight
+            assert waiting.seen.wait(DEADLINE), "gave up waiting for the shutdown"
         gated.gate.set()
         first.join(DEADLINE)
     assert answers == [(200, {"translations": [{"text": "A"}]})]
