@@ -19,12 +19,22 @@ class ApiError(Exception):
 
 
 def error_response(status: int, message: str, headers: Optional[dict] = None) -> JSONResponse:
-    """The JSON error body for ``message``, its whitespace folded onto one line."""
+    """The JSON error response.
+
+    Args:
+        status: the HTTP status.
+        message: what went wrong; its whitespace is folded onto one line.
+        headers: extra response headers, or None.
+    """
     return JSONResponse({"error": " ".join(message.split())}, status_code=status, headers=headers)
 
 
 def describe(problem: dict) -> str:
-    """One pydantic validation problem as ``where: what``."""
+    """One pydantic validation problem as ``where: what``.
+
+    Args:
+        problem: one item of ``RequestValidationError.errors()``.
+    """
     if tuple(problem.get("loc", ())) == ("body",):
         return "the body must be a JSON object (Content-Type: application/json)"
     where = ".".join(str(x) for x in problem.get("loc", ()) if x != "body") or "body"
@@ -32,7 +42,11 @@ def describe(problem: dict) -> str:
 
 
 def add_error_handlers(app: FastAPI) -> None:
-    """Answer ``ApiError``, Starlette's HTTP errors, invalid bodies and anything unexpected with a JSON error."""
+    """Make ``app`` answer every error with its JSON body.
+
+    ``ApiError`` keeps its status; Starlette's HTTP errors keep theirs; an invalid body is a 400 (not JSON) or a 422;
+    anything else is a 500 naming only the exception's type.
+    """
 
     @app.exception_handler(ApiError)
     async def _api_error(_request, err: ApiError):
