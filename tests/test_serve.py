@@ -24,7 +24,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -38,6 +37,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 import mtkit  # noqa: E402
 from mtkit.config import ServeLimits  # noqa: E402
+from mtkit.inference.options import Options as DecodingOptions  # noqa: E402
 from mtkit.inference.results import Hypothesis, Translation  # noqa: E402
 from mtkit.serving.app import create_app, run_languages  # noqa: E402
 from mtkit.serving.batcher import model_thread  # noqa: E402
@@ -90,9 +90,12 @@ class Gated:
 
     def __init__(self, inner=None, batch_size: int = 16, gate_every_call: bool = False):
         self.inner, self.gate, self.started = inner, threading.Event(), threading.Event()
-        self.options = inner.options if inner else SimpleNamespace(batch_size=batch_size, beam_size=4)
+        self.options = inner.options if inner else DecodingOptions(batch_size=batch_size, beam_size=4)
         self.gate_every_call, self.calls = gate_every_call, 0
         self.translated: list = []  # every line asked for, in order
+
+    def options_for(self, **call) -> DecodingOptions:
+        return self.options.replace(**call)
 
     def translate_batch(self, lines, nbest=None, scores=True, alignments=False):
         self.calls += 1
@@ -127,7 +130,9 @@ def test_v1_translate_nbest_and_scores(client, model, lines):
             for h in out["hypotheses"]
         ] == [(h.text, h.score, h.log_prob, h.tokens, h.token_log_probs) for h in translation.hypotheses]
         assert len(out["hypotheses"]) == 2 and "source_tokens" not in out and "alignment" not in out["hypotheses"][0]
-    assert_error(client.post("/v1/translate", json={"text": "a", "options": {"nbest": 99}}), 422, "beam size")
+    assert_error(
+        client.post("/v1/translate", json={"text": "a", "options": {"nbest": 99}}), 422, "larger than beam_size"
+    )
 
 
 def test_v1_translate_alignments(client, model, lines):

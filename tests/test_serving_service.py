@@ -1,7 +1,7 @@
 """The translation service behind ``mtkit serve``'s routes (mtkit/serving/service.py), without HTTP.
 
 - Admission: too many sentences or characters are a 413, a segment the model cannot follow a 422 naming it.
-- Options: they reach the model's call; n-best beyond the beam and alignments without attention are a 422.
+- Request options: they reach the model's call; n-best beyond the beam and alignments without attention are a 422.
 - Queueing: a full queue and a stopping server are a 503 with Retry-After.
 - The wait: a timeout is a 504 and a client that leaves a 499, their sentences dropped untranslated; the model's
   errors are a 422, anything else goes up as it is.
@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from types import SimpleNamespace
 
 import pytest
 
 from mtkit.config import ServeLimits
 from mtkit.errors import MtkitError
+from mtkit.inference.options import Options as DecodingOptions
 from mtkit.inference.segments import Segment
 from mtkit.serving.errors import ApiError
-from mtkit.serving.schemas import Options
+from mtkit.serving.schemas import RequestOptions
 from mtkit.serving.service import TranslationService
 
 DEADLINE = 60.0  # seconds any wait in these tests may take before it fails
@@ -34,12 +34,15 @@ class Model:
     """
 
     def __init__(self, batch_size: int = 16, beam_size: int = 4, sampling: bool = False, attention: bool = True):
-        self.options = SimpleNamespace(batch_size=batch_size, beam_size=beam_size, sampling=sampling)
-        self.engine = SimpleNamespace(attention=attention)
+        engine = "torch" if attention else "ctranslate2"
+        self.options = DecodingOptions(batch_size=batch_size, beam_size=beam_size, sampling=sampling, engine=engine)
         self.calls: list = []
         self.gate, self.started = threading.Event(), threading.Event()
         self.gate.set()
         self.fail = None
+
+    def options_for(self, **call) -> DecodingOptions:
+        return self.options.replace(**call)
 
     def check(self, segment: Segment) -> None:
         if segment.prefix == "bad":
@@ -110,7 +113,10 @@ def test_translates_in_order_and_the_options_reach_the_model():
     model = Model()
 
     async def test(service, _timeouts):
-        assert await service.translate(["a", Segment("b", prefix="B")], Options(nbest=2, scores=True)) == ["A", "B"]
+        assert await service.translate(["a", Segment("b", prefix="B")], RequestOptions(nbest=2, scores=True)) == [
+            "A",
+            "B",
+        ]
         assert await service.translate(["c"]) == ["C"]
         assert await service.translate([]) == []
 
@@ -149,12 +155,12 @@ def test_more_hypotheses_than_the_beam_are_422_unless_sampling(sampling):
     model = Model(beam_size=4, sampling=sampling)
 
     async def test(service, _timeouts):
-        assert await service.translate(["a"], Options(nbest=4)) == ["A"]
+        assert await service.translate(["a"], RequestOptions(nbest=4)) == ["A"]
         if sampling:
-            assert await service.translate(["a"], Options(nbest=5)) == ["A"]
+            assert await service.translate(["a"], RequestOptions(nbest=5)) == ["A"]
         else:
-            err = await api_error(service.translate(["a"], Options(nbest=5)))
-            assert err.status == 422 and err.message == "options.nbest 5 is larger than the beam size 4"
+            err = await api_error(service.translate(["a"], RequestOptions(nbest=5)))
+            assert err.status == 422 and err.message.startswith("nbest 5 is larger than beam_size 4")
 
     serve(model, limits(), test)
     assert [nbest for _lines, nbest, _scores, _alignments in model.calls] == ([4, 5] if sampling else [4])
@@ -166,10 +172,10 @@ def test_alignments_need_an_engine_with_attention(attention):
 
     async def test(service, _timeouts):
         if attention:
-            assert await service.translate(["a"], Options(alignments=True)) == ["A"]
+            assert await service.translate(["a"], RequestOptions(alignments=True)) == ["A"]
         else:
-            err = await api_error(service.translate(["a"], Options(alignments=True)))
-            assert err.status == 422 and "needs the torch engine" in err.message
+            err = await api_error(service.translate(["a"], RequestOptions(alignments=True)))
+            assert err.status == 422 and "need the torch engine" in err.message
 
     serve(model, limits(), test)
     assert model.calls == ([(["a"], None, False, True)] if attention else [])

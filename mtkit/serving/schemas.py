@@ -9,8 +9,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 from mtkit.inference.segments import with_parallel
 
 
-class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RequestOptions(BaseModel):
+    """A request's decoding options (``mtkit.load``'s ``Options`` hold the rest, fixed when the model loaded)."""
+
+    model_config = ConfigDict(extra="forbid", title="Options")  # the name clients see in /openapi.json
     nbest: Optional[StrictInt] = Field(None, ge=1, description="Hypotheses per sentence, best first.")
     scores: StrictBool = Field(
         False, description="Give each hypothesis its score, log-probability, subwords and their log-probabilities."
@@ -54,7 +56,7 @@ class TranslateRequest(BaseModel):
     avoid: Optional[list[Optional[list[StrictStr]]]] = Field(
         None, description="One list of phrases to avoid (or null) per sentence."
     )
-    options: Options = Field(default_factory=Options)
+    options: RequestOptions = Field(default_factory=RequestOptions)
 
     def lines(self) -> list:
         """The sentences with their instructions merged from the parallel lists.
@@ -92,7 +94,7 @@ class TranslateResponse(BaseModel):
     translations: list[TranslationOut]
 
 
-def translation_out(result, options: Options) -> TranslationOut:
+def translation_out(result, options: RequestOptions) -> TranslationOut:
     """One sentence's answer: its text, and the hypotheses and source subwords that ``options`` ask for.
 
     Args:

@@ -10,7 +10,7 @@ from mtkit.errors import MtkitError
 from mtkit.inference.segments import Segment
 from mtkit.serving.batcher import Batcher, Item, QueueFull
 from mtkit.serving.errors import ApiError
-from mtkit.serving.schemas import Options
+from mtkit.serving.schemas import RequestOptions
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -60,22 +60,21 @@ class TranslationService:
         """Stop the worker; requests still queued get a 503."""
         self.batcher.stop()
 
-    def model_arguments(self, options: Options) -> tuple[tuple[str, Any], ...]:
+    def model_arguments(self, options: RequestOptions) -> tuple[tuple[str, Any], ...]:
         """``translate_batch``'s keyword arguments for a request's ``options``.
 
         Returns:
             (name, value) pairs: hashable, so that they are the batcher's key too.
 
         Raises:
-            ApiError: 422 for more hypotheses than the beam holds, or alignments from an engine without attention.
+            ApiError: 422 for options the model refuses (``TranslationModel.options_for``: more hypotheses than
+                the beam holds, alignments from CTranslate2), with the message the CLI and the API give.
         """
-        nbest, settings = options.nbest, self.model.options
-        beam = getattr(settings, "beam_size", None)
-        # sampling draws each hypothesis on its own: the beam does not bound their number
-        if nbest is not None and beam is not None and nbest > beam and not getattr(settings, "sampling", False):
-            raise ApiError(422, f"options.nbest {nbest} is larger than the beam size {beam}")
-        if options.alignments and not getattr(getattr(self.model, "engine", None), "attention", True):
-            raise ApiError(422, "options.alignments needs the torch engine (this server runs CTranslate2)")
+        nbest = options.nbest
+        try:
+            self.model.options_for(nbest=nbest, scores=options.scores, alignments=options.alignments)
+        except MtkitError as err:
+            raise ApiError(422, str(err)) from None
         return (("nbest", nbest), ("scores", options.scores), ("alignments", options.alignments))
 
     def _call_model(self, lines: list, key: Hashable) -> list:
@@ -101,7 +100,7 @@ class TranslationService:
                     raise ApiError(422, f"text item {i + 1}: {err}") from None
 
     async def translate(
-        self, lines: list, options: Optional[Options] = None, disconnected: Optional[Disconnected] = None
+        self, lines: list, options: Optional[RequestOptions] = None, disconnected: Optional[Disconnected] = None
     ) -> list:
         """The model's results for ``lines``, translated in batches with other requests' sentences.
 
@@ -119,7 +118,7 @@ class TranslationService:
                 422 when the model rejects a line.
         """
         self.admit(lines)
-        key = self.model_arguments(options or Options())
+        key = self.model_arguments(options or RequestOptions())
         try:
             items = self.batcher.submit(lines, key)
         except QueueFull as err:
