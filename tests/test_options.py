@@ -119,3 +119,35 @@ def test_a_call_refuses_what_load_refuses(toy_run_workdir, run_cli):
     assert str(at_call.value) == str(at_load.value)
     assert result.err.strip() == f"mtkit: error: {at_call.value}"
     assert model.options.nbest == 1 and model.translate("a dog")  # the loaded options are untouched
+
+
+def test_the_server_refuses_a_request_with_the_line_the_cli_prints(toy_run_workdir, run_cli):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from mtkit.serving.app import create_app
+
+    run_dir = toy_run_workdir / "run"
+    model = mtkit.load(run_dir, beam_size=2)
+    result = run_cli("translate", run_dir, "--beam-size", 2, "--nbest", 3, stdin="a dog\n")
+    with TestClient(create_app(model, ("en", "de"))) as client:
+        response = client.post("/v1/translate", json={"text": "a dog", "options": {"nbest": 3}})
+        assert response.status_code == 422
+        assert result.err.strip() == f"mtkit: error: {response.json()['error']}"
+        ok = client.post("/v1/translate", json={"text": "a dog", "options": {"nbest": 2}})
+        assert ok.status_code == 200 and len(ok.json()["translations"][0]["hypotheses"]) == 2
+
+
+def test_the_server_refuses_alignments_from_ctranslate2_with_the_line_the_cli_prints(toy_run_workdir, run_cli):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("ctranslate2")
+    from fastapi.testclient import TestClient
+
+    from mtkit.serving.app import create_app
+
+    run_dir = toy_run_workdir / "run"
+    result = run_cli("translate", run_dir, "--engine", "ctranslate2", "--alignments", stdin="a dog\n")
+    with TestClient(create_app(mtkit.load(run_dir, engine="ctranslate2"), ("en", "de"))) as client:
+        response = client.post("/v1/translate", json={"text": "a dog", "options": {"alignments": True}})
+    assert response.status_code == 422
+    assert result.code == 2 and result.err.strip() == f"mtkit: error: {response.json()['error']}"
