@@ -235,7 +235,8 @@ def test_cli_api_and_server_translate_alike(alibi_run, run_cli):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from mtkit.serving.app import create_app, run_languages
+    from mtkit.serving.app import create_app
+    from mtkit.serving.languages import run_languages
 
     with TestClient(create_app(model, run_languages(alibi_run))) as client:
         response = client.post("/v1/translate", json={"text": lines})

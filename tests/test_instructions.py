@@ -208,7 +208,8 @@ def test_server_takes_instructions_per_item_or_in_parallel_lists(run_dir, model,
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from mtkit.serving.app import create_app, run_languages
+    from mtkit.serving.app import create_app
+    from mtkit.serving.languages import run_languages
 
     prefixes, constraints, avoid = instructions(model.translate(lines))
     expected = model.translate_batch(lines, prefix=prefixes, constraints=constraints, avoid=avoid)

@@ -43,9 +43,11 @@ class TranslationModel:
     a line). A line beyond the model's length limit is truncated (``truncated`` counts them). Lines are
     translated ``options.chunk_size`` at a time, each chunk sorted by length and cut into batches, as
     ``mtkit translate`` does. One call at a time: the object is not thread-safe. Translate on the thread that
-    loaded it: PyTorch's OpenMP threads belong to the thread that starts them, and a second team on the same cores
-    slowed decoding 3x on 2 cores (``batcher.model_thread`` gives a thread that can do both).
+    loaded it (``serving.batcher.model_thread`` gives a thread that can do both).
     """
+
+    # PyTorch's OpenMP threads belong to the thread that starts them: a second team on the same cores slows
+    # decoding down (docs/benchmarks.md, serving).
 
     def __init__(self, engine: Engine):
         self.engine = engine

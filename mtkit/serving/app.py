@@ -20,7 +20,6 @@ from mtkit.errors import MtkitError
 from mtkit.serving import libretranslate
 from mtkit.serving.auth import ApiKey
 from mtkit.serving.errors import ApiError, add_error_handlers
-from mtkit.serving.languages import run_languages  # noqa: F401 (imported from here too)
 from mtkit.serving.metrics import CONTENT_TYPE, Metrics
 from mtkit.serving.middleware import BodyLimit, Observe
 from mtkit.serving.schemas import TranslateRequest, TranslateResponse, translation_out
