@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
 
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
-from mtkit.flags import SamplingOptions
+from mtkit.flags import check_flags
 from mtkit.inference.engine import Engine
 from mtkit.inference.options import Options
 from mtkit.inference.results import Hypothesis, Translation
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 PathLike = Union[str, Path]
 Line = Union[str, bytes, Segment, dict]
-_SAMPLING = SamplingOptions()  # the defaults of translate's sampling flags
 
 
 class TranslationModel:
@@ -208,23 +207,7 @@ def load(
     checkpoints: Sequence[PathLike] = (),
     engine: str = "torch",
     alignments: bool = False,
-    beam_size: Optional[int] = None,
-    length_penalty: Optional[float] = None,
-    max_len_a: Optional[float] = None,
-    max_len_b: Optional[int] = None,
-    batch_size: Optional[int] = None,
-    batch_tokens: Optional[int] = None,
-    nbest: Optional[int] = None,
-    device: Optional[str] = None,
-    dtype: Optional[str] = None,
-    threads: Optional[int] = None,
-    stopping: Optional[str] = None,
-    shortlist: Optional[int] = None,
-    sampling: bool = False,
-    temperature: float = _SAMPLING.temperature,
-    top_k: int = _SAMPLING.top_k,
-    top_p: float = _SAMPLING.top_p,
-    seed: int = _SAMPLING.seed,
+    **options,
 ) -> TranslationModel:
     """A ``TranslationModel`` for a run dir, a checkpoint or a dir written by ``mtkit export``.
 
@@ -242,31 +225,11 @@ def load(
         MtkitError: a path that holds no model, or options that do not go together (the message the command
         line prints).
     """
+    check_flags(engine=engine)  # a misspelt engine fails before any file is read
     paths = [Path(path), *(Path(p) for p in checkpoints)]
     if engine != "ctranslate2" and ct2.is_export_dir(paths[0]):
         engine = "ctranslate2"
-    overrides = dict(
-        engine=engine,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        batch_size=batch_size,
-        batch_tokens=batch_tokens,
-        nbest=nbest,
-        device=device,
-        dtype=dtype,
-        threads=threads,
-        stopping=stopping,
-        shortlist=shortlist,
-        sampling=sampling,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        alignments=alignments,
-    )
-    Options.build(**overrides)  # bad options fail before any model is read
+    overrides = dict(options, engine=engine, alignments=alignments)
     if engine == "ctranslate2":
         return TranslationModel(ct2_engine(paths, overrides))
     return TranslationModel(torch_engine(paths, overrides))

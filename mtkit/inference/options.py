@@ -112,10 +112,8 @@ class Options:
                     f"--dtype {self.dtype!r}: the ctranslate2 engine computes in one of "
                     f"{', '.join(CT2_COMPUTE_TYPES)} (default: the exported type)"
                 )
-        elif self.device == "cpu" and self.dtype == "float16":
-            raise MtkitError(DTYPE_NEEDS_DEVICE["float16"])
-        elif self.device == "cuda" and self.dtype == "int8":
-            raise MtkitError(DTYPE_NEEDS_DEVICE["int8"])
+        elif self.device != "auto" and self.dtype != "auto":  # auto: checked once the device is known
+            self.check_device(self.device, self.dtype)
 
     def check_device(self, device_type: str, dtype: str) -> None:
         """Raise ``MtkitError`` if the torch engine cannot compute in ``dtype`` on a ``device_type`` device (the
