@@ -309,14 +309,7 @@ class ConstrainedStrategy:
         self._ends_word = None if ends_word is None else ends_word.view(live, k * width, 1)
         tokens = row_tokens.view(live, k * width).gather(1, index)
         next_scores, chosen = self._continuing(scores, tokens.eq(EOS))
-        return Candidates(
-            scores=scores,
-            beams=index // width,
-            tokens=tokens,
-            token_log_probs=row_log_probs.view(live, k * width).gather(1, index),
-            next_scores=next_scores,
-            chosen=chosen,
-        )
+        return Candidates.picked(scores, index, row_log_probs, tokens, next_scores, chosen)
 
     def _continuing(self, scores: Tensor, is_eos: Tensor) -> tuple[Tensor, Tensor]:
         """The first ``k`` non-EOS candidates in the order taken: (live, k) cumulative scores and indices."""

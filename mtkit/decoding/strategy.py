@@ -37,6 +37,22 @@ class Candidates:
     next_scores: Tensor  # (live, k) cumulative log-probs of the continuing candidates; -inf: none left
     chosen: Tensor  # (live, k) which of the n candidates continue
 
+    @classmethod
+    def picked(
+        cls, scores: Tensor, index: Tensor, row_log_probs: Tensor, tokens: Tensor, next_scores: Tensor, chosen: Tensor
+    ) -> "Candidates":
+        """The candidates at ``index`` (live, n) into each sentence's (beam, token) pairs, flattened beam-major
+        from the (rows, width) ``row_log_probs`` of its k beams."""
+        live, width = index.size(0), row_log_probs.size(1)
+        return cls(
+            scores=scores,
+            beams=index // width,
+            tokens=tokens,
+            token_log_probs=row_log_probs.view(live, -1).gather(1, index),
+            next_scores=next_scores,
+            chosen=chosen,
+        )
+
 
 class BeamStrategy(Protocol):
     """What ``search.beam_search`` asks of a candidate selection strategy, in the order it asks."""
@@ -142,14 +158,7 @@ class PlainStrategy:
         scores, index = cand.topk(min(2 * k, k * width), dim=1)  # (live, 2k) best first
         tokens = row_tokens.view(live, k * width).gather(1, index)
         next_scores, chosen = scores.masked_fill(tokens.eq(EOS), NEG_INF).topk(k, dim=1)  # (live, k)
-        return Candidates(
-            scores=scores,
-            beams=index // width,
-            tokens=tokens,
-            token_log_probs=row_log_probs.view(live, k * width).gather(1, index),
-            next_scores=next_scores,
-            chosen=chosen,
-        )
+        return Candidates.picked(scores, index, row_log_probs, tokens, next_scores, chosen)
 
     def follow(self, chosen: Tensor, keep: Optional[Tensor]) -> None:
         if keep is not None:
