@@ -15,9 +15,8 @@ from typing import List, Optional
 import typer
 
 from mtkit import __version__
-from mtkit.config import ServeLimits, serve_limits
 from mtkit.errors import MtkitError
-from mtkit.flags import OutputOptions, SamplingOptions, check_flags
+from mtkit.flags import OutputOptions, SamplingOptions, ServeLimits, check_flags, serve_limits
 
 _SAMPLING, _OUTPUT, _LIMITS = SamplingOptions(), OutputOptions(), ServeLimits()  # the defaults of the flags below
 

@@ -261,31 +261,6 @@ class DecodingConfig(Section):
     shortlist_frequent: int = Field(100, ge=0, le=1000, description="most frequent target subwords in every shortlist")
 
 
-class ServeLimits(Section):
-    """`mtkit serve`'s bounds (flags, not config keys): their defaults and checks, written once."""
-
-    max_body_bytes: int = Field(1 << 20, ge=1)
-    max_sentences: int = Field(128, ge=1, description="per request")
-    max_chars: int = Field(100_000, ge=1, description="per request, all sentences together")
-    queue_size: int = Field(1024, ge=1, description="sentences waiting, all requests together")
-    max_wait: float = Field(
-        0.005, ge=0, description="seconds the batcher waits for the next sentence of a batch as large as its last"
-    )
-    max_delay: float = Field(0.05, ge=0, description="seconds the batcher holds a batch back at most")
-    timeout: float = Field(60.0, gt=0, description="seconds a request may wait for its translations")
-
-
-def serve_limits(flags: dict[str, tuple[str, Any]], **values) -> ServeLimits:
-    """``ServeLimits(**values)``; a bad value is one line naming its flag: ``flags`` maps a field to (flag, the
-    value as typed), e.g. {"max_wait": ("--max-wait-ms", 5.0)}."""
-    try:
-        return ServeLimits(**values)
-    except ValidationError as err:
-        first = err.errors()[0]
-        flag, typed = flags[str(first["loc"][0])]
-        raise MtkitError(f"{flag} {typed!r}: {first['msg'][0].lower()}{first['msg'][1:]}") from None
-
-
 class Config(Section):
     data: DataConfig
     model: ModelConfig = Field(default_factory=TransformerConfig)

@@ -3,7 +3,7 @@ checks, written once."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError
 
@@ -41,3 +41,28 @@ def check_flags(**values) -> OutputOptions:
         name = str(first["loc"][0])
         choices = get_args(OutputOptions.model_fields[name].annotation)
         raise MtkitError(f"{FLAGS[name]} {first['input']!r}: use {' or '.join(choices)}") from None
+
+
+class ServeLimits(Section):
+    """`mtkit serve`'s bounds (flags, not config keys): their defaults and checks, written once."""
+
+    max_body_bytes: int = Field(1 << 20, ge=1)
+    max_sentences: int = Field(128, ge=1, description="per request")
+    max_chars: int = Field(100_000, ge=1, description="per request, all sentences together")
+    queue_size: int = Field(1024, ge=1, description="sentences waiting, all requests together")
+    max_wait: float = Field(
+        0.005, ge=0, description="seconds the batcher waits for the next sentence of a batch as large as its last"
+    )
+    max_delay: float = Field(0.05, ge=0, description="seconds the batcher holds a batch back at most")
+    timeout: float = Field(60.0, gt=0, description="seconds a request may wait for its translations")
+
+
+def serve_limits(flags: dict[str, tuple[str, Any]], **values) -> ServeLimits:
+    """``ServeLimits(**values)``; a bad value is one line naming its flag: ``flags`` maps a field to (flag, the
+    value as typed), e.g. {"max_wait": ("--max-wait-ms", 5.0)}."""
+    try:
+        return ServeLimits(**values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        flag, typed = flags[str(first["loc"][0])]
+        raise MtkitError(f"{flag} {typed!r}: {first['msg'][0].lower()}{first['msg'][1:]}") from None

@@ -36,7 +36,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 import mtkit  # noqa: E402
-from mtkit.config import ServeLimits  # noqa: E402
+from mtkit.flags import ServeLimits  # noqa: E402
 from mtkit.inference.options import Options as DecodingOptions  # noqa: E402
 from mtkit.inference.results import Hypothesis, Translation  # noqa: E402
 from mtkit.serving.app import create_app  # noqa: E402

@@ -15,8 +15,8 @@ import threading
 
 import pytest
 
-from mtkit.config import ServeLimits
 from mtkit.errors import MtkitError
+from mtkit.flags import ServeLimits
 from mtkit.inference.options import Options as DecodingOptions
 from mtkit.inference.segments import Segment
 from mtkit.serving.errors import ApiError

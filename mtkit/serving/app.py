@@ -15,8 +15,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import PlainTextResponse
 
-from mtkit.config import ServeLimits
 from mtkit.errors import MtkitError
+from mtkit.flags import ServeLimits
 from mtkit.serving import libretranslate
 from mtkit.serving.auth import ApiKey
 from mtkit.serving.errors import ApiError, add_error_handlers

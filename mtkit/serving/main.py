@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 from typing import Optional
 
-from mtkit.config import ServeLimits
+from mtkit.flags import ServeLimits
 from mtkit.serving.app import create_app
 from mtkit.serving.batcher import model_thread
 from mtkit.serving.languages import run_languages

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, Optional
 
-from mtkit.config import ServeLimits
 from mtkit.errors import MtkitError
+from mtkit.flags import ServeLimits
 from mtkit.inference.segments import Segment
 from mtkit.serving.batcher import Batcher, Item, QueueFull
 from mtkit.serving.errors import ApiError
