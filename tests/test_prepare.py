@@ -558,7 +558,7 @@ def test_prepare_removes_builds_of_dead_processes_only(tmp_path, write_parallel,
     import socket
     import time
 
-    from mtkit.data.builddir import BUILD_OWNER, STALE_UNOWNED_SECONDS
+    from mtkit.data.builddir import STALE_UNOWNED_SECONDS
 
     src, tgt = write_parallel("train", n=300, seed=0)
     data_dir = tmp_path / "data"
@@ -569,26 +569,26 @@ def test_prepare_removes_builds_of_dead_processes_only(tmp_path, write_parallel,
     dead.wait()  # its pid is now free (reuse within this test is vanishingly unlikely)
     host = socket.gethostname()
 
-    def build(name, owner=None, age=0.0):
+    def build(name, age=0.0):
         path = tmp_path / name
         path.mkdir()
         (path / "train.en.txt").write_text("partial\n")
-        if owner is not None:
-            (path / BUILD_OWNER).write_text(owner)
         if age:
             stamp = time.time() - age
             os.utime(path, (stamp, stamp))
         return path
 
-    stale = build(".data.tmp-dead", f"{host} {dead.pid}\n")
-    unowned_old = build(".data.tmp-unowned", None, age=STALE_UNOWNED_SECONDS + 60)
-    live = build(".data.tmp-live", f"{host} {os.getpid()}\n")
-    unowned_new = build(".data.tmp-fresh")  # a build whose owner file is about to be written
-    other_host = build(".data.tmp-remote", f"not-{host} {dead.pid}\n")
-    unrelated = build(".database.tmp-x", f"{host} {dead.pid}\n")
+    stale = build(f".data.tmp-{dead.pid}@{host}-a1b2c3")  # empty of any owner file: the name says it all
+    unowned_old = build(".data.tmp-unowned", age=STALE_UNOWNED_SECONDS + 60)
+    live = build(f".data.tmp-{os.getpid()}@{host}-d4e5f6")
+    unowned_new = build(".data.tmp-fresh")  # not named by this version's prepare, and recently touched
+    other_host = build(f".data.tmp-{dead.pid}@not-{host}-g7h8")
+    unrelated = build(f".database.tmp-{dead.pid}@{host}-x")
     result = run_cli("prepare", config)
     assert result.code == 0, result.err
     assert not stale.exists() and not unowned_old.exists()
     assert live.exists() and unowned_new.exists() and other_host.exists() and unrelated.exists()
     assert "removed the unfinished build" in result.out
-    assert not (data_dir / BUILD_OWNER).exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".data.")) == sorted(
+        p.name for p in (live, unowned_new, other_host)
+    )  # prepare's own build became the data dir

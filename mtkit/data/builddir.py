@@ -1,8 +1,9 @@
 """The folders ``mtkit prepare`` builds in: who owns a build, which leftovers are stale, and when the existing
 data dir is current or may be replaced.
 
-A build happens in ``.NAME.tmp-*`` beside the data dir ``NAME`` and holds an owner file naming its process;
-``files.replace_dir`` swaps it into place, moving the old dir aside as ``.NAME.old-*`` for a moment.
+A build happens in ``.NAME.tmp-PID@HOST-*`` beside the data dir ``NAME``: the folder's name says which process
+owns it from the moment it exists until ``files.replace_dir`` swaps it into place (moving the old dir aside as
+``.NAME.old-*`` for a moment), so a kill at any point leaves nothing a later prepare cannot judge.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import glob
 import os
 import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -19,51 +21,57 @@ from mtkit.errors import MtkitError
 from mtkit.files import process_alive
 from mtkit.manifest import MANIFEST, read_manifest
 
-BUILD_OWNER = ".owner"  # "host pid" of the prepare process building a folder
-STALE_UNOWNED_SECONDS = 600
+STALE_UNOWNED_SECONDS = 600  # for build folders whose name does not say their owner
 
 
-def claim_build(build_dir: Path) -> None:
-    """Mark ``build_dir`` as this process's build.
-
-    Args:
-        build_dir: a fresh build folder.
-    """
-    (build_dir / BUILD_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
+def _prefix(out_dir: Path) -> str:
+    return f".{out_dir.name}.tmp-"
 
 
-def release_build(build_dir: Path) -> None:
-    """Remove the owner file from a finished build, before it becomes the data dir.
+def new_build(out_dir: Path) -> Path:
+    """Make a fresh build folder beside ``out_dir`` whose name names this process and host.
 
     Args:
-        build_dir: a build folder this process claimed.
+        out_dir: the data dir the build will become.
+
+    Returns:
+        The new, empty folder (private, as ``tempfile.mkdtemp`` makes it).
     """
-    (build_dir / BUILD_OWNER).unlink()
+    prefix = f"{_prefix(out_dir)}{os.getpid()}@{socket.gethostname()}-"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=out_dir.parent))
+
+
+def _owner(build: Path, out_dir: Path) -> Optional[tuple[str, int]]:
+    """(host, pid) from a build folder's name, or None when the name does not carry them."""
+    rest = build.name[len(_prefix(out_dir)) :]
+    pid, at, host_and_random = rest.partition("@")
+    if not at or not pid.isdigit() or "-" not in host_and_random:
+        return None
+    return host_and_random.rpartition("-")[0], int(pid)  # mkdtemp's random part has no "-"
 
 
 def remove_stale_builds(out_dir: Path) -> None:
     """Delete the build folders a killed ``prepare`` left beside ``out_dir`` (``.NAME.tmp-*``, ``.NAME.old-*``).
 
-    A build is stale when its owner process, on this host, is gone. A build without an owner file is stale once
-    untouched for ``STALE_UNOWNED_SECONDS``. Builds of live processes and of other hosts stay.
+    A build is stale when its owner process (named in the folder's name), on this host, is gone. A folder whose
+    name names no owner is stale once untouched for ``STALE_UNOWNED_SECONDS``. Builds of live processes and of
+    other hosts stay.
 
     Args:
         out_dir: the data dir; its siblings are examined.
     """
     host = socket.gethostname()
-    for build in out_dir.parent.glob(f".{glob.escape(out_dir.name)}.tmp-*"):
+    for build in out_dir.parent.glob(f"{glob.escape(_prefix(out_dir))}*"):
         if not build.is_dir() or build.is_symlink():
             continue
-        try:
-            owner_host, pid = (build / BUILD_OWNER).read_text(encoding="utf-8").split()
-            stale = owner_host == host and not process_alive(int(pid))
-        except FileNotFoundError:  # killed between creating the folder and writing its owner
+        owner = _owner(build, out_dir)
+        if owner is not None:
+            stale = owner[0] == host and not process_alive(owner[1])
+        else:
             try:
                 stale = time.time() - build.stat().st_mtime > STALE_UNOWNED_SECONDS
             except FileNotFoundError:  # removed meanwhile
                 continue
-        except (OSError, ValueError, UnicodeDecodeError):
-            continue  # unreadable: not ours to judge
         if stale:
             shutil.rmtree(build, ignore_errors=True)
             print(f"{build}: removed the unfinished build of an interrupted prepare")

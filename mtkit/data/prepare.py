@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from itertools import chain, compress, islice
@@ -26,7 +25,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from mtkit.data.builddir import check_replaceable, claim_build, current_manifest, release_build, remove_stale_builds
+from mtkit.data.builddir import check_replaceable, current_manifest, new_build, remove_stale_builds
 from mtkit.data.sources import Pair, describe, hf_paths, open_sources
 from mtkit.data.summary import print_prepare_summary
 from mtkit.errors import MtkitError
@@ -73,12 +72,10 @@ def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -
     check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_builds(out_dir)
-    build_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    build_dir = new_build(out_dir)
     try:
         os.chmod(build_dir, 0o777 & ~current_umask())  # mkdtemp makes it private; the data dir should not be
-        claim_build(build_dir)
         manifest = _build(data_cfg, build_dir, fingerprint, tokenizer)
-        release_build(build_dir)
         fsync_tree(build_dir)
         replace_dir(build_dir, out_dir)
     except BaseException:
