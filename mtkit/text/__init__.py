@@ -1,0 +1,1 @@
+"""Text as people have it: sentences inside paragraphs, inline markup."""

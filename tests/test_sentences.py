@@ -1,0 +1,72 @@
+"""Sentences inside a segment: found in each language of the shipped data, and joined back with the source's own
+whitespace."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mtkit.text.sentences import Split, split, whole
+
+
+def test_a_paragraph_is_cut_into_its_sentences_with_the_whitespace_between_them():
+    text = "  A man is riding a bike. Two dogs play in the snow.\tA woman sings.  "
+    cut = split(text, "en")
+    assert cut.sentences == ("A man is riding a bike.", "Two dogs play in the snow.", "A woman sings.")
+    assert cut.gaps == ("  ", " ", "\t", "  ")
+    assert cut.join(cut.sentences) == text
+    assert cut.join(["a", "b", "c"]) == "  a b\tc  "
+
+
+def test_line_breaks_end_sentences_and_blank_lines_are_kept():
+    text = "A dog runs\n\nTwo cats sleep. A bird sings.\r\n"
+    cut = split(text, "en")
+    assert cut.sentences == ("A dog runs", "Two cats sleep.", "A bird sings.")
+    assert cut.gaps == ("", "\n\n", " ", "\r\n")
+    # in HTML source a line break is a space: the sentence goes on
+    flowing = split("A dog\n  runs fast. A cat sleeps.", "en", line_breaks=False)
+    assert flowing.sentences == ("A dog\n  runs fast.", "A cat sleeps.")
+
+
+@pytest.mark.parametrize(
+    "lang, text, expected",
+    [
+        ("en", "Mr. Smith and Dr. Jones walk e.g. to the U.S. border. They arrive.", 2),
+        ("de", "Ein Mann, z.B. ein Arzt, geht zum 3. Mal nach Hause. Er ist müde.", 2),
+        ("de", "Er geht zum 3. Mal nach Hause. Es regnet.", 2),
+        ("fr", "Le Dr. Martin et M. Durand arrivent à la gare. Ils sont là.", 2),
+        ("cs", "Dr. Novák a prof. Svoboda přicházejí. Jsou tady.", 2),
+        ("en", "Is it raining? Yes! It is...", 3),
+        ("ja", "犬が走る。猫が寝る。", 2),  # no Moses prefix list: sentencex's rules
+        ("xx", "A man rides. A dog runs.", 2),  # a code no splitter knows: English rules
+    ],
+)
+def test_abbreviations_do_not_end_sentences(lang, text, expected):
+    cut = split(text, lang)
+    assert len(cut.sentences) == expected, cut.sentences
+    assert cut.join(cut.sentences) == text
+
+
+def test_whitespace_only_and_empty_text_have_no_sentence():
+    for text in ("", "   ", "\n\t "):
+        cut = split(text, "en")
+        assert cut == Split((), (text,))
+        assert cut.join([]) == text
+    assert whole("  One. Two.  ") == Split(("One. Two.",), ("  ", "  "))
+
+
+def test_join_refuses_the_wrong_number_of_translations():
+    with pytest.raises(ValueError, match="1 translations for 2 sentences"):
+        split("One. Two.", "en").join(["x"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab .?!\n\t\u00a0Z")), max_size=60))
+def test_any_text_comes_back_whole(text):
+    for line_breaks in (True, False):
+        cut = split(text, "en", line_breaks=line_breaks)
+        assert cut.join(cut.sentences) == text
+        assert len(cut.gaps) == len(cut.sentences) + 1
+        assert all(s and s == s.strip() for s in cut.sentences)
+        assert all(not g.strip() for g in cut.gaps)
