@@ -147,7 +147,13 @@ def translate(
     input_format: str = typer.Option(
         _OUTPUT.input_format,
         "--input-format",
-        help='text, or jsonl: one {"text", "prefix", "constraints", "avoid"} object per line (docs/decoding.md).',
+        help='text; jsonl: one {"text", "prefix", "constraints", "avoid"} object per line (docs/decoding.md); '
+        "html: one HTML fragment per line, its tags kept around the words they enclose (docs/documents.md).",
+    ),
+    split_sentences: bool = typer.Option(
+        True,
+        "--split-sentences/--no-split-sentences",
+        help="Cut each line into sentences, translate them, and join them with the line's own whitespace.",
     ),
     skip_bad_lines: bool = typer.Option(
         False, "--skip-bad-lines", help="jsonl input: a bad line gets an empty output line and a warning, not an error."
@@ -162,6 +168,7 @@ def translate(
 
     Example: echo "A man is riding a bike." | mtkit translate runs/demo
     Example: echo '{"text": "A man is riding a bike.", "prefix": "Ein"}' | mtkit translate runs/demo --input-format jsonl
+    Example: echo 'A <b>man</b> is riding a <i>red</i> bike.' | mtkit translate runs/demo --input-format html
     """
     from mtkit.inference.translate import translate_main
 
@@ -188,10 +195,46 @@ def translate(
         seed=seed,
         fmt=fmt,
         input_format=input_format,
+        split_sentences=split_sentences,
         skip_bad_lines=skip_bad_lines,
         alignments=alignments,
         plot_attention=plot_attention,
         engine=engine,
+    )
+
+
+@_command
+def translate_file(
+    run: Path = typer.Argument(..., help="Run directory, checkpoint or export dir."),
+    source: Path = typer.Argument(..., help="The document: .txt, .md, .html, .docx, .srt, .po, .xliff."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where the translated document goes (written whole)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="The document's format (default: from its name)."),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    max_bytes: int = typer.Option(50 * 1024 * 1024, "--max-bytes", help="Refuse larger documents."),
+    engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+):
+    """Translate a document, keeping its structure and formatting: only its text changes (docs/documents.md).
+
+    Example: mtkit translate-file runs/demo report.docx --out report.de.docx
+    """
+    from mtkit.inference.translate import translate_file_main
+
+    translate_file_main(
+        path=run,
+        source=source,
+        out=out,
+        fmt=fmt,
+        max_bytes=max_bytes,
+        engine=engine,
+        beam_size=beam_size,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        threads=threads,
     )
 
 
@@ -342,6 +385,9 @@ def serve(
     max_body_bytes: int = typer.Option(
         _LIMITS.max_body_bytes, "--max-body-bytes", help="Bytes per request body; beyond: 413."
     ),
+    max_file_bytes: int = typer.Option(
+        _LIMITS.max_file_bytes, "--max-file-bytes", help="Bytes per document sent to /translate_file; beyond: 413."
+    ),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
     device: Optional[str] = typer.Option(None, "--device"),
@@ -359,6 +405,7 @@ def serve(
             "max_sentences": ("--max-sentences", max_sentences),
             "max_chars": ("--max-chars", max_chars),
             "max_body_bytes": ("--max-body-bytes", max_body_bytes),
+            "max_file_bytes": ("--max-file-bytes", max_file_bytes),
             "queue_size": ("--queue-size", queue_size),
             "max_wait": ("--max-wait-ms", max_wait_ms),
             "max_delay": ("--max-delay-ms", max_delay_ms),
@@ -367,6 +414,7 @@ def serve(
         max_sentences=max_sentences,
         max_chars=max_chars,
         max_body_bytes=max_body_bytes,
+        max_file_bytes=max_file_bytes,
         queue_size=queue_size,
         max_wait=max_wait_ms / 1000,
         max_delay=max_delay_ms / 1000,

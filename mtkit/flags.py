@@ -24,7 +24,7 @@ class OutputOptions(Section):
     """`mtkit translate --format / --input-format / --engine` and `mtkit export --format` flags (not config keys)."""
 
     format: Literal["text", "jsonl"] = "text"
-    input_format: Literal["text", "jsonl"] = "text"
+    input_format: Literal["text", "jsonl", "html"] = "text"
     engine: Literal["torch", "ctranslate2"] = "torch"
     export_format: Literal["ctranslate2", "hf"] = "ctranslate2"
 
@@ -47,6 +47,7 @@ class ServeLimits(Section):
     """`mtkit serve`'s bounds (flags, not config keys): their defaults and checks, written once."""
 
     max_body_bytes: int = Field(1 << 20, ge=1)
+    max_file_bytes: int = Field(10 << 20, ge=1, description="per document sent to /translate_file")
     max_sentences: int = Field(128, ge=1, description="per request")
     max_chars: int = Field(100_000, ge=1, description="per request, all sentences together")
     queue_size: int = Field(1024, ge=1, description="sentences waiting, all requests together")

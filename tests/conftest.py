@@ -436,3 +436,40 @@ def assert_one_line_error(result, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+# ------------------------------------------------------------------------- a stand-in model for documents
+def _upper_aligned(sentence: str):
+    """A sentence "translated" by upper-casing each word, every unit (word or punctuation) aligned to itself."""
+    import re
+
+    from mtkit.text.markup import AlignedSentence
+
+    units = tuple((m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]", sentence))
+    weights = tuple(tuple(1.0 if s == t else 0.0 for s in range(len(units))) for t in range(len(units)))
+    return AlignedSentence(units, sentence.upper(), units, weights)
+
+
+def upper_translate(texts: list, markup: str) -> list:
+    """A document format's ``translate`` (mtkit.documents.formats) without a model: every word upper-cased, each
+    text cut into sentences as the model's would be, tags carried across by the markup path."""
+    from mtkit.text import markup as html
+    from mtkit.text.sentences import split
+
+    out = []
+    for text in texts:
+        if markup == "text":
+            cut = split(text, "en")
+            out.append(cut.join([s.upper() for s in cut.sentences]) if cut.sentences else "")
+            continue
+        parts = []
+        for part in html.runs(html.parse(text)):
+            if isinstance(part, str):
+                parts.append(part)
+            elif not part.translatable:
+                parts.append(part.source)
+            else:
+                cut = split(part.text, "en", line_breaks=False)
+                parts.append(part.render(cut, [_upper_aligned(s) for s in cut.sentences]))
+        out.append("".join(parts))
+    return out

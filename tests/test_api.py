@@ -140,7 +140,11 @@ def test_n_lines_in_n_results_out_in_order(model, lines):
         b"a \xff cat",  # bytes: UTF-8, invalid bytes replaced
     ]
     before = model.truncated
-    found = model.translate_batch(odd, scores=False)
+    whole = model.translate_batch(odd, scores=False, split_sentences=False)
+    assert model.truncated == before + 2 and len(whole[5].source_tokens) == model.max_src
+    assert [t.text for t in whole[:3]] == ["", "", ""] and all(t.hypotheses for t in whole[3:])
+    before = model.truncated
+    found = model.translate_batch(odd, scores=False)  # sentences: the long line is cut into them, not truncated
     assert len(found) == len(odd)
     assert [t.source for t in found] == [*odd[:-1], "a \ufffd cat"]
     assert [t.hypotheses for t in found[:3]] == [(), (), ()] and [t.text for t in found[:3]] == ["", "", ""]
@@ -150,7 +154,7 @@ def test_n_lines_in_n_results_out_in_order(model, lines):
         == found[7].source_tokens
         == model.translate_batch("A dog runs in the park .").source_tokens
     )
-    assert model.truncated == before + 2 and len(found[5].source_tokens) == model.max_src
+    assert model.truncated == before + 1 and len(found[5].sentences) > 2 * len(lines)
     texts = model.translate(iter(odd))  # any iterable
     assert texts == [t.text for t in found]
     assert model.translate([]) == [] and model.translate_batch([]) == []

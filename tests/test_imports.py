@@ -84,13 +84,14 @@ LAYERS = (
     ("mtkit.errors",),
     ("mtkit.files", "mtkit.manifest", "mtkit.config", "mtkit.flags"),
     ("mtkit.scoring",),  # sacreBLEU only: no torch, no model
-    ("mtkit.tokenizer", "mtkit.devices", "mtkit.plots"),
+    ("mtkit.tokenizer", "mtkit.devices", "mtkit.plots", "mtkit.text"),
     ("mtkit.models",),
     ("mtkit.checkpoint",),
     ("mtkit.data",),
     ("mtkit.decoding",),
     ("mtkit.training",),
     ("mtkit.interop",),
+    ("mtkit.documents",),  # document formats: they call a model they are given, import none
     ("mtkit.inference",),
     ("mtkit.serving",),
     ("mtkit.cli", "mtkit.__main__", "mtkit"),

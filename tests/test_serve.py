@@ -98,7 +98,10 @@ class Gated:
     def options_for(self, **call) -> DecodingOptions:
         return self.options.replace(**call)
 
-    def translate_batch(self, lines, nbest=None, scores=True, alignments=False):
+    def check_format(self, fmt: str, options=None) -> None:
+        pass
+
+    def translate_batch(self, lines, nbest=None, scores=True, alignments=False, format="text", split_sentences=None):
         self.calls += 1
         self.translated += list(lines)
         self.started.set()
@@ -165,7 +168,7 @@ def test_libretranslate_translate_and_languages(client, model, lines):
     ]
     assert_error(client.post("/translate", data={"q": "a", "source": "de", "target": "en"}), 400, "en to de only")
     assert_error(client.post("/translate", data={"q": "a", "source": "en", "target": "fr"}), 400, "en to de only")
-    assert_error(client.post("/translate", data={"q": "a", "target": "de", "format": "html"}), 400, "format")
+    assert_error(client.post("/translate", data={"q": "a", "target": "de", "format": "pdf"}), 400, "format 'pdf'")
 
 
 def test_health_schema_and_metrics(client):

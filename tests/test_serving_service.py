@@ -48,7 +48,11 @@ class Model:
         if segment.prefix == "bad":
             raise MtkitError("the prefix does not fit")
 
-    def translate_batch(self, lines, nbest=None, scores=False, alignments=False):
+    def check_format(self, fmt: str, options=None) -> None:
+        if fmt != "text":
+            raise MtkitError(f"format {fmt!r} is not for this model")
+
+    def translate_batch(self, lines, nbest=None, scores=False, alignments=False, format="text", split_sentences=None):
         self.calls.append((list(lines), nbest, scores, alignments))
         self.started.set()
         assert self.gate.wait(DEADLINE)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.flags import check_flags
+from mtkit.inference import paragraphs
 from mtkit.inference.engine import Engine
 from mtkit.inference.options import Options
 from mtkit.inference.results import Hypothesis, Translation
@@ -37,9 +38,10 @@ Line = Union[str, bytes, Segment, dict]
 class TranslationModel:
     """A loaded model and its decoding options: lines in, translations out, one per line and in order.
 
-    Any string is a line: an empty or whitespace-only one gets no hypothesis (text ""), and whitespace inside a
-    line, line breaks included, separates words as spaces do (the command line reads a line break as the end of
-    a line). A line beyond the model's length limit is truncated (``truncated`` counts them). Lines are
+    Any string is a line: an empty or whitespace-only one gets no hypothesis (text ""). A line is cut into
+    sentences (a line break always ends one) unless ``split_sentences=False``, where whitespace inside a line,
+    line breaks included, separates words as spaces do (the command line reads a line break as the end of a
+    line). A line beyond the model's length limit is truncated (``truncated`` counts them). Lines are
     translated ``options.chunk_size`` at a time, each chunk sorted by length and cut into batches, as
     ``mtkit translate`` does. One call at a time: the object is not thread-safe. Translate on the thread that
     loaded it (``serving.batcher.model_thread`` gives a thread that can do both).
@@ -77,7 +79,7 @@ class TranslationModel:
 
     def translate(self, lines: Union[Line, Iterable[Line]], **instructions) -> Union[str, list[str]]:
         """The best translation of each line (a str for a single line); ``instructions``: ``prefix``,
-        ``constraints``, ``avoid`` as for ``translate_batch``."""
+        ``constraints``, ``avoid``, ``split_sentences`` and ``format`` as for ``translate_batch``."""
         found = self.translate_batch(lines, scores=False, **instructions)
         return found.text if isinstance(found, Translation) else [t.text for t in found]
 
@@ -91,6 +93,8 @@ class TranslationModel:
         prefix=None,
         constraints=None,
         avoid=None,
+        split_sentences: Optional[bool] = None,
+        format: str = "text",
     ) -> Union[Translation, list[Translation]]:
         """A ``Translation`` per line (one for a single line) with up to ``nbest`` hypotheses (default: the loaded
         ``nbest``), best first; ``scores``: fill score, log_prob and token_log_probs (on the CTranslate2 engine
@@ -110,8 +114,16 @@ class TranslationModel:
         ``avoid=[...]``; for a list of lines, parallel lists with one entry per line (None: nothing for that
         line), e.g. ``constraints=[["Hund"], None]``. A line may not get one field both ways. Instructions are
         checked before anything is translated: a bad one raises ``MtkitError`` naming the line.
+
+        A plain line is cut into sentences (``split_sentences``; default: as loaded, on unless ``mtkit.load(...,
+        split_sentences=False)``): all sentences of all lines share batches, and each line comes back with its
+        own whitespace around and between them (``Translation.sentences`` has each one's details). A line with
+        instructions is one sentence. ``format="html"``: each line is an HTML fragment; its text is translated
+        and its inline tags go around the target words aligned to the words they enclosed (torch engine, one
+        hypothesis per line; docs/documents.md).
         """
         options = self.options_for(nbest=nbest, scores=scores, alignments=alignments)
+        self.check_format(format, options)
         single = isinstance(lines, (str, bytes, Segment, dict))
         if single:
             prefix, constraints, avoid = (None if x is None else [x] for x in (prefix, constraints, avoid))
@@ -122,15 +134,50 @@ class TranslationModel:
                 guidance.append(self.engine.guidance(segment, options))
             except MtkitError as err:
                 raise MtkitError(f"line {i + 1}: {err}") from None
+        split = options.split_sentences if split_sentences is None else split_sentences
+        planned = paragraphs.plan(segments, self.languages[0], split_sentences=split, fmt=format)
+        sentences = planned.sentences
+        guidance = [None if i is None else guidance[i] for i in planned.origin]
+        attention = alignments or format == "html"  # tags are placed by the cross-attention
+        if attention != options.alignments:
+            options = options.replace(alignments=attention)
         out: list[Translation] = []
-        for start in range(0, len(segments), options.chunk_size):
-            chunk = segments[start : start + options.chunk_size]
+        for start in range(0, len(sentences), options.chunk_size):
+            chunk = sentences[start : start + options.chunk_size]
             chunk_guidance = guidance[start : start + options.chunk_size]
             ids = self.engine.encode([s.text for s in chunk])
             found = self.engine.translate_ids(ids, chunk_guidance if any(chunk_guidance) else None, options)
             for segment, src_ids, hyps in zip(chunk, ids, found):
-                out.append(self._translation(segment, src_ids, hyps, scores, alignments))
+                out.append(self._translation(segment, src_ids, hyps, scores, attention))
+        out = planned.rebuild(out)
         return out[0] if single else out
+
+    def translate_file(self, source: PathLike, target: PathLike, *, format: Optional[str] = None):
+        """Translate the document ``source`` (.txt, .md, .html, .docx, .srt, .po, .xliff; ``format`` overrides the
+        name's ending) into ``target``, written whole or not at all; returns ``documents.files.DocumentStats``.
+        Raises ``MtkitError`` naming the file for a document that cannot be read or written."""
+        from mtkit.documents.files import translate_file
+
+        return translate_file(self, Path(source), Path(target), fmt=format)
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        """(source, target) language codes of the model, from its config ("" where unknown)."""
+        return self.engine.languages
+
+    def check_format(self, format: str, options: Optional[Options] = None) -> None:
+        """Raise ``MtkitError`` unless lines in ``format`` (``text`` or ``html``) can be translated under
+        ``options`` (default: the loaded ones)."""
+        paragraphs.check_format(format)
+        options = options or self.options
+        if format != "html":
+            return
+        if options.engine != "torch":
+            raise MtkitError(
+                "format html needs the torch engine (--engine torch): tags are placed by its cross-attention"
+            )
+        if options.nbest > 1:
+            raise MtkitError(f"format html gives one translation per line; nbest must be 1, not {options.nbest}")
 
     def options_for(self, *, nbest: Optional[int] = None, scores: bool = False, alignments: bool = False) -> Options:
         """The options of one call: the loaded ones with these.
@@ -252,9 +299,11 @@ def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
             model_dir = tmp / "model"
             ct2.convert(path, model_dir, None)
         meta, tokenizer = ct2.read_export(model_dir)
-        base = cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)").decoding
-        options = Options.build(base, **overrides)
-        return Ct2Engine(model_dir, tokenizer, options, max_positions=meta["max_positions"])
+        embedded = cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)")
+        options = Options.build(embedded.decoding, **overrides)
+        engine = Ct2Engine(model_dir, tokenizer, options, max_positions=meta["max_positions"])
+        engine.languages = (embedded.data.src_lang, embedded.data.tgt_lang)
+        return engine
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -312,4 +361,6 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
             frequent=options.shortlist_frequent,
             copy_source=meta_cfg.data.joint_vocab,
         )
-    return TorchEngine(model, tokenizer, options, device)
+    engine = TorchEngine(model, tokenizer, options, device)
+    engine.languages = (meta_cfg.data.src_lang, meta_cfg.data.tgt_lang)
+    return engine

@@ -47,8 +47,11 @@ class Engine(abc.ABC):
     engine's own), with each line's instructions from ``guidance`` where it has some.
 
     ``options`` are the options the engine was loaded with; each call may pass others (``Options.replace``).
-    ``truncated`` counts the lines cut to the model's length.
+    ``truncated`` counts the lines cut to the model's length; ``languages`` are the model's (source, target)
+    codes, set by whoever loads it ("" where unknown).
     """
+
+    languages: tuple[str, str] = ("", "")
 
     def __init__(self, tokenizer, options: Options, max_positions: int):
         self.tokenizer, self.options = tokenizer, options

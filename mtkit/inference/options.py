@@ -50,6 +50,7 @@ class Options:
     seed: int = _SAMPLING.seed
     scores: bool = False  # fill score, log_prob and token_log_probs (CTranslate2: a rescoring pass)
     alignments: bool = False  # fill each hypothesis's cross-attention
+    split_sentences: bool = True  # cut each line into sentences, translate them, join them with its whitespace
     device: str = _DECODING.device
     dtype: Optional[str] = _DECODING.dtype  # None: the engine's own default (CTranslate2: the exported type)
     threads: Optional[int] = _DECODING.threads

@@ -30,11 +30,19 @@ class Translation:
     """The n-best hypotheses of one source line, best first; none for an empty or whitespace-only line.
 
     ``source`` is the line as given; ``source_tokens`` the subwords the model read (after truncation to its
-    length limit, EOS excluded)."""
+    length limit, EOS excluded).
+
+    A segment the model read as several sentences (a paragraph; an HTML fragment) has their translations in
+    ``sentences``, each a ``Translation`` of its own with its tokens, scores and alignments; the segment's
+    hypotheses then join theirs (``inference.paragraphs``): their text keeps the source's whitespace (and
+    markup), ``tokens`` and ``token_log_probs`` are concatenated, ``score`` and ``log_prob`` summed, and
+    ``alignment`` is None. A segment read as one sentence has no ``sentences``.
+    """
 
     source: str
     source_tokens: tuple[str, ...]
     hypotheses: tuple[Hypothesis, ...]
+    sentences: tuple["Translation", ...] = ()
 
     @property
     def best(self) -> Optional[Hypothesis]:

@@ -197,11 +197,12 @@ def translate_chunks(
     alignments: bool = False,
     plot_dir: Optional[Path] = None,
     errors: Optional[dict[int, str]] = None,
+    markup: str = "text",
 ) -> int:
     """Translate each chunk of lines (sorted by length inside) to ``out`` in input order, flushing after each.
 
     A line is a str or a ``Segment``; None stands for a skipped line (an empty output line; with jsonl output a
-    record whose ``error`` is ``errors[line number]``)."""
+    record whose ``error`` is ``errors[line number]``). ``markup``: ``html`` reads each line as an HTML fragment."""
     model = as_model(translator)
     nbest = model.options.nbest
     scores = fmt == "jsonl" or nbest > 1  # shown: CTranslate2 rescores for them
@@ -209,7 +210,8 @@ def translate_chunks(
     written = 0
     skipped = Translation(source="", source_tokens=(), hypotheses=())
     for chunk in line_chunks:
-        found = iter(model.translate_batch([x for x in chunk if x is not None], scores=scores, alignments=attention))
+        lines = [x for x in chunk if x is not None]
+        found = iter(model.translate_batch(lines, scores=scores, alignments=attention, format=markup))
         for line in chunk:
             translation = skipped if line is None else next(found)
             if fmt == "jsonl":
@@ -248,7 +250,8 @@ def translate_main(
 ) -> None:
     """``mtkit translate``: ``options`` are ``mtkit.load``'s decoding and sampling options; ``--engine
     ctranslate2``, or a dir written by ``mtkit export``, translates through CTranslate2; ``input_format``
-    jsonl reads a JSON object with instructions per line (``skip_bad_lines``: a bad one gives an empty line)."""
+    jsonl reads a JSON object with instructions per line (``skip_bad_lines``: a bad one gives an empty line),
+    html an HTML fragment per line."""
     check_flags(format=fmt, engine=engine, input_format=input_format)
     if input is not None and not Path(input).is_file():
         raise MtkitError(f"{input}: input file not found")
@@ -259,6 +262,7 @@ def translate_main(
         alignments=alignments or plot_attention is not None,
         **options,
     )
+    model.check_format("html" if input_format == "html" else "text")
     _write_translations(
         model,
         input=input,
@@ -340,6 +344,7 @@ def _write_translations(
             alignments=alignments,
             plot_dir=plot_attention,
             errors=reader.errors,
+            markup="html" if input_format == "html" else "text",
         )
     if translator.truncated:
         print(
@@ -347,3 +352,21 @@ def _write_translations(
             f"{translator.max_src} subwords were truncated",
             file=sys.stderr,
         )
+
+
+def translate_file_main(
+    *, path: Path, source: Path, out: Path, fmt: Optional[str], max_bytes: int, engine: str, **options
+):
+    """``mtkit translate-file``: load the model, translate ``source`` into ``out``, say what it took on stderr."""
+    from mtkit.documents.files import translate_file
+    from mtkit.documents.formats import format_of
+
+    format_of(Path(source).name, fmt)  # an unknown format fails before the model loads
+    model = api.load(path, engine=engine, **options)
+    stats = translate_file(model, source, out, fmt=fmt, max_bytes=max_bytes, show_progress=sys.stderr.isatty())
+    rate = stats.sentences / stats.seconds if stats.seconds else 0.0
+    print(
+        f"{out}: {stats.format}, {stats.texts} texts, {stats.sentences} sentences in {stats.seconds:.1f} s "
+        f"({rate:.1f} sentences/s)",
+        file=sys.stderr,
+    )

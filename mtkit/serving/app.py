@@ -1,7 +1,8 @@
 """``mtkit serve``'s FastAPI app: its routes, over a ``service.TranslationService``.
 
 Endpoints: ``POST /v1/translate`` (JSON, schema at ``/openapi.json``), the LibreTranslate-compatible
-``POST /translate`` and ``GET /languages``, ``GET /health`` and ``GET /metrics`` (Prometheus text). Sentences of
+``POST /translate``, ``GET /languages`` and ``POST /translate_file``, ``POST /v1/translate_file`` (documents),
+``GET /health`` and ``GET /metrics`` (Prometheus text). Sentences of
 concurrent requests are translated together by one worker thread (``batcher.Batcher``). Every error is a JSON
 body ``{"error": "one readable message"}``.
 """
@@ -17,7 +18,7 @@ from fastapi.responses import PlainTextResponse
 
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
-from mtkit.serving import libretranslate
+from mtkit.serving import documents, libretranslate
 from mtkit.serving.auth import ApiKey
 from mtkit.serving.errors import ApiError, add_error_handlers
 from mtkit.serving.metrics import CONTENT_TYPE, Metrics
@@ -53,6 +54,7 @@ def create_app(
     service = TranslationService(model, limits, executor=executor, on_batch=metrics.batch_sentences.observe)
     metrics.watch(service.batcher)
     key = ApiKey(api_key)
+    store = documents.Store()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -61,6 +63,7 @@ def create_app(
             yield
         finally:
             service.stop()
+            store.close()
 
     # FastAPI's own OpenTelemetry hooks off: /metrics has the server's figures, and looking up the global
     # providers costs each request time on the event loop, on the cores that decode
@@ -68,7 +71,9 @@ def create_app(
     app = FastAPI(title="mtkit", summary="Machine translation over HTTP", lifespan=lifespan, telemetry=telemetry)
     app.state.batcher = service.batcher
     # the last added runs first: metrics see every response, CORS headers reach the 413s too
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    room = limits.max_file_bytes + (64 << 10)  # the document and its multipart framing
+    larger = {path: max(room, limits.max_body_bytes) for path in documents.FILE_ROUTES}
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, larger=larger)
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"])
     app.add_middleware(Observe, metrics=metrics)
@@ -97,6 +102,7 @@ def create_app(
         return TranslateResponse(translations=[translation_out(r, body.options) for r in results])
 
     libretranslate.add_routes(app, service, languages, key)
+    documents.add_routes(app, service, languages, key, store)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_() -> PlainTextResponse:

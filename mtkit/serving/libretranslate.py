@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from mtkit.serving.auth import ApiKey, header_key
 from mtkit.serving.errors import ApiError
 from mtkit.serving.languages import language_name
+from mtkit.serving.schemas import RequestOptions
 from mtkit.serving.service import TranslationService, client_gone
 
 
@@ -41,19 +42,19 @@ async def read_fields(request: Request) -> dict:
     raise ApiError(415, f"unsupported content type {kind!r}; send JSON or a form")
 
 
-def text_to_translate(fields: dict, languages: tuple[str, str]) -> Union[str, list[str]]:
-    """The ``q`` of a translate request whose fields ask for what this server translates.
+def text_to_translate(fields: dict, languages: tuple[str, str]) -> tuple[Union[str, list[str]], str]:
+    """The ``q`` and ``format`` of a translate request whose fields ask for what this server translates.
 
     Args:
         fields: the request's fields (``read_fields``).
         languages: the (source, target) codes this server translates.
 
     Returns:
-        ``q``: a string, or a list of strings.
+        ``q`` (a string, or a list of strings) and the format (``text`` or ``html``).
 
     Raises:
-        ApiError: 400 without ``q``, for another language pair or a format other than text; 422 for a field of
-            the wrong type.
+        ApiError: 400 without ``q``, for another language pair or a format other than text and html; 422 for a
+            field of the wrong type.
     """
     src, tgt = languages
     q = fields.get("q")
@@ -67,9 +68,10 @@ def text_to_translate(fields: dict, languages: tuple[str, str]) -> Union[str, li
     source, target = fields.get("source") or "auto", fields.get("target") or tgt
     if source not in (src, "auto") or target != tgt:
         raise ApiError(400, f"this server translates {src} to {tgt} only, not {source} to {target}")
-    if fields.get("format", "text") not in ("text", ""):
-        raise ApiError(400, f"format {fields['format']!r} is not supported; use text")
-    return q
+    fmt = fields.get("format") or "text"
+    if fmt not in ("text", "html"):
+        raise ApiError(400, f"format {fmt!r} is not supported; use text or html")
+    return q, fmt
 
 
 def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, str], api_key: ApiKey) -> None:
@@ -90,7 +92,8 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
         fields = await read_fields(request)
         given = fields.get("api_key")
         api_key.check(given if isinstance(given, str) else header_key(request))  # the field first, as LibreTranslate
-        q = text_to_translate(fields, languages)
-        results = await service.translate([q] if isinstance(q, str) else q, disconnected=lambda: client_gone(request))
+        q, fmt = text_to_translate(fields, languages)
+        lines = [q] if isinstance(q, str) else q
+        results = await service.translate(lines, RequestOptions(format=fmt), disconnected=lambda: client_gone(request))
         texts = [r.text for r in results]
         return {"translatedText": texts[0] if isinstance(q, str) else texts}

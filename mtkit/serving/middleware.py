@@ -46,17 +46,19 @@ class BodyLimit:
     Args:
         app: the ASGI app it wraps.
         limit: the most bytes a body may have.
+        larger: paths whose bodies may have more (documents), and how many.
     """
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, larger: dict[str, int] | None = None):
+        self.app, self.default, self.larger = app, limit, dict(larger or {})
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.larger.get(scope["path"], self.default)
         declared = dict(scope.get("headers", ())).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.limit:
-            return await self._too_large(scope, receive, send)
+        if declared.isdigit() and int(declared) > limit:
+            return await self._too_large(limit, scope, receive, send)
         chunks, size = [], 0
         while True:  # read it all here: a chunked body declares no length
             message = await receive()
@@ -64,8 +66,8 @@ class BodyLimit:
                 return
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
-            if size > self.limit:
-                return await self._too_large(scope, receive, send)
+            if size > limit:
+                return await self._too_large(limit, scope, receive, send)
             if not message.get("more_body"):
                 break
         body, given = b"".join(chunks), False
@@ -79,6 +81,6 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, scope, receive, send):
-        response = error_response(413, f"the request body is larger than {self.limit} bytes")
+    async def _too_large(self, limit: int, scope, receive, send):
+        response = error_response(413, f"the request body is larger than {limit} bytes")
         await response(scope, receive, send)

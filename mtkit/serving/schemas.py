@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
@@ -19,6 +19,12 @@ class RequestOptions(BaseModel):
     )
     alignments: StrictBool = Field(
         False, description="Give each hypothesis its cross-attention: a row per target subword and EOS (torch engine)."
+    )
+    format: Literal["text", "html"] = Field(
+        "text", description="html: each text is an HTML fragment; its tags go around the words they enclose."
+    )
+    split_sentences: StrictBool = Field(
+        True, description="Cut each text into sentences and join their translations with its own whitespace."
     )
 
 

@@ -72,10 +72,17 @@ class TranslationService:
         """
         nbest = options.nbest
         try:
-            self.model.options_for(nbest=nbest, scores=options.scores, alignments=options.alignments)
+            found = self.model.options_for(nbest=nbest, scores=options.scores, alignments=options.alignments)
+            self.model.check_format(options.format, found)
         except MtkitError as err:
             raise ApiError(422, str(err)) from None
-        return (("nbest", nbest), ("scores", options.scores), ("alignments", options.alignments))
+        return (
+            ("nbest", nbest),
+            ("scores", options.scores),
+            ("alignments", options.alignments),
+            ("format", options.format),
+            ("split_sentences", options.split_sentences),
+        )
 
     def _call_model(self, lines: list, key: Hashable) -> list:
         return self.model.translate_batch(lines, **dict(key))  # key: model_arguments'
@@ -100,7 +107,12 @@ class TranslationService:
                     raise ApiError(422, f"text item {i + 1}: {err}") from None
 
     async def translate(
-        self, lines: list, options: Optional[RequestOptions] = None, disconnected: Optional[Disconnected] = None
+        self,
+        lines: list,
+        options: Optional[RequestOptions] = None,
+        disconnected: Optional[Disconnected] = None,
+        *,
+        whole_document: bool = False,
     ) -> list:
         """The model's results for ``lines``, translated in batches with other requests' sentences.
 
@@ -108,6 +120,8 @@ class TranslationService:
             lines: the sentences, each a str or a ``segments.Segment`` with its instructions.
             options: what each translation gives besides its text; None for the text alone.
             disconnected: returns once the client has gone; None for a client that stays.
+            whole_document: the lines are a slice of an uploaded document, whose size was bounded as a file's
+                (``max_file_bytes``): the per-request bounds on sentences and characters do not apply.
 
         Returns:
             One ``results.Translation`` per line, in order.
@@ -117,8 +131,12 @@ class TranslationService:
                 or the server stops; 504 on timeout and 499 when the client disconnects, their sentences dropped;
                 422 when the model rejects a line.
         """
-        self.admit(lines)
-        key = self.model_arguments(options or RequestOptions())
+        if not whole_document:
+            self.admit(lines)
+        options = options or RequestOptions()
+        if options.format == "html" and any(isinstance(line, Segment) for line in lines):
+            raise ApiError(422, "format html takes plain texts: prefix, constraints and avoid apply to plain text")
+        key = self.model_arguments(options)
         try:
             items = self.batcher.submit(lines, key)
         except QueueFull as err:

@@ -1,0 +1,1 @@
+"""Whole documents: each format read and written by the library made for it, only its text translated."""

@@ -1,0 +1,176 @@
+"""Documents over HTTP: LibreTranslate's ``POST /translate_file`` (the answer names a URL to download the
+translation from, ``GET /download_file/...``) and ``POST /v1/translate_file``, whose answer is the translated
+file itself.
+
+A document's texts go through the same batcher as every other request, a slice at a time, so a long document
+shares the model with short requests instead of holding it; its format module (``documents.formats``) runs on a
+worker thread and waits for each slice. Translated files are kept for ``KEEP_SECONDS`` in a folder the server
+removes when it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, Response
+
+from mtkit.documents.files import translate_bytes
+from mtkit.documents.formats import format_of
+from mtkit.errors import MtkitError
+from mtkit.serving.auth import ApiKey, header_key
+from mtkit.serving.errors import ApiError
+from mtkit.serving.schemas import RequestOptions
+from mtkit.serving.service import TranslationService
+
+FILE_ROUTES = ("/translate_file", "/v1/translate_file")
+KEEP_SECONDS = 15 * 60
+SLICE = 32  # a document's texts per trip through the batcher
+MEDIA_TYPES = {
+    "txt": "text/plain; charset=utf-8",
+    "md": "text/markdown; charset=utf-8",
+    "html": "text/html; charset=utf-8",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "srt": "application/x-subrip",
+    "po": "text/x-gettext-translation; charset=utf-8",
+    "xliff": "application/xliff+xml",
+}
+
+
+class Store:
+    """Translated files waiting to be downloaded, each under a random name, until they expire."""
+
+    def __init__(self):
+        self.folder: Optional[Path] = None
+        self.expires: dict[str, float] = {}
+
+    def put(self, name: str, data: bytes) -> str:
+        """Keep ``data`` as ``name``; returns the key it is downloaded by."""
+        self.expire()
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="mtkit-files-"))
+        key = f"{uuid.uuid4().hex}.{name}"
+        (self.folder / key).write_bytes(data)
+        self.expires[key] = time.monotonic() + KEEP_SECONDS
+        return key
+
+    def get(self, key: str) -> Path:
+        self.expire()
+        if key not in self.expires or self.folder is None:
+            raise ApiError(404, "no such file (translated files are kept for 15 minutes)")
+        return self.folder / key
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, t in self.expires.items() if t < now]:
+            del self.expires[key]
+            if self.folder is not None:
+                (self.folder / key).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder, self.expires = None, {}
+
+
+class _ThroughBatcher:
+    """What a format module's ``translate`` calls, from a worker thread: each slice of texts goes through the
+    service's batcher on the event loop, and the thread waits for it."""
+
+    def __init__(self, service: TranslationService, loop: asyncio.AbstractEventLoop):
+        self.service, self.loop = service, loop
+
+    def check_format(self, markup: str, options=None) -> None:
+        self.service.model.check_format(markup, options)
+
+    def translate_batch(self, texts: list, *, scores: bool = False, format: str = "text") -> list:
+        out = []
+        for start in range(0, len(texts), SLICE):
+            part = texts[start : start + SLICE]
+            call = self.service.translate(part, RequestOptions(format=format), whole_document=True)
+            out += asyncio.run_coroutine_threadsafe(call, self.loop).result()
+        return out
+
+
+async def read_document(request: Request, limits_bytes: int, api_key: ApiKey) -> tuple[str, bytes, dict]:
+    """The uploaded document of a multipart request (field ``file``), its name and the other fields.
+
+    Raises:
+        ApiError: 400 without a file, 413 for one over the limit, 415 for a format no module reads.
+    """
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "multipart/form-data":
+        raise ApiError(415, "send the document as multipart/form-data, in the field 'file'")
+    try:
+        form = await request.form()
+    except Exception:  # a malformed form: python-multipart and starlette raise several kinds
+        raise ApiError(400, "the body is not a valid multipart form") from None
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    given = fields.get("api_key")
+    api_key.check(given or header_key(request))
+    upload = form.get("file")
+    if upload is None or isinstance(upload, str):
+        raise ApiError(400, "missing file (the document to translate, as the multipart field 'file')")
+    data = await upload.read()
+    if len(data) > limits_bytes:
+        raise ApiError(413, f"the document has {len(data)} bytes; at most {limits_bytes}")
+    name = Path(upload.filename or "document").name
+    return name, data, fields
+
+
+def add_routes(
+    app: FastAPI, service: TranslationService, languages: tuple[str, str], api_key: ApiKey, store: Store
+) -> None:
+    """Add ``/translate_file``, ``/download_file/{key}`` and ``/v1/translate_file`` to ``app``."""
+    src, tgt = languages
+
+    async def translate_upload(request: Request) -> tuple[str, str, bytes]:
+        name, data, fields = await read_document(request, service.limits.max_file_bytes, api_key)
+        source, target = fields.get("source") or "auto", fields.get("target") or tgt
+        if source not in (src, "auto") or target != tgt:
+            raise ApiError(400, f"this server translates {src} to {tgt} only, not {source} to {target}")
+        try:
+            fmt = format_of(name, fields.get("format") or None)
+        except MtkitError as err:
+            raise ApiError(415, str(err)) from None
+        model = _ThroughBatcher(service, asyncio.get_running_loop())
+        try:
+            translated, _ = await asyncio.to_thread(translate_bytes, model, data, fmt, where=name)
+        except MtkitError as err:
+            raise ApiError(400, str(err)) from None
+        return name, fmt, translated
+
+    @app.post("/translate_file")
+    async def libre_translate_file(request: Request) -> dict:
+        """LibreTranslate's file translation: multipart ``file``, ``source``, ``target``; the answer's
+        ``translatedFileUrl`` downloads the translated file (for 15 minutes)."""
+        name, _, translated = await translate_upload(request)
+        key = store.put(name, translated)
+        return {"translatedFileUrl": str(request.url_for("download_file", key=key))}
+
+    @app.get("/download_file/{key}", name="download_file")
+    async def download_file(key: str) -> FileResponse:
+        """A file ``/translate_file`` translated."""
+        path = store.get(key)
+        return FileResponse(path, filename=key.split(".", 1)[1])
+
+    @app.post("/v1/translate_file")
+    async def v1_translate_file(request: Request) -> Response:
+        """Translate a document (multipart ``file``; optional ``format`` where its name does not say it): the
+        answer is the translated document, with its structure and formatting, named as the upload."""
+        name, fmt, translated = await translate_upload(request)
+        disposition = f"attachment; filename*=UTF-8''{_quote(name)}"
+        return Response(translated, media_type=MEDIA_TYPES[fmt], headers={"Content-Disposition": disposition})
+
+
+def _quote(name: str) -> str:
+    from urllib.parse import quote
+
+    return quote(name, safe="")
