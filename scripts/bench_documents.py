@@ -251,6 +251,9 @@ def main() -> int:
     ref_docs = [" ".join(refs[i] for i in g) for g in groups]
     same = sum(a == b for a, b in zip(para_out, joined))
     print(f"  paragraphs identical to the joined line translations: {same}/{len(groups)}")
+    ended = [k for k, g in enumerate(groups) if all(sources[i].rstrip().endswith((".", "!", "?")) for i in g[:-1])]
+    same_ended = sum(para_out[k] == joined[k] for k in ended)
+    print(f"    of those whose sentences all end in . ! or ? (a splitter's only cue): {same_ended}/{len(ended)}")
     print(
         f"  document BLEU: paragraphs {bleu_chrf(para_out, ref_docs)[0]:.2f}, lines {bleu_chrf(joined, ref_docs)[0]:.2f}"
     )
