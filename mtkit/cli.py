@@ -5,9 +5,7 @@ torch is imported lazily (inside commands that need it), so `mtkit --help` and `
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -16,6 +14,7 @@ import typer
 
 from mtkit import __version__
 from mtkit.errors import MtkitError
+from mtkit.exits import Interrupted, OutputClosed, interrupted, plain_exits, quiet_broken_pipe
 from mtkit.flags import OutputOptions, SamplingOptions, ServeLimits, check_flags, serve_limits
 
 _SAMPLING, _OUTPUT, _LIMITS = SamplingOptions(), OutputOptions(), ServeLimits()  # the defaults of the flags below
@@ -32,30 +31,12 @@ app = typer.Typer(
 SetOption = typer.Option(None, "--set", help="Override a config value before validation: --set training.lr=3e-4")
 
 
-class _Interrupted(Exception):
-    """Ctrl-C inside a command, carried past click/typer (which would turn it into a silent exit 130)."""
-
-
-class _OutputClosed(Exception):
-    """The reader of stdout went away (`| head -1`), carried past typer (which would exit 1)."""
-
-
-@contextlib.contextmanager
-def _plain_exits():
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise _Interrupted() from None
-    except BrokenPipeError:
-        raise _OutputClosed() from None
-
-
 def _command(fn):
     """Register a command; its Ctrl-C and closed stdout reach main() as themselves, not as Typer's own exits."""
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        with _plain_exits():
+        with plain_exits():
             return fn(*args, **kwargs)
 
     return app.command()(run)
@@ -454,26 +435,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     except MtkitError as err:
         print(f"mtkit: error: {err}", file=sys.stderr)
         return err.exit_code
-    except (KeyboardInterrupt, _Interrupted):
-        _interrupted()
+    except (KeyboardInterrupt, Interrupted):
+        interrupted()
         return 130
-    except (BrokenPipeError, _OutputClosed):
-        _quiet_broken_pipe()
+    except (BrokenPipeError, OutputClosed):
+        quiet_broken_pipe()
         return 0
     return 0
-
-
-def _interrupted():
-    """The one line a Ctrl-C leaves (after a line break on a terminal, where ^C was echoed)."""
-    try:
-        print(("\n" if sys.stderr.isatty() else "") + "mtkit: interrupted", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
-
-
-def _quiet_broken_pipe():
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
-        pass

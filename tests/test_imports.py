@@ -94,7 +94,7 @@ LAYERS = (
     ("mtkit.documents",),  # document formats: they call a model they are given, import none
     ("mtkit.inference",),
     ("mtkit.serving",),
-    ("mtkit.cli", "mtkit.__main__", "mtkit"),
+    ("mtkit.cli", "mtkit.exits", "mtkit.__main__", "mtkit"),
 )
 
 
