@@ -147,3 +147,24 @@ def test_a_sentence_without_alignments_keeps_its_markup_around_the_whole_transla
     unaligned = markup.AlignedSentence(((0, 1), (2, 5), (6, 10)), "Ein Mann läuft.", ((0, 3), (4, 8)), None)
     out = run.render(cut, [unaligned])
     assert strip_tags(out) == "Ein Mann läuft." and out.count("<b>") == 1 and out.count("</b>") == 1
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("<p>call the <code>x</code></p>", "<p>CALL THE <code>x</code></p>"),
+        ("<p><code>x</code> runs now</p>", "<p><code>x</code> RUNS NOW</p>"),
+        ("A man <code>x</code> is riding.", "A MAN  <code>x</code> IS RIDING."),  # the stand-in keeps both spaces
+        ('A man<img src="m.png"> is riding.', 'A MAN<img src="m.png"> IS RIDING.'),
+        ("A man <br/>is riding.", None),
+        ("  A <img> man rides.  ", "  A  <img> MAN RIDES.  "),  # the stand-in keeps the sentence's two spaces
+    ],
+)
+def test_kept_elements_keep_the_spacing_they_had(source, expected):
+    from conftest import upper_translate
+
+    [out] = upper_translate([source], "html")
+    if expected is not None:
+        assert out == expected
+    else:  # a line break ends the sentence before it
+        assert out == "A MAN <br/>IS RIDING."

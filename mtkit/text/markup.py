@@ -301,6 +301,28 @@ def _render(run: Run, split: Split, sentences: Sequence[AlignedSentence]) -> str
 
     opens: dict[int, list[str]] = {}  # target character offset -> HTML to insert there, in order
     closes: dict[int, list[str]] = {}
+    text = run.text
+
+    def put(at: int, markup_html: str, lo: int, hi: int) -> None:
+        """Insert something kept verbatim that stood at source offset ``at``, inside target units [lo, hi], with
+        the spacing it had: in the whitespace before the first word or after the last it keeps its distance from
+        that end; glued to the word before it, it follows that word's translation; between two spaces it keeps
+        a space on each side."""
+        if lo == 0 and (not src_units or at <= min(src_units[0][0], len(split.gaps[0]))):
+            _insert(opens, at if src_units else min(at, len(target)), markup_html)
+            return
+        if hi == len(tgt_units) - 1 and src_units and at >= src_units[-1][1]:
+            _insert(opens, max(len(target) - (len(text) - at), tgt_units[-1][1]), markup_html)
+            return
+        unit = _marker_unit(at, src_units, links, back, lo, hi)
+        space_before = at > 0 and text[at - 1].isspace()
+        space_after = at < len(text) and text[at].isspace()
+        if space_after and not space_before and unit > lo:
+            _insert(opens, tgt_units[unit - 1][1], markup_html)
+        elif space_after and space_before and unit <= hi:
+            _insert(opens, _unit_start(unit, tgt_units, target), markup_html + " ")
+        else:
+            _insert(opens, _unit_start(unit, tgt_units, target), markup_html)
 
     def place(span: Span, lo: int, hi: int) -> None:
         """Place ``span``'s children inside target units [lo, hi] (inclusive; hi < lo: an empty range at lo).
@@ -309,13 +331,11 @@ def _render(run: Run, split: Split, sentences: Sequence[AlignedSentence]) -> str
         ranges = []
         for child in span.children:
             if isinstance(child, Marker):
-                at = _marker_unit(child.at, src_units, links, back, lo, hi)
-                _insert(opens, _unit_start(at, tgt_units, target), child.html)
+                put(child.at, child.html, lo, hi)
                 continue
             found = targets(child)
             if found is None:  # encloses no word: an empty element where it stood
-                at = _marker_unit(child.start, src_units, links, back, lo, hi)
-                _insert(opens, _unit_start(at, tgt_units, target), child.element.open + _empty(child))
+                put(child.start, child.element.open + _empty(child), lo, hi)
                 continue
             ranges.append((max(found[0], lo), min(found[1], hi), child))
         end = lo - 1
