@@ -30,7 +30,7 @@ from typing import Callable, Optional
 from markdown_it import MarkdownIt, rules_inline
 
 from mtkit.documents.formats import Translate
-from mtkit.documents.gettext import respace, translate_fragments
+from mtkit.documents.fragments import respace, translate_fragments
 from mtkit.documents.plain import decode_utf8
 from mtkit.errors import MtkitError
 from mtkit.text import markup

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from mtkit.documents.formats import Translate
-from mtkit.documents.gettext import from_html, library, to_html, translate_fragments
+from mtkit.documents.fragments import from_html, library, to_html, translate_fragments
 from mtkit.documents.plain import decode_utf8
 from mtkit.errors import MtkitError
 

@@ -27,7 +27,7 @@ import re
 from copy import deepcopy
 
 from mtkit.documents.formats import Translate
-from mtkit.documents.gettext import library, respaced, translate_fragments
+from mtkit.documents.fragments import library, respaced, translate_fragments
 from mtkit.errors import MtkitError
 from mtkit.text import markup
 
