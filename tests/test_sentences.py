@@ -70,3 +70,21 @@ def test_any_text_comes_back_whole(text):
         assert len(cut.gaps) == len(cut.sentences) + 1
         assert all(s and s == s.strip() for s in cut.sentences)
         assert all(not g.strip() for g in cut.gaps)
+
+
+def test_lines_the_moses_rules_would_not_cut_skip_them_and_the_others_do_not():
+    from sentence_splitter import SentenceSplitter
+
+    from mtkit.text.sentences import _segment
+
+    moses = SentenceSplitter(language="de").split
+    for text in [
+        "Ein Mann fährt Fahrrad.",
+        "Ein Mann fährt Fahrrad",
+        'Er sagte: "Halt!" Dann ging er.',
+        "Er sagte: «Halt.» Dann ging er.",
+        "Zwei Hunde (im Schnee.) Sie spielen.",
+        "Nr. 5 ist hier",
+        "Was?Nichts.",
+    ]:
+        assert [s.strip() for s in _segment("de", text)] == moses(text), text

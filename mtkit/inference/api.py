@@ -136,11 +136,24 @@ class TranslationModel:
                 raise MtkitError(f"line {i + 1}: {err}") from None
         split = options.split_sentences if split_sentences is None else split_sentences
         planned = paragraphs.plan(segments, self.languages[0], split_sentences=split, fmt=format)
-        sentences = planned.sentences
         guidance = [None if i is None else guidance[i] for i in planned.origin]
-        attention = alignments or format == "html"  # tags are placed by the cross-attention
-        if attention != options.alignments:
-            options = options.replace(alignments=attention)
+        found: list = [None] * len(planned.sentences)
+        for attention in (False, True):  # tags are placed by the cross-attention: only where a sentence has some
+            picked = [i for i, needs in enumerate(planned.attention) if (alignments or needs) == attention]
+            if picked:
+                done = self._translate_sentences(
+                    [planned.sentences[i] for i in picked],
+                    [guidance[i] for i in picked],
+                    options if options.alignments == attention else options.replace(alignments=attention),
+                    scores,
+                )
+                for i, translation in zip(picked, done):
+                    found[i] = translation
+        out = planned.rebuild(found)
+        return out[0] if single else out
+
+    def _translate_sentences(self, sentences: list, guidance: list, options: Options, scores: bool) -> list:
+        """One ``Translation`` per sentence, ``options.chunk_size`` at a time (each chunk sorted and batched)."""
         out: list[Translation] = []
         for start in range(0, len(sentences), options.chunk_size):
             chunk = sentences[start : start + options.chunk_size]
@@ -148,9 +161,8 @@ class TranslationModel:
             ids = self.engine.encode([s.text for s in chunk])
             found = self.engine.translate_ids(ids, chunk_guidance if any(chunk_guidance) else None, options)
             for segment, src_ids, hyps in zip(chunk, ids, found):
-                out.append(self._translation(segment, src_ids, hyps, scores, attention))
-        out = planned.rebuild(out)
-        return out[0] if single else out
+                out.append(self._translation(segment, src_ids, hyps, scores, options.alignments))
+        return out
 
     def translate_file(self, source: PathLike, target: PathLike, *, format: Optional[str] = None):
         """Translate the document ``source`` (.txt, .md, .html, .docx, .srt, .po, .xliff; ``format`` overrides the

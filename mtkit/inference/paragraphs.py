@@ -47,6 +47,7 @@ class Plan:
     sentences: list[Segment]
     shapes: list[Union[_Text, _Html, int]]  # per segment: an index into sentences (as it is), or its pieces
     origin: list[Optional[int]]  # per sentence: the segment it is (instructions and all), None for a piece of one
+    attention: list[bool]  # per sentence: its alignments place markup (an HTML run with tags or kept elements)
 
     def rebuild(self, found: Sequence[Translation]) -> list[Translation]:
         """One ``Translation`` per segment from ``found``, one per entry of ``sentences``."""
@@ -78,6 +79,7 @@ def plan(segments: list[Segment], lang: str, *, split_sentences: bool, fmt: str 
     sentences: list[Segment] = []
     shapes: list = []
     origin: list[Optional[int]] = []
+    attention: list[bool] = []
     for i, segment in enumerate(segments):
         if fmt == "html":
             if not segment.plain:
@@ -89,6 +91,7 @@ def plan(segments: list[Segment], lang: str, *, split_sentences: bool, fmt: str 
                     parts.append((part, cut, len(sentences)))
                     sentences += [Segment(s) for s in cut.sentences]
                     origin += [None] * len(cut.sentences)
+                    attention += [bool(part.root.children)] * len(cut.sentences)
                 else:
                     parts.append(part.source if isinstance(part, markup.Run) else part)
             shapes.append(_Html(parts))
@@ -98,11 +101,13 @@ def plan(segments: list[Segment], lang: str, *, split_sentences: bool, fmt: str 
             shapes.append(len(sentences))  # as it is: instructions hold for the line as written
             sentences.append(segment)
             origin.append(i)
+            attention.append(False)
         else:
             shapes.append(_Text(cut, len(sentences)))
             sentences += [Segment(s) for s in cut.sentences]
             origin += [None] * len(cut.sentences)
-    return Plan(segments, sentences, shapes, origin)
+            attention += [False] * len(cut.sentences)
+    return Plan(segments, sentences, shapes, origin, attention)
 
 
 def _joined(source: str, cut: Split, parts: Sequence[Translation]) -> Translation:

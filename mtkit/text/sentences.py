@@ -108,16 +108,23 @@ def _sentence_spans(line: str, lang: str) -> list[tuple[int, int]]:
     return spans
 
 
+# Where the Moses rules can end a sentence: after a full stop, question or exclamation mark, and whatever closes
+# it up to the next space, with more text after that space. A line without one is a single sentence to them, so
+# most lines (one sentence each) skip the splitter.
+_MOSES_CANDIDATE = re.compile(r"[.?!]\S*\s+\S")
+
+
 @lru_cache(maxsize=64)
 def _segmenter(lang: str):
     from sentence_splitter import SentenceSplitter, SentenceSplitterException
 
     try:
-        return SentenceSplitter(language=lang).split
+        moses = SentenceSplitter(language=lang).split
     except SentenceSplitterException:  # no prefix list for this language
         from sentencex import segment
 
         return lambda text: segment(lang, text)
+    return lambda text: moses(text) if _MOSES_CANDIDATE.search(text) else [text]
 
 
 def _segment(lang: str, text: str) -> list[str]:
