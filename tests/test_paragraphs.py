@@ -15,6 +15,8 @@ import yaml
 
 from conftest import SUBPROCESS_ENV, TINY_TRANSFORMER, write_lines
 
+pytestmark = pytest.mark.slow  # trains its own model (about 30 s on 2 cores)
+
 WORDS = {
     "a": "ein",
     "man": "Mann",
