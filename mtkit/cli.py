@@ -131,6 +131,9 @@ def translate(
         help='text; jsonl: one {"text", "prefix", "constraints", "avoid"} object per line (docs/decoding.md); '
         "html: one HTML fragment per line, its tags kept around the words they enclose (docs/documents.md).",
     ),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Target language of a multilingual model (jsonl lines may carry their own)."
+    ),
     split_sentences: bool = typer.Option(
         True,
         "--split-sentences/--no-split-sentences",
@@ -176,6 +179,7 @@ def translate(
         seed=seed,
         fmt=fmt,
         input_format=input_format,
+        target=target,
         split_sentences=split_sentences,
         skip_bad_lines=skip_bad_lines,
         alignments=alignments,

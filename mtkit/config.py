@@ -28,6 +28,24 @@ class ParallelFiles(Section):
     tgt: str
 
 
+class Direction(Section):
+    """One translation direction of a multilingual model: its languages and its splits (any may be missing; a
+    direction without train is only evaluated). One pair of files may serve several directions."""
+
+    src_lang: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,15}$")
+    tgt_lang: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,15}$")
+    splits: dict[str, ParallelFiles] = Field(default_factory=dict, description="split name -> files")
+
+    @property
+    def name(self) -> str:
+        return f"{self.src_lang}-{self.tgt_lang}"
+
+
+def language_tag(lang: str) -> str:
+    """The token that asks a multilingual model for target language ``lang``: ``<2de>``."""
+    return f"<2{lang}>"
+
+
 class HFDataset(Section):
     """A Hugging Face ``datasets`` source read from local files only (no hub access).
 
@@ -69,6 +87,40 @@ class DataConfig(Section):
     src_subword_alpha: float = Field(0.0, ge=0, lt=1, description="bpe: merge dropout probability; unigram: smoothing")
     tgt_subword_alpha: float = Field(0.0, ge=0, lt=1)
     subword_samples: int = Field(0, ge=0, le=1000, description="sampled copies of train; epoch e reads copy (e-1) % n")
+    # multilingual: several directions in one model, the target language as a token at the start of the source
+    directions: list[Direction] = Field(default_factory=list, description="instead of src_lang, tgt_lang, splits")
+    temperature: float = Field(
+        1.0, ge=1.0, le=100.0, description="directions' training pairs sampled in proportion to size ** (1/T)"
+    )
+
+    @property
+    def multilingual(self) -> bool:
+        return bool(self.directions)
+
+    @property
+    def targets(self) -> list[str]:
+        """The target languages, in the order the directions first name them."""
+        return list(dict.fromkeys(d.tgt_lang for d in self.directions)) if self.directions else [self.tgt_lang]
+
+    @model_validator(mode="after")
+    def _directions(self):
+        if not self.directions:
+            if self.temperature != 1.0:
+                raise ValueError("temperature samples across directions; it needs data.directions")
+            return self
+        if self.splits or self.hf is not None:
+            raise ValueError("give either data.directions (multilingual) or data.splits / data.hf, not both")
+        if not self.joint_vocab:
+            raise ValueError("data.directions needs joint_vocab: true (one vocabulary for every language)")
+        names = [d.name for d in self.directions]
+        for d in self.directions:
+            if d.src_lang == d.tgt_lang:
+                raise ValueError(f"direction {d.name}: source and target are the same language")
+            if names.count(d.name) > 1:
+                raise ValueError(f"direction {d.name} is given twice; merge its splits into one entry")
+        if not any("train" in d.splits for d in self.directions):
+            raise ValueError("no direction has a train split; give at least one")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -34,6 +34,7 @@ def train_sentencepiece(
     input_sentence_size: int = 2_000_000,
     *,
     corpus_name: str = "the training text",
+    user_symbols: Sequence[str] = (),
 ) -> Path:
     """Train a SentencePiece model and return the path of ``{model_prefix}.model``.
 
@@ -56,6 +57,8 @@ def train_sentencepiece(
         minloglevel=2,  # errors only
         max_sentence_length=16384,  # bytes; longer lines are skipped for training, never an error
     )
+    if user_symbols:  # pieces kept whole wherever they occur (language tags)
+        options["user_defined_symbols"] = list(user_symbols)
     items = list(lines_or_files) if isinstance(lines_or_files, (list, tuple)) else None
     if items and all(isinstance(item, (str, Path)) and Path(item).is_file() for item in items):
         options["input"] = [str(item) for item in items]

@@ -25,7 +25,9 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from mtkit.config import language_tag
 from mtkit.data.builddir import check_replaceable, current_manifest, new_build, remove_stale_builds
+from mtkit.data.directions import MULTILINGUAL, manifest_entry, open_directions
 from mtkit.data.sources import Pair, describe, hf_paths, open_sources
 from mtkit.data.summary import print_prepare_summary
 from mtkit.errors import MtkitError
@@ -58,9 +60,9 @@ def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -
     tokenizer = Tokenizer.from_run(init_from) if init_from else None
     started = time.perf_counter()
     out_dir = Path(data_cfg.dir)
-    if data_cfg.hf is None and "train" not in data_cfg.splits:
+    if data_cfg.hf is None and "train" not in data_cfg.splits and not data_cfg.multilingual:
         raise MtkitError("data: needs splits.train (src and tgt files) or an hf section")
-    if data_cfg.src_lang == data_cfg.tgt_lang:
+    if data_cfg.src_lang == data_cfg.tgt_lang and not data_cfg.multilingual:
         raise MtkitError(f"data.src_lang and data.tgt_lang are both {data_cfg.src_lang!r}; they must differ")
     inputs = _input_files(data_cfg)
     fingerprint = _inputs_fingerprint(data_cfg, inputs, tokenizer.fingerprint() if tokenizer else None)
@@ -107,8 +109,12 @@ class SplitStats:
 
 
 def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer]) -> dict:
-    src, tgt = cfg.src_lang, cfg.tgt_lang
-    sources, described = open_sources(cfg, build_dir / ".hf_cache")
+    if cfg.multilingual:
+        src, tgt = "src", "tgt"  # file names: train.src.bin ... (the manifest says MULTILINGUAL)
+        sources, described = open_directions(cfg)
+    else:
+        src, tgt = cfg.src_lang, cfg.tgt_lang
+        sources, described = open_sources(cfg, build_dir / ".hf_cache")
     stats = {split: SplitStats() for split in sources}
 
     # pass 1: read, clean and (train only) filter by characters / duplicates -> cleaned text files
@@ -130,8 +136,11 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
         model_type=cfg.spm_model_type,
         character_coverage=cfg.character_coverage,
         input_sentence_size=cfg.spm_input_sentence_size,
+        user_symbols=[language_tag(lang) for lang in cfg.targets] if cfg.multilingual else [],
     )
     train_src, train_tgt = text_files["train"]
+    if tokenizer is not None and cfg.multilingual:
+        raise MtkitError("data.directions: a multilingual data dir trains its own tokenizer; drop model.init_from")
     if tokenizer is not None:
         tokenizer_files = tokenizer.save(build_dir)
     elif cfg.joint_vocab:
@@ -168,11 +177,12 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
             f"{describe(described['train'])}: no training pairs left after the subword filters "
             f"({_filter_summary(train_stats)}); raise data.max_tokens or data.max_length_ratio"
         )
+    extra = manifest_entry(cfg) if cfg.multilingual else {}
 
     manifest = {
         "version": FORMAT_VERSION,
-        "src_lang": src,
-        "tgt_lang": tgt,
+        "src_lang": MULTILINGUAL if cfg.multilingual else src,
+        "tgt_lang": MULTILINGUAL if cfg.multilingual else tgt,
         "joint_vocab": tokenizer.joint,
         "tokenizer": tokenizer_files,
         "tokenizer_fingerprint": tokenizer.fingerprint(),
@@ -183,6 +193,7 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
         "inputs_fingerprint": fingerprint,
         "config": cfg.model_dump(mode="json"),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **extra,
     }
     (build_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return manifest
@@ -365,12 +376,16 @@ def _subword_filter(src_len: np.ndarray, tgt_len: np.ndarray, cfg, stats: SplitS
 def _input_files(cfg) -> list[Path]:
     """Every input file (checked to exist), for the fingerprint; errors name the config key."""
     files = []
-    for split, spec in cfg.splits.items():
+    keyed = [(f"data.splits.{split}", spec) for split, spec in cfg.splits.items()]
+    keyed += [
+        (f"data.directions[{i}].splits.{s}", spec) for i, d in enumerate(cfg.directions) for s, spec in d.splits.items()
+    ]
+    for key, spec in keyed:
         for side in ("src", "tgt"):
             path = Path(getattr(spec, side))
             if not path.is_file():
                 what = "is a directory" if path.is_dir() else "not found"
-                raise MtkitError(f"data.splits.{split}.{side}: {path}: file {what}; fix the path in the config")
+                raise MtkitError(f"{key}.{side}: {path}: file {what}; fix the path in the config")
             files.append(path)
     if cfg.hf is not None:
         for path in hf_paths(cfg.hf):

@@ -12,12 +12,14 @@ returns. Results are ``results.Translation`` / ``results.Hypothesis``.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
 
 from mtkit import config as cfgmod
+from mtkit.config import language_tag
 from mtkit.errors import MtkitError
 from mtkit.flags import check_flags
 from mtkit.inference import paragraphs
@@ -95,6 +97,7 @@ class TranslationModel:
         avoid=None,
         split_sentences: Optional[bool] = None,
         format: str = "text",
+        target: Optional[str] = None,
     ) -> Union[Translation, list[Translation]]:
         """A ``Translation`` per line (one for a single line) with up to ``nbest`` hypotheses (default: the loaded
         ``nbest``), best first; ``scores``: fill score, log_prob and token_log_probs (on the CTranslate2 engine
@@ -121,6 +124,9 @@ class TranslationModel:
         instructions is one sentence. ``format="html"``: each line is an HTML fragment; its text is translated
         and its inline tags go around the target words aligned to the words they enclosed (torch engine, one
         hypothesis per line; docs/documents.md).
+
+        ``target``: the target language of a multilingual model (one of ``targets``; a line's own ``target``
+        wins), needed where the model has several.
         """
         options = self.options_for(nbest=nbest, scores=scores, alignments=alignments)
         self.check_format(format, options)
@@ -132,8 +138,11 @@ class TranslationModel:
         for i, segment in enumerate(segments):
             try:
                 guidance.append(self.engine.guidance(segment, options))
+                self.check_target(segment.target or target)
             except MtkitError as err:
                 raise MtkitError(f"line {i + 1}: {err}") from None
+        if target is not None:
+            segments = [s if s.target else dataclasses.replace(s, target=target) for s in segments]
         split = options.split_sentences if split_sentences is None else split_sentences
         planned = paragraphs.plan(segments, self.languages[0], split_sentences=split, fmt=format)
         guidance = [None if i is None else guidance[i] for i in planned.origin]
@@ -158,7 +167,7 @@ class TranslationModel:
         for start in range(0, len(sentences), options.chunk_size):
             chunk = sentences[start : start + options.chunk_size]
             chunk_guidance = guidance[start : start + options.chunk_size]
-            ids = self.engine.encode([s.text for s in chunk])
+            ids = self.engine.encode([self._tagged(s) for s in chunk])
             found = self.engine.translate_ids(ids, chunk_guidance if any(chunk_guidance) else None, options)
             for segment, src_ids, hyps in zip(chunk, ids, found):
                 out.append(self._translation(segment, src_ids, hyps, scores, options.alignments))
@@ -171,6 +180,27 @@ class TranslationModel:
         from mtkit.documents.files import translate_file
 
         return translate_file(self, Path(source), Path(target), fmt=format)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The languages the model translates into: its directions' targets, or its one target language."""
+        return self.engine.targets or (self.languages[1],)
+
+    def check_target(self, target: Optional[str]) -> None:
+        """Raise ``MtkitError`` unless ``target`` (None: none given) is one this model can translate into."""
+        targets = self.targets
+        if target is None:
+            if self.engine.targets and len(targets) > 1:
+                raise MtkitError(f"this model translates into {', '.join(targets)}; choose one with --target")
+            return
+        if target not in targets:
+            raise MtkitError(f"unknown target {target!r}; this model translates into {', '.join(targets)}")
+
+    def _tagged(self, segment: Segment) -> str:
+        """A sentence as the model reads it: after its target language's token, for a multilingual model."""
+        if not self.engine.targets:
+            return segment.text
+        return f"{language_tag(segment.target or self.targets[0])} {segment.text}"
 
     @property
     def languages(self) -> tuple[str, str]:
@@ -204,6 +234,8 @@ class TranslationModel:
         ``options`` (default: the loaded ones): a bad shape, or instructions that cannot be followed."""
         [segment] = with_parallel([line], None, None, None)
         self.engine.guidance(segment, options)
+        if segment.target is not None:
+            self.check_target(segment.target)
 
     def _translation(
         self, segment: Segment, src_ids: list[int], hyps: list, scores: bool, alignments: bool
@@ -235,6 +267,15 @@ class TranslationModel:
                 for h, text in zip(hyps, texts)
             ),
         )
+
+
+def run_languages(data) -> tuple[tuple[str, str], tuple[str, ...]]:
+    """(source, target) codes of a run's ``data`` section, and a multilingual run's targets (() otherwise). A
+    multilingual run's source is its directions' one source language, or "" where they have several."""
+    if not data.multilingual:
+        return (data.src_lang, data.tgt_lang), ()
+    sources = {d.src_lang for d in data.directions}
+    return (sources.pop() if len(sources) == 1 else "", "mul"), tuple(data.targets)
 
 
 def _join(prefix: str, first_piece: list[str], rest: str) -> str:
@@ -314,7 +355,7 @@ def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
         embedded = cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)")
         options = Options.build(embedded.decoding, **overrides)
         engine = Ct2Engine(model_dir, tokenizer, options, max_positions=meta["max_positions"])
-        engine.languages = (embedded.data.src_lang, embedded.data.tgt_lang)
+        engine.languages, engine.targets = run_languages(embedded.data)
         return engine
     finally:
         if tmp is not None:
@@ -374,5 +415,5 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
             copy_source=meta_cfg.data.joint_vocab,
         )
     engine = TorchEngine(model, tokenizer, options, device)
-    engine.languages = (meta_cfg.data.src_lang, meta_cfg.data.tgt_lang)
+    engine.languages, engine.targets = run_languages(meta_cfg.data)
     return engine

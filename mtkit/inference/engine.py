@@ -52,6 +52,7 @@ class Engine(abc.ABC):
     """
 
     languages: tuple[str, str] = ("", "")
+    targets: tuple[str, ...] = ()  # a multilingual model's target languages
 
     def __init__(self, tokenizer, options: Options, max_positions: int):
         self.tokenizer, self.options = tokenizer, options

@@ -89,7 +89,7 @@ def plan(segments: list[Segment], lang: str, *, split_sentences: bool, fmt: str 
                 if isinstance(part, markup.Run) and part.translatable:
                     cut = split(part.text, lang, line_breaks=False) if split_sentences else whole(part.text)
                     parts.append((part, cut, len(sentences)))
-                    sentences += [Segment(s) for s in cut.sentences]
+                    sentences += [Segment(s, target=segment.target) for s in cut.sentences]
                     origin += [None] * len(cut.sentences)
                     attention += [bool(part.root.children)] * len(cut.sentences)
                 else:
@@ -104,7 +104,7 @@ def plan(segments: list[Segment], lang: str, *, split_sentences: bool, fmt: str 
             attention.append(False)
         else:
             shapes.append(_Text(cut, len(sentences)))
-            sentences += [Segment(s) for s in cut.sentences]
+            sentences += [Segment(s, target=segment.target) for s in cut.sentences]
             origin += [None] * len(cut.sentences)
             attention += [False] * len(cut.sentences)
     return Plan(segments, sentences, shapes, origin, attention)

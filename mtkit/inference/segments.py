@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 from mtkit.errors import MtkitError
 
-KEYS = ("text", "prefix", "constraints", "avoid")
+KEYS = ("text", "prefix", "constraints", "avoid", "target")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Segment:
     prefix: Optional[str] = None
     constraints: tuple[str, ...] = ()
     avoid: tuple[str, ...] = ()
+    target: Optional[str] = None  # the target language, for a multilingual model (None: the call's)
 
     @property
     def plain(self) -> bool:
@@ -59,7 +60,8 @@ def segment_from(item: Any) -> Segment:
     """A ``Segment`` from a str, a dict with the keys of ``KEYS`` (``text`` required) or a ``Segment``; a bad shape
     raises ``MtkitError`` saying what is wrong (the caller says where)."""
     if isinstance(item, Segment):
-        item = {"text": item.text, "prefix": item.prefix, "constraints": item.constraints, "avoid": item.avoid}
+        fields = {"text": item.text, "prefix": item.prefix, "constraints": item.constraints, "avoid": item.avoid}
+        item = {**fields, "target": item.target}
     if isinstance(item, str):
         return Segment(item)
     if not isinstance(item, dict):
@@ -71,14 +73,17 @@ def segment_from(item: Any) -> Segment:
         raise MtkitError("missing key 'text' (the line to translate)")
     if not isinstance(item["text"], str):
         raise MtkitError(f"'text' must be a string, not {_kind(item['text'])}")
-    prefix = item.get("prefix")
+    prefix, target = item.get("prefix"), item.get("target")
     if prefix is not None and not isinstance(prefix, str):
         raise MtkitError(f"'prefix' must be a string, not {_kind(prefix)}")
+    if target is not None and not isinstance(target, str):
+        raise MtkitError(f"'target' must be a language code (a string), not {_kind(target)}")
     return Segment(
         item["text"],
         prefix or None,
         _phrases(item.get("constraints"), "constraints"),
         _phrases(item.get("avoid"), "avoid"),
+        target or None,
     )
 
 
@@ -116,7 +121,7 @@ def with_parallel(
             extra = {key: values[i] for key, values in lists.items() if values is not None and values[i] is not None}
             if extra:
                 fields = {"text": segment.text, "prefix": segment.prefix}
-                fields.update(constraints=segment.constraints, avoid=segment.avoid)
+                fields.update(constraints=segment.constraints, avoid=segment.avoid, target=segment.target)
                 for key, value in extra.items():
                     if fields[key]:
                         raise MtkitError(f"{key} given twice, in the {label} and in the {key} list")

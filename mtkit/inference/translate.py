@@ -198,6 +198,7 @@ def translate_chunks(
     plot_dir: Optional[Path] = None,
     errors: Optional[dict[int, str]] = None,
     markup: str = "text",
+    target: Optional[str] = None,
 ) -> int:
     """Translate each chunk of lines (sorted by length inside) to ``out`` in input order, flushing after each.
 
@@ -211,7 +212,7 @@ def translate_chunks(
     skipped = Translation(source="", source_tokens=(), hypotheses=())
     for chunk in line_chunks:
         lines = [x for x in chunk if x is not None]
-        found = iter(model.translate_batch(lines, scores=scores, alignments=attention, format=markup))
+        found = iter(model.translate_batch(lines, scores=scores, alignments=attention, format=markup, target=target))
         for line in chunk:
             translation = skipped if line is None else next(found)
             if fmt == "jsonl":
@@ -246,6 +247,7 @@ def translate_main(
     engine: str,
     input_format: str = "text",
     skip_bad_lines: bool = False,
+    target: Optional[str] = None,
     **options,
 ) -> None:
     """``mtkit translate``: ``options`` are ``mtkit.load``'s decoding and sampling options; ``--engine
@@ -263,6 +265,8 @@ def translate_main(
         **options,
     )
     model.check_format("html" if input_format == "html" else "text")
+    if input_format != "jsonl" or target is not None:  # jsonl lines may name their own
+        model.check_target(target)
     _write_translations(
         model,
         input=input,
@@ -272,6 +276,7 @@ def translate_main(
         plot_attention=plot_attention,
         input_format=input_format,
         skip_bad_lines=skip_bad_lines,
+        target=target,
     )
 
 
@@ -299,6 +304,7 @@ def _write_translations(
     plot_attention: Optional[Path],
     input_format: str = "text",
     skip_bad_lines: bool = False,
+    target: Optional[str] = None,
 ) -> None:
     if plot_attention is not None:
         try:
@@ -345,6 +351,7 @@ def _write_translations(
             plot_dir=plot_attention,
             errors=reader.errors,
             markup="html" if input_format == "html" else "text",
+            target=target,
         )
     if translator.truncated:
         print(

@@ -76,7 +76,7 @@ class TranslateRequest(BaseModel):
         segments = with_parallel(
             [x.model_dump() for x in self.text], self.prefix, self.constraints, self.avoid, "text item"
         )
-        return [s.text if s.plain else s for s in segments]  # plain sentences take the plain string path
+        return [s.text if s.plain and s.target is None else s for s in segments]  # plain: the plain string path
 
 
 class HypothesisOut(BaseModel):

@@ -134,7 +134,7 @@ class TranslationService:
         if not whole_document:
             self.admit(lines)
         options = options or RequestOptions()
-        if options.format == "html" and any(isinstance(line, Segment) for line in lines):
+        if options.format == "html" and any(isinstance(line, Segment) and not line.plain for line in lines):
             raise ApiError(422, "format html takes plain texts: prefix, constraints and avoid apply to plain text")
         key = self.model_arguments(options)
         try:

@@ -35,7 +35,7 @@ from mtkit.training.finetune import start_from
 from mtkit.training.optim import learning_rate, make_optimizer, model_width
 from mtkit.training.state import TrainState
 from mtkit.training.step import TeacherForcing, train_step
-from mtkit.training.validate import ValidationResult, validate, validation
+from mtkit.training.validate import ValidationResult, over_directions, validate, validation
 
 
 class Trainer:
@@ -64,7 +64,8 @@ class Trainer:
         self.manifest = read_manifest(data_dir)
         self.tokenizer = Tokenizer.from_dir(data_dir)
         self.train_data = ParallelData(data_dir, "train")
-        self.valid_data = ParallelData(data_dir, "valid") if "valid" in self.manifest.get("splits", {}) else None
+        valid = [s for s in self.manifest.get("splits", {}) if s == "valid" or s.startswith("valid.")]
+        self.valid_data = {s: ParallelData(data_dir, s) for s in valid} or None  # valid.en-de: one direction
         torch.manual_seed(self.t.seed + self.dist.rank)
         self.model = build_model(
             cfg.model, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size, self.tokenizer.joint
@@ -140,8 +141,16 @@ class Trainer:
             print(f"resumed from {path.name}: update {self.state.update}, epoch {self.state.epoch}{moved}")
 
     def validate(self) -> dict:
-        """``validate.validate``'s metrics of the model now on the valid split."""
-        return validate(self.model, self.valid_data, self.tokenizer, self.cfg, self.device, self.autocast)
+        """``validate.validate``'s metrics of the model now on the valid split (each direction's, for a
+        multilingual model: ``validate.over_directions``)."""
+        if list(self.valid_data) == ["valid"]:
+            return validate(self.model, self.valid_data["valid"], self.tokenizer, self.cfg, self.device, self.autocast)
+        return over_directions(
+            {
+                s.partition(".")[2] or s: validate(self.model, d, self.tokenizer, self.cfg, self.device, self.autocast)
+                for s, d in self.valid_data.items()
+            }
+        )
 
     def validate_and_record(self, metrics_path: Path, progress: Progress) -> Optional[ValidationResult]:
         """Validate, keep the best score and the patience counter, save best.safetensors and log the record.

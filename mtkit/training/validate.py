@@ -81,6 +81,28 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
     return result
 
 
+def over_directions(found: dict[str, dict]) -> dict:
+    """One validation of a multilingual model from each direction's ``validate`` metrics.
+
+    Args:
+        found: direction name (``en-de``) -> its metrics.
+
+    Returns:
+        "loss", "nll", "ppl", "bleu", "chrf": the mean over directions (each direction counts once, whatever
+        its size); "directions": each direction's own metrics; "example": the first direction's.
+    """
+    out: dict = {"directions": {name: {k: v for k, v in m.items() if k != "example"} for name, m in found.items()}}
+    for key in ("loss", "nll", "bleu", "chrf"):
+        values = [m[key] for m in found.values() if key in m]
+        if values:
+            out[key] = sum(values) / len(values)
+    out["ppl"] = math.exp(min(out["nll"], 50))
+    first = next(iter(found.values()))
+    if "example" in first:
+        out["example"] = first["example"]
+    return out
+
+
 @dataclasses.dataclass
 class ValidationResult:
     """One validation during training: its metrics, and the verdict every rank shares."""

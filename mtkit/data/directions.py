@@ -1,0 +1,61 @@
+"""The corpus of a multilingual config (``data.directions``): every direction's pairs with the target language
+as a token at the start of the source (``<2de> A man rides.``, Johnson et al. 2017), as the splits ``prepare``
+builds.
+
+``train`` holds the training pairs of every direction, one direction after another (batches are drawn from
+the whole split, so each mixes directions); each other split of a direction is its own split, named
+``{split}.{src}-{tgt}`` (``valid.en-de``), so that validation and tests score each direction alone.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from pathlib import Path
+from typing import Iterator
+
+from mtkit.config import language_tag
+from mtkit.data.sources import Pair, _file_pairs
+
+MULTILINGUAL = "mul"  # the ISO 639 code for several languages: a multilingual data dir's src_lang and tgt_lang
+
+
+def open_directions(cfg) -> tuple[dict[str, Iterator[Pair]], dict[str, dict]]:
+    """split -> pair iterator (train first, tags on the sources), and split -> a description for the manifest.
+
+    Args:
+        cfg: the config's ``data`` section, with ``directions``.
+    """
+    trains = [d for d in cfg.directions if "train" in d.splits]
+    sources: dict[str, Iterator[Pair]] = {"train": chain.from_iterable(_tagged(d, "train", cfg) for d in trains)}
+    described = {
+        "train": {
+            "src": ", ".join(d.splits["train"].src for d in trains),
+            "tgt": ", ".join(d.splits["train"].tgt for d in trains),
+            "directions": [d.name for d in trains],
+        }
+    }
+    for d in cfg.directions:
+        for split, spec in d.splits.items():
+            if split != "train":
+                sources[f"{split}.{d.name}"] = _tagged(d, split, cfg)
+                described[f"{split}.{d.name}"] = {"src": spec.src, "tgt": spec.tgt}
+    return sources, described
+
+
+def _tagged(direction, split: str, cfg) -> Iterator[Pair]:
+    spec = direction.splits[split]
+    tag = language_tag(direction.tgt_lang)
+    for pair in _file_pairs(Path(spec.src), Path(spec.tgt), cfg.skip_bad_lines):
+        yield None if pair is None else (f"{tag} {pair[0]}", pair[1])
+
+
+def manifest_entry(cfg) -> dict:
+    """What a multilingual data dir's manifest says of its directions."""
+    return {
+        "directions": [
+            {"name": d.name, "src_lang": d.src_lang, "tgt_lang": d.tgt_lang, "splits": sorted(d.splits)}
+            for d in cfg.directions
+        ],
+        "targets": {lang: language_tag(lang) for lang in cfg.targets},
+        "target_tag": "source",
+    }

@@ -1,0 +1,117 @@
+"""A multilingual model: two "languages" whose answer is known (cp copies the source, rv writes its words in
+reverse order) from one English source, prepared, trained and translated; --target picks the language."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import EN_WORDS, SUBPROCESS_ENV, TINY_TRANSFORMER, assert_one_line_error, write_lines
+
+pytestmark = pytest.mark.slow  # trains its own model
+
+
+def sentences(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(EN_WORDS[:20]) for _ in range(rng.randint(2, 5))) for _ in range(n)]
+
+
+def write_directions(root: Path) -> list[dict]:
+    directions = []
+    for split, n, seed in (("train", 1200, 0), ("valid", 20, 1)):
+        src = sentences(n, seed)
+        write_lines(root / f"{split}.en", src)
+        write_lines(root / f"{split}.cp", src)
+        write_lines(root / f"{split}.rv", [" ".join(reversed(s.split())) for s in src])
+    for tgt in ("cp", "rv"):
+        splits = {s: {"src": str(root / f"{s}.en"), "tgt": str(root / f"{s}.{tgt}")} for s in ("train", "valid")}
+        directions.append({"src_lang": "en", "tgt_lang": tgt, "splits": splits})
+    return directions
+
+
+@pytest.fixture(scope="module")
+def multi_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("multi")
+    config = {
+        "data": {"dir": str(root / "data"), "vocab_size": 80, "directions": write_directions(root)},
+        "model": {**TINY_TRANSFORMER, "d_model": 64, "ffn_dim": 128, "max_positions": 32},
+        "training": {
+            "run_dir": str(root / "run"),
+            "max_updates": 1500,
+            "batch_tokens": 600,
+            "lr": 3e-3,
+            "warmup_updates": 40,
+            "validate_every": 750,
+            "log_every": 150,
+            "threads": 1,
+            "valid_max_sentences": 10,
+        },
+        "decoding": {"beam_size": 2, "threads": 1, "device": "cpu"},
+    }
+    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    for command in ("prepare", "train"):
+        done = subprocess.run(
+            [sys.executable, "-m", "mtkit", command, str(root / "config.yaml")],
+            capture_output=True,
+            text=True,
+            env=SUBPROCESS_ENV,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+    return root / "run"
+
+
+def test_the_data_dir_records_its_directions(multi_run):
+    manifest = json.loads((multi_run.parent / "data" / "manifest.json").read_text())
+    assert [d["name"] for d in manifest["directions"]] == ["en-cp", "en-rv"]
+    assert manifest["targets"] == {"cp": "<2cp>", "rv": "<2rv>"} and manifest["src_lang"] == "mul"
+    assert set(manifest["splits"]) == {"train", "valid.en-cp", "valid.en-rv"}
+    assert manifest["splits"]["train"]["pairs_kept"] == 2400
+
+
+def test_validation_scores_each_direction_and_their_mean(multi_run):
+    records = [json.loads(line) for line in (multi_run / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in records if r["kind"] == "valid"][-1]
+    per = valid["directions"]
+    assert set(per) == {"en-cp", "en-rv"}
+    assert valid["bleu"] == pytest.approx((per["en-cp"]["bleu"] + per["en-rv"]["bleu"]) / 2)
+
+
+def test_the_target_picks_the_language(multi_run):
+    import mtkit
+
+    model = mtkit.load(multi_run)
+    assert model.targets == ("cp", "rv")
+    source = sentences(30, 7)
+    copied = model.translate(source, target="cp")
+    reversed_ = model.translate(source, target="rv")
+    right_cp = sum(c == s for c, s in zip(copied, source))
+    right_rv = sum(r == " ".join(reversed(s.split())) for r, s in zip(reversed_, source))
+    assert right_cp >= 24 and right_rv >= 24, (right_cp, right_rv, copied[:3], reversed_[:3])
+    assert not any("<2" in t for t in copied + reversed_)  # the tag is never in the output
+    # each line its own target, in one batch: the same as one call per target
+    mixed = model.translate([{"text": s, "target": "cp" if i % 2 else "rv"} for i, s in enumerate(source)])
+    assert mixed == [copied[i] if i % 2 else reversed_[i] for i in range(len(source))]
+
+
+def test_a_missing_or_unknown_target_is_one_line(multi_run, run_cli, tmp_path):
+    import mtkit
+    from mtkit.errors import MtkitError
+
+    model = mtkit.load(multi_run)
+    with pytest.raises(MtkitError, match="translates into cp, rv; choose one"):
+        model.translate("dog cat")
+    with pytest.raises(MtkitError, match="unknown target 'fr'; this model translates into cp, rv"):
+        model.translate("dog cat", target="fr")
+    source = tmp_path / "in.en"
+    source.write_text("dog cat\n")
+    result = run_cli("translate", str(multi_run), "--input", str(source), "--target", "de")
+    assert_one_line_error(result, "unknown target 'de'", "cp, rv")
+    done = run_cli("translate", str(multi_run), "--input", str(source), "--target", "rv")
+    assert done.code == 0 and done.out.count("\n") == 1
