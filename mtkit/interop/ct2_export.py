@@ -41,7 +41,14 @@ LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which models.transformer 
 
 
 def import_ctranslate2():
-    """The ctranslate2 module, or a one-line error that says how to install it."""
+    """Import ctranslate2.
+
+    Returns:
+        The ``ctranslate2`` module.
+
+    Raises:
+        MtkitError: it is not installed; the one-line message says how to install it.
+    """
     try:
         import ctranslate2
     except ImportError:
@@ -53,7 +60,16 @@ def import_ctranslate2():
 
 
 def check_exportable(model_cfg, where: str) -> None:
-    """Refuse, in one line, a model CTranslate2's Transformer spec cannot represent."""
+    """Refuse, in one line, a model CTranslate2's Transformer spec cannot represent.
+
+    Args:
+        model_cfg: the config's ``model`` section.
+        where: what the message names (the checkpoint file).
+
+    Raises:
+        MtkitError: an RNN, ALiBi positions, or ``final_logits_bias``, ``sinusoidal_layout`` or ``scale_embedding``
+            off their defaults (as in an imported Marian model).
+    """
     if model_cfg.arch != "transformer":
         raise MtkitError(
             f"{where}: model.arch is {model_cfg.arch!r} (an RNN); CTranslate2 runs only Transformer "
@@ -102,7 +118,18 @@ def _attention(spec, attn, relative: bool) -> None:
 
 
 def build_spec(model, tokenizer):
-    """A ``ctranslate2.specs.TransformerSpec`` holding ``model`` (a models.transformer.Transformer)."""
+    """The CTranslate2 spec of a Transformer, tensor by tensor (the module docstring has the mapping).
+
+    Args:
+        model: a ``models.transformer.Transformer`` that ``check_exportable`` accepts.
+        tokenizer: its ``Tokenizer``; the vocabularies are its pieces by id.
+
+    Returns:
+        A ``ctranslate2.specs.TransformerSpec`` holding ``model``.
+
+    Raises:
+        MtkitError: ctranslate2 is not installed, or is too old for rotary positions in an encoder.
+    """
     import_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -184,7 +211,16 @@ def build_spec(model, tokenizer):
 
 
 def save_spec(spec, directory: Path, quantization: Optional[str]) -> None:
-    """Validate, quantize and write ``spec`` to ``directory`` (which must not exist) via CTranslate2's Converter."""
+    """Validate, quantize and write ``spec`` through CTranslate2's ``Converter``.
+
+    Args:
+        spec: what ``build_spec`` returned.
+        directory: the folder to write, which must not exist.
+        quantization: one of ``QUANTIZATIONS``; None keeps float32.
+
+    Raises:
+        MtkitError: CTranslate2 refused the spec or the folder (the first line of its error).
+    """
     from ctranslate2.converters import Converter
 
     class _Built(Converter):
@@ -199,7 +235,15 @@ def save_spec(spec, directory: Path, quantization: Optional[str]) -> None:
 
 # ----------------------------------------------------------------------------------------- the files
 def tokenizer_files(tokenizer) -> dict[str, str]:
-    """File names of the SentencePiece models in an export dir: {"src": ..., "tgt": ...}."""
+    """The file names of the SentencePiece models in an export dir.
+
+    Args:
+        tokenizer: the model's ``Tokenizer``.
+
+    Returns:
+        {"src": ..., "tgt": ...}: ``spm.model`` for both with a joint vocabulary, else ``source.spm.model`` and
+        ``target.spm.model``.
+    """
     return (
         {"src": "spm.model", "tgt": "spm.model"}
         if tokenizer.joint
@@ -208,12 +252,24 @@ def tokenizer_files(tokenizer) -> dict[str, str]:
 
 
 def is_export_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder holding ``mtkit_export.json`` and ``model.bin`` (neither is read)."""
     path = Path(path)
     return path.is_dir() and (path / EXPORT_META).is_file() and (path / "model.bin").is_file()
 
 
 def read_export(path: Path) -> tuple[dict, object]:
-    """(metadata, Tokenizer) of an export dir."""
+    """Read an export dir's metadata and tokenizer.
+
+    Args:
+        path: the export dir.
+
+    Returns:
+        (metadata, tokenizer): the contents of ``mtkit_export.json`` and the ``Tokenizer`` of its SentencePiece
+        models.
+
+    Raises:
+        MtkitError: ``mtkit_export.json`` is missing, unreadable or not of this format.
+    """
     path = Path(path)
     meta_file = path / EXPORT_META
     try:
@@ -229,7 +285,20 @@ def read_export(path: Path) -> tuple[dict, object]:
 
 
 def convert(checkpoint: Path, directory: Path, quantization: Optional[str]) -> dict:
-    """Write the export of ``checkpoint`` (run dir or file) into ``directory`` (must not exist); its metadata."""
+    """Export a checkpoint into a new CTranslate2 model directory.
+
+    Args:
+        checkpoint: a run dir (its checkpoint as translate picks it: ``checkpoint.resolve``) or a checkpoint file.
+        directory: the folder to write, which must not exist.
+        quantization: one of ``QUANTIZATIONS``; None: float32.
+
+    Returns:
+        The metadata, as written to ``mtkit_export.json``.
+
+    Raises:
+        MtkitError: ctranslate2 is missing, an unknown quantization, no readable checkpoint, or a model
+            CTranslate2 cannot represent.
+    """
     import_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise MtkitError(f"--quantization {quantization!r}: use one of {', '.join(QUANTIZATIONS)}")
@@ -261,7 +330,24 @@ def convert(checkpoint: Path, directory: Path, quantization: Optional[str]) -> d
 
 
 def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], force: bool) -> Path:
-    """``mtkit export``: convert the run's checkpoint (as translate picks it) into ``out``."""
+    """``mtkit export``: convert the run's checkpoint (as translate picks it) into ``out``, whole or not at all.
+
+    The export is written to a temporary sibling and swapped into place; a summary line is printed.
+
+    Args:
+        run: the run dir or checkpoint file.
+        fmt: the ``--format`` value, only checked: this function always writes CTranslate2 (the command line
+            sends ``hf`` to ``marian_export``).
+        out: the export dir to write.
+        quantization: one of ``QUANTIZATIONS``; None: float32.
+        force: replace an earlier export at ``out``.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        MtkitError: an unknown format, ``out`` exists (without ``force``, or is not an export), or as ``convert``.
+    """
     check_flags(export_format=fmt)
     out = Path(out)
     if out.exists():

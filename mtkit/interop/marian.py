@@ -1,6 +1,6 @@
 """Marian (Hugging Face ``MarianMTModel``, the OPUS-MT models) and mtkit's Transformer side by side: which config
-keys map to which, which tensors to which, and what cannot be carried across. Import (``hf.importer``) and export
-(``hf.exporter``) both read these tables, so the two directions cannot drift apart.
+keys map to which, which tensors to which, and what cannot be carried across. Import (``marian_import``) and export
+(``marian_export``) both read these tables, so the two directions cannot drift apart.
 
 The architectures are the same post-norm Transformer: embeddings scaled by sqrt(d_model) (``scale_embedding``)
 plus a sinusoidal table with the sines of all frequencies in the first half of the channels and the cosines in
@@ -42,7 +42,22 @@ def _value(hf: dict, key: str, where: str) -> Any:
 
 
 def model_section(hf: dict, where: str) -> dict:
-    """The mtkit ``model`` section of a Marian config.json (``hf``); what it cannot represent is refused by name."""
+    """The mtkit ``model`` section of a Marian config.json; what it cannot represent is refused by name.
+
+    Args:
+        hf: the parsed config.json.
+        where: what messages name (the file).
+
+    Returns:
+        The ``model`` section as a dict: a post-norm Transformer with Marian's sinusoids (``halves``) and a fixed
+        logits bias.
+
+    Raises:
+        MtkitError: a required key is missing, or a value has no mtkit equivalent: another model_type, an older
+            key off Marian's value (``MARIAN_FIXED``), encoder and decoder heads or ffn sizes that differ, an
+            unknown activation, separate source and target embeddings with a tied output layer, a decoder
+            vocabulary of its own, or d_model not divisible by the heads.
+    """
     if hf.get("model_type") != "marian":
         raise MtkitError(
             f'{where}: model_type is {json.dumps(hf.get("model_type"))}, not "marian"; '
@@ -103,7 +118,15 @@ def model_section(hf: dict, where: str) -> dict:
 
 
 def check_expressible(model_cfg, where: str) -> None:
-    """Refuse, by key, an mtkit model config that Marian's architecture cannot express."""
+    """Refuse, by key, an mtkit model config that Marian's architecture cannot express.
+
+    Args:
+        model_cfg: the config's ``model`` section.
+        where: what messages name (the checkpoint file).
+
+    Raises:
+        MtkitError: an RNN, pre-norm, or positions other than sinusoidal.
+    """
     if model_cfg.arch != "transformer":
         raise MtkitError(f"{where}: model.arch is {model_cfg.arch!r}; Marian models are Transformers")
     marian = {"norm": "post", "positions": "sinusoidal"}
@@ -117,7 +140,18 @@ def check_expressible(model_cfg, where: str) -> None:
 
 
 def config_json(model_cfg, *, vocab_size: int, pad: int, eos: int, start: int) -> dict:
-    """A Marian config.json for ``model_cfg`` (checked by ``check_expressible``)."""
+    """A Marian config.json for ``model_cfg``.
+
+    Args:
+        model_cfg: the config's ``model`` section, accepted by ``check_expressible``.
+        vocab_size: the size of the one (joint) vocabulary.
+        pad: Marian's pad id.
+        eos: Marian's eos id.
+        start: the decoder's start id.
+
+    Returns:
+        The config as a dict, for ``json.dumps``.
+    """
     return {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
@@ -149,6 +183,16 @@ def config_json(model_cfg, *, vocab_size: int, pad: int, eos: int, start: int) -
 # ------------------------------------------------------------------------------------------- tensors
 # mtkit name -> the Marian names (without the leading "model.") it concatenates along dim 0
 def layer_names(encoder_layers: int, decoder_layers: int) -> dict[str, list[str]]:
+    """Which Marian tensors each tensor of mtkit's layers is made of.
+
+    Args:
+        encoder_layers: the number of encoder layers.
+        decoder_layers: the number of decoder layers.
+
+    Returns:
+        mtkit name -> the Marian names (without the leading ``model.``) it concatenates along dim 0, for every
+        tensor of the layers (embeddings, output layer and logits bias are not in it).
+    """
     names: dict[str, list[str]] = {}
 
     def linear(ours: str, theirs: list[str]):
@@ -179,7 +223,16 @@ def layer_names(encoder_layers: int, decoder_layers: int) -> dict[str, list[str]
 
 
 def permute_rows(table: torch.Tensor, order: list, fill: float = 0.0) -> torch.Tensor:
-    """Rows of ``table`` (Marian ids) in mtkit's order (``tokenizer.marian_order``); a new row is ``fill``."""
+    """The rows of a vocabulary table in mtkit's order.
+
+    Args:
+        table: (marian_vocab, ...) rows by Marian id.
+        order: the Marian id of each mtkit id (``tokenizer.marian_order``); None for a row Marian has not.
+        fill: the value of such a row.
+
+    Returns:
+        (len(order), ...) rows by mtkit id.
+    """
     out = table.new_full((len(order), *table.shape[1:]), fill)
     have = [j for j, i in enumerate(order) if i is not None]
     out[have] = table[[order[j] for j in have]]
@@ -187,7 +240,16 @@ def permute_rows(table: torch.Tensor, order: list, fill: float = 0.0) -> torch.T
 
 
 def unpermute_rows(table: torch.Tensor, order: list, size: int) -> torch.Tensor:
-    """The inverse of ``permute_rows``: mtkit rows back at their Marian ids (a row of mtkit's own is dropped)."""
+    """The inverse of ``permute_rows``: mtkit rows back at their Marian ids.
+
+    Args:
+        table: (len(order), ...) rows by mtkit id.
+        order: the Marian id of each mtkit id; None for a row of mtkit's own, which is dropped.
+        size: the Marian vocabulary size.
+
+    Returns:
+        (size, ...) rows by Marian id; a Marian id that no mtkit row maps to gets zeros.
+    """
     out = table.new_zeros((size, *table.shape[1:]))
     have = [j for j, i in enumerate(order) if i is not None]
     out[[order[j] for j in have]] = table[have]
@@ -197,12 +259,28 @@ def unpermute_rows(table: torch.Tensor, order: list, size: int) -> torch.Tensor:
 def halves_channels(d_model: int) -> list[int]:
     """Channel k of the Marian model is channel ``[k]`` of a model with interleaved sinusoids: the even channels
     (the sines) first, then the odd ones (the cosines). LayerNorm and every linear layer are indifferent to the
-    order of the channels of the residual stream, so permuting all of them at once gives the same function."""
+    order of the channels of the residual stream, so permuting all of them at once gives the same function.
+
+    Args:
+        d_model: the number of channels.
+
+    Returns:
+        The permutation, for ``permute_channels``.
+    """
     return list(range(0, d_model, 2)) + list(range(1, d_model, 2))
 
 
 def permute_channels(weights: dict[str, torch.Tensor], perm: list[int]) -> dict[str, torch.Tensor]:
-    """mtkit weights with the residual stream's channels reordered by ``perm`` (see ``halves_channels``)."""
+    """mtkit weights with the residual stream's channels reordered (see ``halves_channels``).
+
+    Args:
+        weights: a post-norm, sinusoidal mtkit Transformer's state dict.
+        perm: new channel k is old channel ``perm[k]``.
+
+    Returns:
+        A new dict with the same names: the embeddings, the output layer, the LayerNorms and the linear layers
+        that read or write the residual stream permuted along d_model; the other tensors as they were.
+    """
     index = torch.tensor(perm)
     out = {}
     for name, tensor in weights.items():

@@ -51,7 +51,20 @@ def _vocabulary(tokenizer, where: str) -> tuple[dict[str, int], list, dict[str, 
 
 
 def convert(run: Path) -> tuple[dict, dict[str, torch.Tensor], dict[str, bytes]]:
-    """(config.json, tensors of model.safetensors, the other files by name) for the checkpoint translate uses."""
+    """The MarianMT files of the checkpoint translate would use.
+
+    Args:
+        run: a run dir or checkpoint file.
+
+    Returns:
+        (config.json as a dict, the tensors of model.safetensors by name, the other files' bytes by name:
+        vocab.json, source.spm, target.spm, generation_config.json and tokenizer_config.json).
+
+    Raises:
+        MtkitError: no readable checkpoint, a model Marian cannot express (``marian.check_expressible``), or a
+            vocabulary that cannot be one vocab.json (separate source and target vocabularies, a special piece
+            not where MarianTokenizer looks for it, a repeated piece).
+    """
     file = ckpt.resolve(Path(run))
     loaded = ckpt.load_checkpoint(file)
     model_cfg, tokenizer = loaded.config.model, loaded.tokenizer
@@ -108,7 +121,21 @@ def convert(run: Path) -> tuple[dict, dict[str, torch.Tensor], dict[str, bytes]]
 
 
 def export_main(*, run: Path, out: Path, force: bool) -> Path:
-    """``mtkit export --format hf``: write ``out`` from the run's checkpoint, whole or not at all."""
+    """``mtkit export --format hf``: write ``out`` from the run's checkpoint, whole or not at all.
+
+    The files go to a temporary sibling that is swapped into place; a summary line is printed.
+
+    Args:
+        run: the run dir or checkpoint file.
+        out: the directory to write.
+        force: replace an earlier export at ``out`` (a folder with a config.json).
+
+    Returns:
+        ``out``.
+
+    Raises:
+        MtkitError: ``out`` exists (without ``force``, or it is not an export), or as ``convert``.
+    """
     from safetensors.torch import save_file
 
     out = Path(out)

@@ -45,6 +45,18 @@ def _read_json(path: Path) -> dict:
 
 
 def read_vocab(path: Path, size: int) -> dict[str, int]:
+    """Read and check a Marian vocab.json.
+
+    Args:
+        path: the vocab.json.
+        size: config.json's vocab_size.
+
+    Returns:
+        piece -> id.
+
+    Raises:
+        MtkitError: unreadable JSON, ids that are not 0 .. n - 1 each once, or n != ``size``.
+    """
     vocab = _read_json(path)
     ids = sorted(v for v in vocab.values() if isinstance(v, int))
     if len(ids) != len(vocab) or ids != list(range(len(vocab))):
@@ -55,7 +67,19 @@ def read_vocab(path: Path, size: int) -> dict[str, int]:
 
 
 def read_weights(hf_dir: Path) -> tuple[dict[str, torch.Tensor], Path]:
-    """The state dict (names without a leading ``model.``) and the file it came from."""
+    """Read a MarianMT directory's weights: ``model.safetensors`` or its shards (``model.safetensors.index.json``),
+    else ``pytorch_model.bin`` through torch's restricted unpickler (``weights_only=True``).
+
+    Args:
+        hf_dir: the MarianMT directory.
+
+    Returns:
+        (the state dict, names stripped of a leading ``model.``; the file it came from, the first shard if sharded).
+
+    Raises:
+        MtkitError: no weights, an unreadable file, or a pickle the restricted unpickler refuses or that is not a
+            dict of tensors.
+    """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -102,7 +126,20 @@ def _spm_bytes(path: Path) -> bytes:
 
 
 def convert(hf_dir: Path, src_lang: Optional[str] = None, tgt_lang: Optional[str] = None) -> ckpt.Bundle:
-    """The checkpoint (weights, tokenizer, metadata with the run's config) of the Marian model in ``hf_dir``."""
+    """The mtkit checkpoint of the Marian model in ``hf_dir``.
+
+    Args:
+        hf_dir: a local MarianMT directory (``save_pretrained`` of MarianMTModel and MarianTokenizer).
+        src_lang: the source language; default: from an ``opus-mt-SRC-TGT`` directory name, else "src".
+        tgt_lang: the target language; default likewise, else "tgt".
+
+    Returns:
+        The checkpoint bundle: the metadata (the run's config, update 0), the weights and the tokenizer files.
+
+    Raises:
+        MtkitError: a missing file, or a config, vocabulary, SentencePiece model or tensor that cannot be read or
+            represented.
+    """
     if not hf_dir.is_dir():
         raise MtkitError(f"{hf_dir}: no such directory")
     for name in REQUIRED:
@@ -207,7 +244,24 @@ def _state_dict(weights: dict, model_cfg, order: list, source: Path, hf: dict) -
 
 
 def import_main(hf_dir: Path, out: Path, *, src_lang: Optional[str], tgt_lang: Optional[str], force: bool) -> Path:
-    """``mtkit import-hf``: convert ``hf_dir`` and write the run directory ``out``, whole or not at all."""
+    """``mtkit import-hf``: convert ``hf_dir`` and write the run directory ``out``, whole or not at all.
+
+    The run goes to a temporary sibling that is swapped into place; a summary line is printed.
+
+    Args:
+        hf_dir: the MarianMT directory.
+        out: the run directory to write.
+        src_lang: the source language (None: see ``convert``).
+        tgt_lang: the target language (None: see ``convert``).
+        force: replace a run directory (a folder with a config.yaml) at ``out``.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        MtkitError: ``out`` exists and is not an empty folder (without ``force``, or it is not a run directory),
+            or as ``convert``.
+    """
     hf_dir, out = Path(hf_dir), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:

@@ -8,7 +8,22 @@ from mtkit.models.transformer import Transformer
 
 
 def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool) -> Seq2Seq:
-    """cfg: the config's `model` section. Tied embeddings need `joint_vocab` to share the source side."""
+    """The model ``cfg.arch`` names, freshly initialised.
+
+    Args:
+        cfg: the config's ``model`` section.
+        src_vocab_size: the source vocabulary size.
+        tgt_vocab_size: the target vocabulary size.
+        joint_vocab: source and target share one vocabulary; only then does ``tie_embeddings`` tie the source
+            embedding too (the target embedding and the output layer it ties in any case).
+
+    Returns:
+        A ``Transformer``, ``Bahdanau`` or ``Luong``.
+
+    Raises:
+        ValueError: an unknown ``cfg.arch``; for the RNNs, tied embeddings over a joint vocabulary whose two
+            sizes differ.
+    """
     match cfg.arch:
         case "transformer":
             return Transformer(cfg, src_vocab_size, tgt_vocab_size, joint_vocab)

@@ -33,13 +33,31 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     """Softmax over the last axis where ``mask`` is True; exactly 0 elsewhere.
 
     A row with no True entry gives all zeros (never NaN).
+
+    Args:
+        scores: (..., n) unnormalised scores.
+        mask: bool, broadcastable to ``scores``: True where a score counts.
+
+    Returns:
+        The weights, the shape of ``scores``.
     """
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
 
 
 class AttentionScore(nn.Module):
-    """Scores one query per row against every key and normalises them over the real source tokens."""
+    """Scores one query per row against every key and normalises them over the real source tokens.
+
+    Args:
+        kind: one of ``SCORE_KINDS`` (see the module docstring).
+        query_dim: the size of a query.
+        key_dim: the size of a key.
+        hidden: the size of ``additive``'s hidden layer (default: query_dim); the other kinds ignore it.
+        max_positions: the source positions ``location`` can score.
+
+    Raises:
+        ValueError: an unknown ``kind``, or ``dot`` with query_dim != key_dim.
+    """
 
     def __init__(
         self,
@@ -70,17 +88,36 @@ class AttentionScore(nn.Module):
 
     @property
     def uses_projection(self) -> bool:
+        """Whether this kind projects the keys (additive, general), so ``precompute`` is worth calling once."""
         return self.kind in ("additive", "general")
 
     def precompute(self, keys: Tensor) -> Optional[Tensor]:
-        """keys (batch, src_len, key_dim) -> the key projection, or None for kinds that need none."""
+        """The key projection, computed once per sentence.
+
+        Args:
+            keys: (batch, src_len, key_dim).
+
+        Returns:
+            (batch, src_len, hidden) for additive, (batch, src_len, query_dim) for general, None for the others.
+        """
         if self.uses_projection:
             return self.key_proj(keys)  # (batch, src_len, hidden or query_dim)
         return None
 
     def scores(self, query: Tensor, keys: Tensor, projected: Optional[Tensor] = None) -> Tensor:
-        """Unnormalised scores. query (batch, tgt_len, q_dim), keys (batch, src_len, k_dim)
-        -> (batch, tgt_len, src_len)."""
+        """Unnormalised scores of every query against every key.
+
+        Args:
+            query: (batch, tgt_len, query_dim).
+            keys: (batch, src_len, key_dim).
+            projected: ``precompute(keys)``, if already known.
+
+        Returns:
+            (batch, tgt_len, src_len).
+
+        Raises:
+            ValueError: ``location`` with a source longer than ``max_positions``.
+        """
         if projected is None and self.uses_projection:
             projected = self.precompute(keys)
         src_len = keys.size(1)
@@ -101,10 +138,21 @@ class AttentionScore(nn.Module):
         return self.position_proj(query)[..., :src_len]  # (batch, tgt_len, src_len)
 
     def forward(self, query: Tensor, keys: Tensor, mask: Tensor, projected: Optional[Tensor] = None) -> Tensor:
-        """query (batch, q_dim) or (batch, tgt_len, q_dim); keys (batch, src_len, k_dim);
-        mask (batch, src_len) or (batch, tgt_len, src_len), True on tokens that may be attended;
-        projected: ``precompute(keys)`` if already known.
-        Returns weights (batch, src_len) or (batch, tgt_len, src_len): 0 where masked, rows sum to 1."""
+        """Attention weights over the source positions.
+
+        Args:
+            query: (batch, query_dim), or (batch, tgt_len, query_dim) for several positions in one call.
+            keys: (batch, src_len, key_dim).
+            mask: (batch, src_len) or (batch, tgt_len, src_len) bool, True on tokens that may be attended.
+            projected: ``precompute(keys)``, if already known.
+
+        Returns:
+            (batch, src_len) for a 2-d query, else (batch, tgt_len, src_len): 0 where masked, each row summing
+            to 1 (all 0 where nothing may be attended).
+
+        Raises:
+            ValueError: ``location`` with a source longer than ``max_positions``.
+        """
         single = query.dim() == 2
         if single:
             query = query.unsqueeze(1)  # (batch, 1, q_dim)
@@ -117,9 +165,14 @@ class AttentionScore(nn.Module):
 def gaussian_window(centre: Tensor, src_len: int, half_width: int) -> tuple[Tensor, Tensor]:
     """The position terms of local-p attention (Luong et al. 2015, eq. 10).
 
-    centre: p_t, any shape ``(...)``, in source positions (0-based). Returns ``in_window`` bool
-    ``(..., src_len)``, True where |s - p_t| <= D, and ``gaussian`` ``(..., src_len)`` =
-    exp(-(s - p_t)^2 / (2 sigma^2)) with sigma = D / 2.
+    Args:
+        centre: p_t, any shape ``(...)``, floating point, in source positions (0-based).
+        src_len: the number of source positions s = 0 .. src_len - 1.
+        half_width: D, the half width of the window (at least 1).
+
+    Returns:
+        (in_window, gaussian), both ``(..., src_len)``: bool, True where |s - p_t| <= D; and
+        exp(-(s - p_t)^2 / (2 sigma^2)) with sigma = D / 2, in the dtype of ``centre``.
     """
     positions = torch.arange(src_len, device=centre.device, dtype=centre.dtype)  # (src_len,)
     distance = positions - centre.unsqueeze(-1)  # (..., src_len)

@@ -57,13 +57,18 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
 
 
 class Dropout(nn.Module):
-    """``nn.Dropout`` through ``dropout`` above."""
+    """``nn.Dropout`` through ``dropout`` above.
+
+    Args:
+        p: the drop probability, in [0, 1].
+    """
 
     def __init__(self, p: float):
         super().__init__()
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
+        """x of any shape -> the same shape and dtype; unchanged in eval mode."""
         return dropout(x, self.p, self.training)
 
 
@@ -86,70 +91,158 @@ class State:
     """Decoder state. Subclasses declare batch-first tensor fields (or lists/tuples/dicts of them)."""
 
     def reorder(self, index: Tensor) -> "State":
-        """Return the state for rows ``index`` (batch,) of this one; rows may repeat."""
+        """The state of rows ``index`` of this one (beam search, pruning finished sentences).
+
+        Args:
+            index: (new_batch,) int64 row numbers into this state's batch; rows may repeat.
+
+        Returns:
+            A new state of the same class: every tensor field (also inside lists, tuples, dicts and nested
+            states) indexed on dim 0, other values shared.
+        """
         return dataclasses.replace(
             self, **{f.name: _reorder(getattr(self, f.name), index) for f in dataclasses.fields(self)}
         )
 
 
 class Seq2Seq(nn.Module):
-    """Base class: subclasses implement encode, init_state, step_features, features, project and
-    output_projection; ``step`` and ``forward`` follow from them."""
+    """Base class of the models: subclasses implement encode, init_state, step_features, features, project,
+    output_rows and output_projection, and set src_vocab_size, tgt_vocab_size and max_positions; ``step`` and
+    ``forward`` follow from them."""
 
     src_vocab_size: int
     tgt_vocab_size: int
     max_positions: int
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Any:  # pragma: no cover - interface
+        """Run the encoder.
+
+        Args:
+            src: (batch, src_len) source ids, right-padded with PAD.
+            src_mask: (batch, src_len) bool, True on real tokens.
+
+        Returns:
+            The encoder memory in the model's own form (a tensor or a tuple of them), batch-first.
+        """
         raise NotImplementedError
 
     def init_state(self, memory: Any, src_mask: Tensor) -> State:  # pragma: no cover - interface
+        """The decoder state before the first target position.
+
+        Args:
+            memory: what ``encode`` returned.
+            src_mask: (batch, src_len) bool, True on real tokens.
+
+        Returns:
+            The state, one row per source sentence.
+        """
         raise NotImplementedError
 
     def step_features(
         self, prev_tokens: Tensor, state: State, need_attention: bool = False
     ) -> tuple[Tensor, State, Optional[Tensor]]:  # pragma: no cover - interface
-        """prev_tokens (batch,) -> hidden (batch, d) before the output layer, new state, attention (batch, src_len)
-        or None."""
+        """Decode one target position, up to the output layer.
+
+        Args:
+            prev_tokens: (batch,) the previous target ids (BOS at the first position).
+            state: the state after the previous position (``init_state``'s at the first).
+            need_attention: also return the attention over the source.
+
+        Returns:
+            (hidden, state, attention): hidden (batch, d), the input of the output layer; the new state; the
+            attention weights (batch, src_len), or None unless ``need_attention``.
+        """
         raise NotImplementedError
 
     def step(
         self, prev_tokens: Tensor, state: State, need_attention: bool = False
     ) -> tuple[Tensor, State, Optional[Tensor]]:
-        """prev_tokens (batch,) -> log_probs (batch, tgt_vocab) float32, new state, attention or None."""
+        """Decode one target position: ``step_features``, then ``project`` and a log-softmax in float32.
+
+        Args:
+            prev_tokens: (batch,) the previous target ids (BOS at the first position).
+            state: the state after the previous position.
+            need_attention: also return the attention over the source.
+
+        Returns:
+            (log_probs, state, attention): log_probs (batch, tgt_vocab) float32; the new state; the attention
+            weights (batch, src_len), or None unless ``need_attention``.
+        """
         hidden, state, attention = self.step_features(prev_tokens, state, need_attention)
         return self.project(hidden).float().log_softmax(dim=-1), state, attention
 
     def features(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:  # pragma: no cover
-        """src (batch, src_len), tgt_in (batch, tgt_len) starting with BOS -> the inputs of the output layer,
-        (batch, tgt_len, d); with ``keep`` (batch, tgt_len) bool only at those positions, (tokens, d): training
-        passes the non-pad target positions so no time is spent on padding."""
+        """Teacher forcing up to the output layer.
+
+        Args:
+            src: (batch, src_len) source ids.
+            tgt_in: (batch, tgt_len) target ids, starting with BOS.
+            keep: (batch, tgt_len) bool: return only these positions (training passes the non-pad target
+                positions, so the output layer and the loss skip padding; the decoder still runs over it).
+
+        Returns:
+            The inputs of the output layer: (batch, tgt_len, d), or (tokens, d) with ``keep``.
+        """
         raise NotImplementedError
 
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:  # pragma: no cover - interface
-        """hidden (..., d) -> logits (..., tgt_vocab), or (..., columns) over the target ids ``ids`` (columns,)."""
+        """The output layer.
+
+        Args:
+            hidden: (..., d), from ``features`` or ``step_features``.
+            ids: (columns,) target ids: score only these, in this order (a shortlist).
+
+        Returns:
+            Logits (..., tgt_vocab), or (..., columns) with ``ids``.
+        """
         raise NotImplementedError
 
     def output_rows(self, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:  # pragma: no cover - interface
-        """(weight (columns, d), bias (columns,) or None): the output layer's rows for the target ids ``ids``
-        (columns,) as float tensors (an int8 layer's dequantized); ``project(hidden, ids)`` multiplies by them."""
+        """The output layer's rows for some target ids; ``project(hidden, ids)`` multiplies by them.
+
+        Args:
+            ids: (columns,) target ids.
+
+        Returns:
+            (weight (columns, d), bias (columns,) or None), floating point (an int8 layer's dequantized).
+        """
         raise NotImplementedError
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: src (batch, src_len), tgt_in (batch, tgt_len) -> logits (batch, tgt_len, tgt_vocab)."""
+        """Teacher forcing: ``project(features(src, tgt_in))``.
+
+        Args:
+            src: (batch, src_len) source ids.
+            tgt_in: (batch, tgt_len) target ids, starting with BOS.
+
+        Returns:
+            Logits (batch, tgt_len, tgt_vocab).
+        """
         return self.project(self.features(src, tgt_in))
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:  # pragma: no cover - interface
-        """(weight (tgt_vocab, d), bias (tgt_vocab,) or None): the parameters of ``project``, which the fused
-        training loss multiplies itself."""
+        """The parameters of ``project`` over the whole vocabulary, which the fused training loss multiplies itself.
+
+        Returns:
+            (weight (tgt_vocab, d), bias (tgt_vocab,) or None).
+        """
         raise NotImplementedError
 
     def num_parameters(self) -> int:
+        """The number of parameter elements; a tensor shared by several modules (tied embeddings) counts once."""
         return sum(p.numel() for p in self.parameters())
 
 
 def weight_rows(linear: nn.Module, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
-    """(weight[ids], bias[ids] or None) of a linear layer as float tensors; an int8 layer's are dequantized."""
+    """Some rows of a linear layer's weight and bias.
+
+    Args:
+        linear: an ``nn.Linear``, an ``Int8Linear`` or a dynamically quantized linear (whose weight is dequantized).
+        ids: (columns,) output channels.
+
+    Returns:
+        (weight[ids] (columns, in_features), bias[ids] (columns,) or None), floating point.
+    """
     weight, bias = linear.weight, linear.bias
     weight = weight().dequantize() if callable(weight) else weight
     bias = bias() if callable(bias) else bias
@@ -157,5 +250,5 @@ def weight_rows(linear: nn.Module, ids: Tensor) -> tuple[Tensor, Optional[Tensor
 
 
 def src_mask_of(src: Tensor) -> Tensor:
-    """(batch, src_len) bool, True on real tokens."""
+    """The source mask of ``src`` (batch, src_len): bool (batch, src_len), True on real (non-PAD) tokens."""
     return src.ne(PAD)

@@ -23,14 +23,27 @@ WEIGHT_LEVELS = 63
 
 
 def quantize_rows(x: Tensor, levels: int = ACTIVATION_LEVELS) -> tuple[Tensor, Tensor]:
-    """(rows, n) float -> int8 values in [-levels, levels] and (rows, 1) float scales, symmetric per row."""
+    """Symmetric int8 quantization of each row on its own: a row's largest magnitude maps to ``levels``.
+
+    Args:
+        x: (rows, n) floating point.
+        levels: the largest quantized magnitude, at most 127.
+
+    Returns:
+        (values, scales): values (rows, n) int8 in [-levels, levels], scales (rows, 1) in the dtype of ``x``, so
+        that x is about values * scales.
+    """
     scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(levels)  # (rows, 1)
     # |x| / scale <= levels already (the largest magnitude maps to levels): no clamp, one op less per layer
     return torch.round(x / scale).to(torch.int8), scale
 
 
 class Int8Linear(nn.Module):
-    """A linear layer with int8 weights and per-row int8 activations (see the module docstring)."""
+    """A linear layer with int8 weights and per-row int8 activations (see the module docstring).
+
+    Args:
+        linear: the float layer whose weight (quantized) and bias (kept in float32) this one takes.
+    """
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -48,6 +61,7 @@ class Int8Linear(nn.Module):
         return self.qweight_t.t().float() * self.weight_scale[:, None]
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (..., in_features), any floating dtype -> (..., out_features) float32."""
         shape = x.shape
         rows = x.reshape(-1, self.in_features)
         if rows.dtype != torch.float32:
@@ -63,12 +77,23 @@ class Int8Linear(nn.Module):
         return out.view(*shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
+        """The sizes and whether there is a bias, for ``repr``."""
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
-    """Every ``nn.Linear`` of ``model`` (in place) becomes an ``Int8Linear``; a Transformer's tied output projection
-    gets its own int8 copy first. Embeddings, attention, recurrent cells and layer norms stay float32."""
+    """Make every ``nn.Linear`` of ``model`` an ``Int8Linear``, in place, for inference on the CPU.
+
+    The attention projections become int8 with the other linear layers; a Transformer's tied output projection
+    gets its own int8 copy first. Embeddings, the attention arithmetic, recurrent cells (nn.GRU, nn.LSTM) and
+    layer norms keep their float weights.
+
+    Args:
+        model: the model to convert.
+
+    Returns:
+        ``model`` itself.
+    """
     from mtkit.models.transformer import Transformer
 
     if isinstance(model, Transformer) and model.output is None:  # untie: the projection gets its own int8 copy

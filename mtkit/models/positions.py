@@ -18,9 +18,18 @@ from torch import Tensor, nn
 
 
 def sinusoidal_table(length: int, dim: int, layout: str = "interleaved") -> Tensor:
-    """(length, dim): sin on even, cos on odd channels, as in the paper; ``layout="halves"``: the sines of all
-    frequencies in the first half of the channels, the cosines in the second (Marian's table, computed in float64
-    as Marian's converter does)."""
+    """The fixed sinusoidal position encodings of Vaswani et al. (2017).
+
+    Args:
+        length: the number of positions.
+        dim: the number of channels.
+        layout: ``"halves"``: the sines of all frequencies in the first half of the channels, the cosines in the
+            second (Marian's table, computed in float64 as Marian's converter does); any other value: sin on even,
+            cos on odd channels, as in the paper.
+
+    Returns:
+        (length, dim) float32.
+    """
     if layout == "halves":
         position = torch.arange(length, dtype=torch.float64)[:, None]
         angles = position / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (length, ceil(dim/2))
@@ -34,7 +43,12 @@ def sinusoidal_table(length: int, dim: int, layout: str = "interleaved") -> Tens
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding: rotates channel pairs (i, i + dim/2) by angle pos * theta_i."""
+    """Rotary position embedding: rotates channel pairs (i, i + head_dim/2) by angle pos * theta_i.
+
+    Args:
+        head_dim: the channels of one head (even).
+        max_positions: the positions the precomputed angles cover.
+    """
 
     def __init__(self, head_dim: int, max_positions: int):
         super().__init__()
@@ -44,7 +58,15 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angles.sin(), persistent=False)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """x (batch, heads, length, head_dim) at positions start..start+length-1."""
+        """Rotate queries or keys by their positions.
+
+        Args:
+            x: (batch, heads, length, head_dim) at positions start .. start + length - 1.
+            start: the position of the first; start + length must not exceed ``max_positions``.
+
+        Returns:
+            The rotated x, its shape and dtype.
+        """
         length = x.size(-2)
         cos = self.cos[start : start + length].to(x.dtype)
         sin = self.sin[start : start + length].to(x.dtype)
@@ -58,6 +80,15 @@ def alibi_slopes(heads: int) -> list[float]:
     For n heads, n a power of 2: the geometric sequence 2^(-8/n * i), i = 1..n (8 heads: 1/2, 1/4, ..., 1/256).
     Otherwise, with m the largest power of 2 below n: the m slopes of m heads, then every other slope of 2m heads
     (those that the m-head sequence lacks) up to n in all.
+
+    Args:
+        heads: the number of heads.
+
+    Returns:
+        One slope per head.
+
+    Raises:
+        ValueError: ``heads`` < 1.
     """
     if heads < 1:
         raise ValueError(f"ALiBi needs at least one head (got {heads})")
@@ -69,16 +100,28 @@ def alibi_slopes(heads: int) -> list[float]:
 
 
 class ALiBi(nn.Module):
-    """Per-head linear distance biases, shared by the self-attention layers of one model (no parameters)."""
+    """Per-head linear distance biases, shared by the self-attention layers of one model (no parameters).
+
+    Args:
+        heads: the number of attention heads.
+    """
 
     def __init__(self, heads: int):
         super().__init__()
         self.register_buffer("slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32), persistent=False)
 
     def forward(self, q_start: int, tq: int, tk: int) -> Tensor:
-        """(heads, tq, tk) float32: -slope * |i - j| for queries at positions q_start.. and keys at 0..tk-1.
+        """The biases of queries at positions q_start .. q_start + tq - 1 against keys at 0 .. tk - 1.
 
         Future keys (j > i) get a bias too; a causal attention masks them anyway.
+
+        Args:
+            q_start: the position of the first query.
+            tq: the number of queries.
+            tk: the number of keys.
+
+        Returns:
+            (heads, tq, tk) float32: -slope * |i - j|.
         """
         device = self.slopes.device
         q_pos = torch.arange(q_start, q_start + tq, device=device)

@@ -65,6 +65,8 @@ def _run_packed(rnn: nn.RNNBase, embedded: Tensor, src_mask: Tensor):
 # -------------------------------------------------------------------------------------------- Bahdanau
 @dataclasses.dataclass
 class BahdanauState(State):
+    """Bahdanau's decoder state, every field batch-first."""
+
     hidden: Tensor  # (batch, hidden_size): s_{t-1}
     annotations: Tensor  # (batch, src_len, 2 * hidden_size): h_j = [forward; backward]
     keys: Tensor  # (batch, src_len, hidden_size): W_k h_j + b, computed once per sentence
@@ -78,6 +80,16 @@ class Bahdanau(Seq2Seq):
     h_j = [forward_j; backward_j] of the top layer. Decoder: one GRU whose additive attention scores the
     previous state s_{t-1} against every h_j; the context c_t and the embedded previous token y_{t-1}
     are the GRU input; a maxout deep-output layer sees s_t, c_t and E y_{t-1}. s_0 = tanh(W_s backward_1).
+
+    Args:
+        cfg: the config's ``model`` section.
+        src_vocab_size: the source vocabulary size.
+        tgt_vocab_size: the target vocabulary size.
+        joint_vocab: source and target share one vocabulary; with ``tie_embeddings`` the source embedding is then
+            the target's (the output layer's weight is the target embedding whenever ``tie_embeddings`` is set).
+
+    Raises:
+        ValueError: ``tie_embeddings`` over a joint vocabulary whose two sizes differ.
     """
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
@@ -110,18 +122,36 @@ class Bahdanau(Seq2Seq):
 
     # ------------------------------------------------------------------------------------ interface
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        """src (batch, src_len) -> annotations (batch, src_len, 2 * hidden_size), zero on padding."""
+        """Run the bidirectional encoder over the real tokens.
+
+        Args:
+            src: (batch, src_len) source ids.
+            src_mask: (batch, src_len) bool, True on real tokens.
+
+        Returns:
+            The annotations (batch, src_len, 2 * hidden_size), zero on padding.
+        """
         embedded = self.dropout(self.src_embed(src))  # (batch, src_len, embed_dim)
         annotations, _ = _run_packed(self.encoder, embedded, src_mask)
         return annotations
 
     def init_state(self, memory: Tensor, src_mask: Tensor) -> BahdanauState:
+        """s_0 = tanh(W_s backward_1) and the attention's key projection, computed once.
+
+        Args:
+            memory: the annotations ``encode`` returned.
+            src_mask: (batch, src_len) bool, True on real tokens.
+
+        Returns:
+            The state before the first target position.
+        """
         first_backward = memory[:, 0, self.hidden_size :]  # (batch, hidden): backward RNN at position 1
         hidden = torch.tanh(self.init_proj(first_backward))  # (batch, hidden)
         keys = self.attention.precompute(memory)  # (batch, src_len, hidden)
         return BahdanauState(hidden=hidden, annotations=memory, keys=keys, src_mask=src_mask)
 
     def step_features(self, prev_tokens: Tensor, state: BahdanauState, need_attention: bool = False):
+        """``Seq2Seq.step_features``; hidden is the maxout output (batch, embed_dim)."""
         embedded = self.dropout(self.tgt_embed(prev_tokens))  # (batch, embed_dim)
         hidden, context, weights = self._recur(embedded, state)
         features = self._maxout(hidden, context, embedded)  # (batch, embed_dim)
@@ -129,6 +159,7 @@ class Bahdanau(Seq2Seq):
         return features, new_state, (weights if need_attention else None)
 
     def features(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:
+        """``Seq2Seq.features``: the GRU one position at a time, then the maxout over all: (..., embed_dim)."""
         src_mask = src_mask_of(src)
         state = self.init_state(self.encode(src, src_mask), src_mask)
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed_dim)
@@ -145,12 +176,15 @@ class Bahdanau(Seq2Seq):
         return self._maxout(hiddens, contexts, embedded)  # (batch, tgt_len, embed_dim) or (tokens, embed_dim)
 
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
+        """``Seq2Seq.project``: ``out_proj``, or only its rows ``ids``."""
         return self.out_proj(hidden) if ids is None else F.linear(hidden, *self.output_rows(ids))
 
     def output_rows(self, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        """``Seq2Seq.output_rows``: the rows ``ids`` of ``out_proj``."""
         return weight_rows(self.out_proj, ids)
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
+        """``Seq2Seq.output_projection``: ``out_proj``'s weight and bias."""
         return self.out_proj.weight, self.out_proj.bias
 
     # ------------------------------------------------------------------------------------- helpers
@@ -169,6 +203,8 @@ class Bahdanau(Seq2Seq):
 
 # ----------------------------------------------------------------------------------------------- Luong
 class LuongMemory(NamedTuple):
+    """What Luong's encoder returns, batch-first."""
+
     outputs: Tensor  # (batch, src_len, hidden_size): top-layer encoder states h_s, zero on padding
     hidden: Tensor  # (batch, layers, hidden_size): final h of each layer at the real last token
     cell: Tensor  # (batch, layers, hidden_size): final c of each layer
@@ -176,6 +212,8 @@ class LuongMemory(NamedTuple):
 
 @dataclasses.dataclass
 class LuongState(State):
+    """Luong's decoder state, every field batch-first."""
+
     hidden: Tensor  # (batch, layers, hidden_size)
     cell: Tensor  # (batch, layers, hidden_size)
     input_feed: Optional[Tensor]  # (batch, hidden_size): h~_{t-1}; None without input feeding
@@ -200,6 +238,16 @@ class Luong(Seq2Seq):
     p_t = S sigmoid(v_p^T tanh(W_p h_t)); the alignment is a softmax over the real tokens within
     [p_t - D, p_t + D], multiplied by exp(-(s - p_t)^2 / (2 (D/2)^2)) as in the paper (so those
     weights sum to at most 1).
+
+    Args:
+        cfg: the config's ``model`` section.
+        src_vocab_size: the source vocabulary size.
+        tgt_vocab_size: the target vocabulary size.
+        joint_vocab: source and target share one vocabulary; with ``tie_embeddings`` the source embedding is then
+            the target's (the output layer's weight is the target embedding whenever ``tie_embeddings`` is set).
+
+    Raises:
+        ValueError: ``tie_embeddings`` over a joint vocabulary whose two sizes differ.
     """
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
@@ -245,11 +293,30 @@ class Luong(Seq2Seq):
 
     # ------------------------------------------------------------------------------------ interface
     def encode(self, src: Tensor, src_mask: Tensor) -> LuongMemory:
+        """Run the LSTM encoder over the real tokens.
+
+        Args:
+            src: (batch, src_len) source ids.
+            src_mask: (batch, src_len) bool, True on real tokens.
+
+        Returns:
+            The top layer's outputs (batch, src_len, hidden_size), zero on padding, and each layer's final h and c
+            (batch, layers, hidden_size); a bidirectional encoder's are its two directions concatenated.
+        """
         embedded = self.dropout(self.src_embed(src))  # (batch, src_len, embed_dim)
         outputs, (h_n, c_n) = _run_packed(self.encoder, embedded, src_mask)  # outputs: (batch, src_len, hidden)
         return LuongMemory(outputs, self._per_layer(h_n), self._per_layer(c_n))
 
     def init_state(self, memory: LuongMemory, src_mask: Tensor) -> LuongState:
+        """The decoder starts from the encoder's final states, with h~_0 = 0 when input feeding.
+
+        Args:
+            memory: what ``encode`` returned.
+            src_mask: (batch, src_len) bool, True on real tokens.
+
+        Returns:
+            The state before the first target position (with the attention's key projection, computed once).
+        """
         batch = src_mask.size(0)
         input_feed = memory.outputs.new_zeros(batch, self.hidden_size) if self.input_feeding else None
         return LuongState(
@@ -263,11 +330,13 @@ class Luong(Seq2Seq):
         )
 
     def step_features(self, prev_tokens: Tensor, state: LuongState, need_attention: bool = False):
+        """``Seq2Seq.step_features``; hidden is h~_t (batch, hidden_size), or (batch, embed_dim) when tied."""
         embedded = self.dropout(self.tgt_embed(prev_tokens))  # (batch, embed_dim)
         attentional, weights, state = self._recur(embedded, state)
         return self.pre_output(attentional), state, (weights if need_attention else None)  # (batch, out_dim)
 
     def features(self, src: Tensor, tgt_in: Tensor, keep: Optional[Tensor] = None) -> Tensor:
+        """``Seq2Seq.features``; without input feeding the decoder runs over all positions in one call."""
         src_mask = src_mask_of(src)
         state = self.init_state(self.encode(src, src_mask), src_mask)
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (batch, tgt_len, embed_dim)
@@ -287,12 +356,15 @@ class Luong(Seq2Seq):
         return self.pre_output(attentional)  # (batch, tgt_len, out_dim) or (tokens, out_dim)
 
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
+        """``Seq2Seq.project``: ``out_proj``, or only its rows ``ids``."""
         return self.out_proj(hidden) if ids is None else F.linear(hidden, *self.output_rows(ids))
 
     def output_rows(self, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        """``Seq2Seq.output_rows``: the rows ``ids`` of ``out_proj``."""
         return weight_rows(self.out_proj, ids)
 
     def output_projection(self) -> tuple[Tensor, Optional[Tensor]]:
+        """``Seq2Seq.output_projection``: ``out_proj``'s weight and bias."""
         return self.out_proj.weight, self.out_proj.bias
 
     # ------------------------------------------------------------------------------------- helpers

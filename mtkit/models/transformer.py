@@ -3,8 +3,7 @@
 Positions: sinusoidal, learned absolute, relative (Shaw et al. 2018), rotary (RoPE, Su et al. 2021) or linear
 attention biases (ALiBi, Press et al. 2022); the tables, rotations and biases are in positions.py.
 Attention runs through ``F.scaled_dot_product_attention`` (ALiBi's biases and the masks as one additive float
-mask) except where relative position representations or returned attention weights need the explicit softmax.
-"""
+mask) except where relative position representations or returned attention weights need the explicit softmax."""
 
 from __future__ import annotations
 
@@ -21,6 +20,8 @@ from mtkit.models.positions import ALiBi, Rotary, sinusoidal_table
 
 
 class MultiHeadAttention(nn.Module):
+    """Self-attention (fused ``qkv``) or cross-attention (``q``, fused ``kv``), then ``out``; optional positions."""
+
     def __init__(
         self,
         d_model: int,
@@ -54,6 +55,7 @@ class MultiHeadAttention(nn.Module):
         return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
 
     def project_self(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """x (batch, len, d_model) -> q, k, v (batch, heads, len, head_dim), rotated to positions start.. (RoPE)."""
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         q, k, v = self._split(q), self._split(k), self._split(v)
         if self.rotary is not None:
@@ -61,6 +63,7 @@ class MultiHeadAttention(nn.Module):
         return q, k, v
 
     def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """memory (batch, src_len, d_model) -> the cross-attention's k, v (batch, heads, src_len, head_dim)."""
         k, v = self.kv(memory).chunk(2, dim=-1)
         return self._split(k), self._split(v)
 
@@ -74,10 +77,9 @@ class MultiHeadAttention(nn.Module):
         q_start: int = 0,
         need_weights: bool = False,
     ) -> tuple[Tensor, Optional[Tensor]]:
-        """q (batch, heads, tq, hd), k/v (batch, heads, tk, hd), key_mask (batch, tk) True on real keys.
-
-        Returns (batch, tq, d_model) and, if asked, weights averaged over heads (batch, tq, tk).
-        """
+        """q (batch, heads, tq, hd) at positions q_start.., k/v (batch, heads, tk, hd), key_mask (batch, tk) True on
+        real keys or None; ``causal`` hides the keys after each query. Returns the heads joined (batch, tq, d_model),
+        before ``out``, and with ``need_weights`` the weights averaged over heads (batch, tq, tk), else None."""
         b, h, tq, hd = q.shape
         tk = k.size(-2)
         p = self.dropout if self.training else 0.0
@@ -126,6 +128,7 @@ class MultiHeadAttention(nn.Module):
         return mask
 
     def relative_index(self, q_start: int, tq: int, tk: int, device) -> Tensor:
+        """(tq, tk) int64: key - query position, clipped to [-k, k] and shifted by k (rows of rel_k, rel_v)."""
         q_pos = torch.arange(q_start, q_start + tq, device=device)
         k_pos = torch.arange(tk, device=device)
         distance = (k_pos[None, :] - q_pos[:, None]).clamp(-self.max_relative, self.max_relative)
@@ -133,6 +136,8 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
+    """The position-wise feed-forward sublayer: fc2(dropout(activation(fc1(x))))."""
+
     def __init__(self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(d_model, ffn_dim), nn.Linear(ffn_dim, d_model)
@@ -140,12 +145,13 @@ class FeedForward(nn.Module):
         self.activation_dropout = activation_dropout
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (..., d_model) -> (..., d_model)."""
         hidden = dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training)
         return self.fc2(hidden)
 
 
 class Residual(nn.Module):
-    """x + dropout(sublayer(.)) with LayerNorm before (pre) or after (post) it."""
+    """x + dropout(sublayer(.)) with LayerNorm before (pre) or after (post) it: ``add(x, sublayer(inp(x)))``."""
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
@@ -168,6 +174,8 @@ def self_attention(cfg, rotary: Optional[Rotary], alibi: Optional[ALiBi]) -> Mul
 
 
 class EncoderLayer(nn.Module):
+    """Self-attention, then the feed-forward sublayer, each in a ``Residual``."""
+
     def __init__(self, cfg, rotary, alibi):
         super().__init__()
         pre = cfg.norm == "pre"
@@ -176,12 +184,15 @@ class EncoderLayer(nn.Module):
         self.r1, self.r2 = Residual(cfg.d_model, cfg.dropout, pre), Residual(cfg.d_model, cfg.dropout, pre)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        """x (batch, src_len, d_model), src_mask (batch, src_len) True on real tokens -> (batch, src_len, d_model)."""
         q, k, v = self.attn.project_self(self.r1.inp(x))
         x = self.r1.add(x, self.attn.out(self.attn.attend(q, k, v, src_mask, causal=False)[0]))
         return self.r2.add(x, self.ffn(self.r2.inp(x)))
 
 
 class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention over the encoder output, feed-forward, each in a ``Residual``."""
+
     def __init__(self, cfg, rotary, alibi):
         super().__init__()
         pre = cfg.norm == "pre"
@@ -202,13 +213,10 @@ class DecoderLayer(nn.Module):
         need_weights: bool = False,
         group: int = 1,
     ):
-        """x (batch, t, d_model) at positions start..; cache_k/v hold positions < start (None in training).
-
-        ``group`` > 1 (decoding, t = 1): rows come in runs of ``group`` hypotheses of one source sentence and
-        mem_k/mem_v/src_mask hold one row per sentence; the cross-attention folds each run into the query
-        axis, so the encoder keys and values are never copied per beam.
-        Returns the new x, the extended cache and the cross-attention weights (or None).
-        """
+        """x (rows, t, d_model) at positions start..; cache_k/v hold positions < start (None in training). With
+        ``group`` > 1 (decoding, t = 1) rows come in runs of ``group`` hypotheses of one sentence and mem_k, mem_v,
+        src_mask hold one row per sentence (the cross-attention folds each run into its query axis: no copy per beam).
+        Returns x (rows, t, d_model), the self-attention k, v up to here, the cross-attention weights or None."""
         q, k, v = self.self_attn.project_self(self.r1.inp(x), start)
         if cache_k is not None:
             k, v = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
@@ -233,10 +241,8 @@ class DecoderLayer(nn.Module):
 class TransformerState(State):
     """Decoder state. Rows are hypotheses; the encoder side is kept once per source sentence.
 
-    ``row_source[r]`` says which row of mem_k/mem_v/src_mask hypothesis ``r`` reads, so ``reorder`` (beam
-    search following its beams) only moves the self-attention cache and that index, never the encoder
-    keys and values.
-    """
+    ``row_source[r]`` says which row of mem_k/mem_v/src_mask hypothesis ``r`` reads, so ``reorder`` (beam search
+    following its beams) only moves the self-attention cache and that index, never the encoder keys and values."""
 
     self_k: list  # per layer (rows, heads, t, head_dim)
     self_v: list
@@ -265,10 +271,8 @@ class TransformerState(State):
     def encoder_side(self) -> tuple["TransformerState", int]:
         """This state with its per-source fields ready for one step, and ``group``.
 
-        Sources no hypothesis reads any more (finished sentences) are dropped; when every source has the same
-        number of consecutive rows (beam search, greedy) ``group`` is that number, else the per-source fields
-        are gathered per row (group 1).
-        """
+        Drops the sources no hypothesis reads any more (finished sentences). If every source has the same number of
+        consecutive rows (beam search, greedy), ``group`` is that number; else the fields are gathered per row (1)."""
         state = self
         used, inverse = torch.unique(self.row_source, sorted=True, return_inverse=True)
         if used.numel() < self.src_mask.size(0):
@@ -286,6 +290,8 @@ class TransformerState(State):
 
 
 class Transformer(Seq2Seq):
+    """The Transformer of the ``model`` section ``cfg``; memory (batch, src_len, d_model); methods as in ``Seq2Seq``."""
+
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
         super().__init__()
         self.cfg = cfg
@@ -314,6 +320,7 @@ class Transformer(Seq2Seq):
         self.reset_parameters()
 
     def reset_parameters(self):
+        """Xavier matrices, zero biases; token embeddings std d_model^-0.5 (PAD row 0); position tables N(0, 1)."""
         for name, p in self.named_parameters():
             if p.dim() > 1 and "embed" not in name and "pos" not in name and "rel_" not in name:
                 nn.init.xavier_uniform_(p)
@@ -326,6 +333,7 @@ class Transformer(Seq2Seq):
 
     @property
     def logits_bias(self) -> Optional[Tensor]:
+        """The fixed bias added to the logits (tgt_vocab,), or None without ``final_logits_bias``."""
         return self._buffers.get("final_logits_bias")
 
     # -- pieces ---------------------------------------------------------------------------------

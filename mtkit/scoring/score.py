@@ -33,11 +33,22 @@ def corpus_scores(
     lowercase: bool = False,
     width: int = 1,
 ) -> dict[str, dict]:
-    """Score ``hyps`` against one or more reference streams (``refs[k][i]`` is reference k of line i).
+    """Score ``hyps`` against one or more reference streams.
 
-    Returns metric name -> {"score": float, "signature": str, "text": sacreBLEU's formatted score line}.
-    ``tokenize`` is BLEU's tokenizer (default 13a); ``lowercase`` applies to BLEU and chrF (TER is
-    case-insensitive, as sacreBLEU's default); ``width`` the decimals of the formatted line.
+    Args:
+        hyps: one hypothesis per line.
+        refs: the reference streams: ``refs[k][i]`` is reference k of line i.
+        metrics: names from ``METRICS``, any case; each is scored once, in the order given.
+        tokenize: BLEU's tokenizer (default 13a).
+        lowercase: lowercase BLEU and chrF (TER is case-insensitive, as sacreBLEU's default).
+        width: the decimals of the formatted line.
+
+    Returns:
+        Lowercased metric name -> {"score": float, "signature": str, "text": sacreBLEU's formatted score line}.
+
+    Raises:
+        MtkitError: an unknown metric or tokenizer, no metric, no reference stream, a stream whose length differs
+            from that of ``hyps``, or a tokenizer whose package is missing.
     """
     names = check_options(metrics, tokenize)
     if not refs:
@@ -62,7 +73,20 @@ def corpus_scores(
 
 
 def make_metric(name: str, tokenize: Optional[str] = None, lowercase: bool = False, references=None):
-    """sacreBLEU's metric ``name`` with the options of ``mtkit score`` (and ``references`` cached, if given)."""
+    """sacreBLEU's metric ``name`` with the options of ``mtkit score``.
+
+    Args:
+        name: "bleu", "chrf" or "ter", lowercase (not checked here: any other name gives TER).
+        tokenize: BLEU's tokenizer (None: sacreBLEU's default, 13a).
+        lowercase: lowercase BLEU and chrF; TER is always case-insensitive.
+        references: reference streams for the metric to cache (the paired tests need them), or None.
+
+    Returns:
+        A ``BLEU``, ``CHRF`` or ``TER`` object.
+
+    Raises:
+        ImportError: the package of the BLEU tokenizer is missing (the callers turn it into an ``MtkitError``).
+    """
     if name == "bleu":
         return BLEU(lowercase=lowercase, tokenize=tokenize, references=references)
     if name == "chrf":
@@ -81,7 +105,18 @@ def _tokenizer_needed(name: str, tokenize: Optional[str]):
 
 
 def check_options(metrics: Sequence[str], tokenize: Optional[str]) -> list[str]:
-    """Reject unknown metric names and BLEU tokenizers (never silently drop them); return the names."""
+    """Reject unknown metric names and BLEU tokenizers (never silently drop them).
+
+    Args:
+        metrics: metric names, any case.
+        tokenize: BLEU's tokenizer, or None.
+
+    Returns:
+        The names lowercased, in the order given (repeats kept).
+
+    Raises:
+        MtkitError: an unknown metric or tokenizer, or no metric.
+    """
     names = [m.lower() for m in metrics]
     unknown = [m for m in names if m not in METRICS]
     if unknown:
@@ -94,7 +129,20 @@ def check_options(metrics: Sequence[str], tokenize: Optional[str]) -> list[str]:
 
 
 def read_lines(path: Optional[Path], what: str) -> list[str]:
-    """Lines of a UTF-8 file (plain or .gz), or of stdin when ``path`` is None, as sacrebleu reads them."""
+    """The lines of a UTF-8 file (plain or gzip-compressed), or of stdin, as the ``sacrebleu`` command reads them.
+
+    A final newline ends the last line rather than starting another; trailing whitespace is stripped.
+
+    Args:
+        path: the file; None reads stdin.
+        what: what the file holds, for messages ("hypotheses", "reference").
+
+    Returns:
+        The lines.
+
+    Raises:
+        MtkitError: a missing or unreadable file, a directory, or invalid UTF-8 (with its line number).
+    """
     try:
         if path is None:
             raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
@@ -139,8 +187,30 @@ def score_main(
 ) -> dict:
     """``mtkit score``: print a table (or one JSON object) of corpus scores of ``hyps`` against ``refs``.
 
-    ``hyps`` is one file or several (None or "-": stdin); several are compared with a paired test
-    (``paired_bs`` or ``paired_ar``), the first being the baseline (see mtkit.scoring.significance).
+    Several hypothesis files are compared with a paired test (``paired_bs`` or ``paired_ar``), the first being
+    the baseline (see ``mtkit.scoring.significance``).
+
+    Args:
+        refs: the reference files, line-aligned with the hypotheses.
+        hyps: one hypothesis file or several; None or "-" stands for stdin (the default).
+        metrics: names from ``METRICS``.
+        json_out: print one JSON object instead of a table.
+        tokenize: BLEU's tokenizer (default 13a).
+        lowercase: lowercase BLEU and chrF.
+        width: the decimals printed.
+        paired_bs: compare the systems with paired bootstrap resampling.
+        paired_ar: compare them with paired approximate randomisation.
+        paired_bs_n: the resamples of ``paired_bs`` (default 1000).
+        paired_ar_n: the trials of ``paired_ar`` (default 10000).
+        seed: the paired test's seed: a positive integer, or "none" for unseeded.
+
+    Returns:
+        Without a paired test, metric name -> {"score" (rounded to ``width``), "signature", "text"}; with one,
+        ``paired_test``'s result.
+
+    Raises:
+        MtkitError: no reference, bad options, a file given twice or unreadable, files of different lengths, or
+            no lines at all.
     """
     if not refs:
         raise MtkitError("give at least one reference file")

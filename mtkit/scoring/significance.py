@@ -26,6 +26,8 @@ TEST_NAMES = {"bs": "Paired bootstrap resampling", "ar": "Paired approximate ran
 
 @dataclass(frozen=True)
 class PairedOptions:
+    """A paired test as ``check_paired_options`` accepted it."""
+
     kind: str  # "bs" (paired bootstrap resampling) or "ar" (approximate randomisation)
     n: int  # resamples or trials
     seed: str  # a positive integer, or "none" for sacreBLEU's unseeded generators
@@ -39,7 +41,23 @@ def check_paired_options(
     paired_ar_n: Optional[int] = None,
     seed: str = DEFAULT_SEED,
 ) -> Optional[PairedOptions]:
-    """Check the test flags against the number of systems; None when no test is asked for (one system)."""
+    """Check the test flags against the number of systems.
+
+    Args:
+        n_systems: the number of hypothesis files.
+        paired_bs: paired bootstrap resampling is asked for.
+        paired_ar: paired approximate randomisation is asked for.
+        paired_bs_n: the resamples of ``paired_bs`` (None: 1000).
+        paired_ar_n: the trials of ``paired_ar`` (None: 10000).
+        seed: a positive integer, or "none" for sacreBLEU's unseeded generators.
+
+    Returns:
+        The test's options, or None when no test is asked for (one system).
+
+    Raises:
+        MtkitError: both tests, a count without its test or below 1, several systems without a test, a test with
+            fewer than two systems, or a bad seed.
+    """
     if paired_bs and paired_ar:
         raise MtkitError("give --paired-bs or --paired-ar, not both")
     kind = "bs" if paired_bs else "ar" if paired_ar else None
@@ -81,12 +99,19 @@ def _sacrebleu_seed(seed: str):
 
 
 def paired_test(systems: Sequence[tuple[str, Sequence[str]]], metrics: Mapping[str, object], options: PairedOptions):
-    """Run the test on (name, hypotheses) pairs, the first being the baseline.
+    """Run the paired test: every system against the first, the baseline.
 
-    ``metrics`` maps mtkit's metric names to sacreBLEU metric objects built with the references. Returns
-    {"test", "n", "seed", "metrics": {name: {"name", "signature"}}, "systems": [{"file", "baseline",
-    name: {"score", "mean", "ci", "p_value"}}]}; mean and ci are None for approximate randomisation, p_value
-    for the baseline.
+    SACREBLEU_SEED is set to the test's seed while it runs.
+
+    Args:
+        systems: (name, hypotheses) pairs, the baseline first.
+        metrics: mtkit's metric names -> sacreBLEU metric objects built with the references.
+        options: the test, from ``check_paired_options``.
+
+    Returns:
+        {"test", "n", "seed", "metrics": {name: {"name", "signature"}}, "systems": [{"file", "baseline",
+        name: {"score", "mean", "ci", "p_value"}}]}; mean and ci are None for approximate randomisation, p_value
+        for the baseline.
     """
     from sacrebleu.significance import PairedTest
 
@@ -121,7 +146,15 @@ def _number(value) -> Optional[float]:
 
 
 def print_table(result: dict, width: int, n_lines: int, n_refs: int) -> None:
-    """One row per system: score (bootstrap mean ± 95% CI) and the p-value against the baseline."""
+    """Print ``paired_test``'s result: the test, then one row per system with each score (and the bootstrap mean
+    ± 95% CI) and the p-value against the baseline, then the line count and the signatures.
+
+    Args:
+        result: what ``paired_test`` returned.
+        width: the decimals of the scores.
+        n_lines: the number of lines scored.
+        n_refs: the number of reference streams.
+    """
     bootstrap = result["test"] == "paired-bs"
     what = "resamples" if bootstrap else "trials"
     table = Table()
