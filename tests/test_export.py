@@ -47,7 +47,7 @@ from mtkit.decoding.search import length_penalty_of
 from mtkit.inference.ct2_engine import Ct2Engine
 from mtkit.inference.options import Options
 from mtkit.inference.torch_engine import TorchEngine
-from mtkit.inference.translate import read_lines, translate_stream
+from mtkit.inference.translate import one_line, read_lines, translate_stream
 from mtkit.models.base import BOS, EOS, PAD
 
 try:
@@ -478,7 +478,7 @@ def test_n_lines_in_n_lines_out_in_order(loaded, exported, lines, final_newline)
     translate_stream(translator, read_lines(io.BytesIO(data)), text)
     out_lines = text.getvalue().split("\n")
     assert out_lines.pop() == ""
-    assert out_lines == [r["hypothesis"] for r in records]
+    assert out_lines == [one_line(r["hypothesis"]) for r in records]  # a line break kept from the source: a space
 
 
 @needs_ct2

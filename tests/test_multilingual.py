@@ -115,3 +115,34 @@ def test_a_missing_or_unknown_target_is_one_line(multi_run, run_cli, tmp_path):
     assert_one_line_error(result, "unknown target 'de'", "cp, rv")
     done = run_cli("translate", str(multi_run), "--input", str(source), "--target", "rv")
     assert done.code == 0 and done.out.count("\n") == 1
+
+
+def test_the_server_answers_for_every_target(multi_run):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    import mtkit
+    from mtkit.serving.app import create_app
+    from mtkit.serving.languages import run_languages
+
+    model = mtkit.load(multi_run)
+    assert run_languages(multi_run) == ("en", "mul")
+    with TestClient(create_app(mtkit.load(multi_run), run_languages(multi_run))) as client:
+        assert client.get("/languages").json() == [
+            {"code": "en", "name": "English", "targets": ["cp", "rv"]},
+            {"code": "cp", "name": "cp", "targets": []},
+            {"code": "rv", "name": "rv", "targets": []},
+        ]
+        answer = client.post(
+            "/v1/translate", json={"text": ["dog cat", {"text": "red ball", "target": "cp"}], "target": "rv"}
+        )
+        assert [t["text"] for t in answer.json()["translations"]] == [
+            model.translate("dog cat", target="rv"),
+            model.translate("red ball", target="cp"),
+        ]
+        libre = client.post("/translate", json={"q": "dog cat", "source": "en", "target": "rv"})
+        assert libre.json() == {"translatedText": model.translate("dog cat", target="rv")}
+        missing = client.post("/v1/translate", json={"text": "dog cat"})
+        assert missing.status_code == 400 and "cp, rv" in missing.json()["error"]
+        unknown = client.post("/translate", json={"q": "dog cat", "target": "fr"})
+        assert unknown.status_code == 400 and "cp, rv" in unknown.json()["error"]

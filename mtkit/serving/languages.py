@@ -23,7 +23,7 @@ def run_languages(path: Path) -> tuple[str, str]:
         path: a run directory, a checkpoint or a CTranslate2 export directory.
 
     Returns:
-        (source, target).
+        (source, target); a multilingual model's target is ``mul`` (its targets: ``TranslationModel.targets``).
     """
     # imported here: reading a checkpoint needs torch, which the rest of the server's set-up does not
     from mtkit import checkpoint as ckpt
@@ -35,5 +35,6 @@ def run_languages(path: Path) -> tuple[str, str]:
         tree = ct2.read_export(path)[0]["config"]
     else:
         tree = ckpt.read_metadata(ckpt.resolve(path))["config"]
-    data = cfgmod.from_dict(tree, str(path)).data
-    return data.src_lang, data.tgt_lang
+    from mtkit.inference.api import run_languages as data_languages
+
+    return data_languages(cfgmod.from_dict(tree, str(path)).data)[0]

@@ -7,6 +7,7 @@ from typing import Union
 
 from fastapi import FastAPI, Request
 
+from mtkit.inference.segments import Segment
 from mtkit.serving.auth import ApiKey, header_key
 from mtkit.serving.errors import ApiError
 from mtkit.serving.languages import language_name
@@ -42,15 +43,18 @@ async def read_fields(request: Request) -> dict:
     raise ApiError(415, f"unsupported content type {kind!r}; send JSON or a form")
 
 
-def text_to_translate(fields: dict, languages: tuple[str, str]) -> tuple[Union[str, list[str]], str]:
+def text_to_translate(
+    fields: dict, languages: tuple[str, str], targets: tuple[str, ...] = ()
+) -> tuple[Union[str, list[str]], str, str]:
     """The ``q`` and ``format`` of a translate request whose fields ask for what this server translates.
 
     Args:
         fields: the request's fields (``read_fields``).
         languages: the (source, target) codes this server translates.
+        targets: a multilingual model's target languages (() for a bilingual one).
 
     Returns:
-        ``q`` (a string, or a list of strings) and the format (``text`` or ``html``).
+        ``q`` (a string, or a list of strings), the format (``text`` or ``html``) and the target language.
 
     Raises:
         ApiError: 400 without ``q``, for another language pair or a format other than text and html; 422 for a
@@ -65,25 +69,29 @@ def text_to_translate(fields: dict, languages: tuple[str, str]) -> tuple[Union[s
     for name in ("source", "target", "format"):
         if not isinstance(fields.get(name, ""), str):
             raise ApiError(422, f"{name} must be a string")
-    source, target = fields.get("source") or "auto", fields.get("target") or tgt
-    if source not in (src, "auto") or target != tgt:
+    source, target = fields.get("source") or "auto", fields.get("target") or (tgt if not targets else "")
+    if targets:
+        if source not in (src, "auto") or target not in targets:
+            raise ApiError(400, f"this server translates {src} to {', '.join(targets)}, not {source} to {target}")
+    elif source not in (src, "auto") or target != tgt:
         raise ApiError(400, f"this server translates {src} to {tgt} only, not {source} to {target}")
     fmt = fields.get("format") or "text"
     if fmt not in ("text", "html"):
         raise ApiError(400, f"format {fmt!r} is not supported; use text or html")
-    return q, fmt
+    return q, fmt, target
 
 
 def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, str], api_key: ApiKey) -> None:
     """Add LibreTranslate's ``/translate`` and ``/languages`` to ``app``, translating with ``service``."""
     src, tgt = languages
+    targets = tuple(getattr(getattr(service.model, "engine", None), "targets", ()))  # () for a bilingual model
 
     @app.get("/languages")
     async def languages_() -> list[dict]:
-        """LibreTranslate's language list: the one pair this model translates."""
-        return [
-            {"code": src, "name": language_name(src), "targets": [tgt]},
-            {"code": tgt, "name": language_name(tgt), "targets": []},
+        """LibreTranslate's language list: the source this model reads and the languages it writes."""
+        writes = list(targets) or [tgt]
+        return [{"code": src, "name": language_name(src), "targets": writes}] + [
+            {"code": t, "name": language_name(t), "targets": []} for t in writes
         ]
 
     @app.post("/translate")
@@ -92,8 +100,10 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
         fields = await read_fields(request)
         given = fields.get("api_key")
         api_key.check(given if isinstance(given, str) else header_key(request))  # the field first, as LibreTranslate
-        q, fmt = text_to_translate(fields, languages)
+        q, fmt, target = text_to_translate(fields, languages, targets)
         lines = [q] if isinstance(q, str) else q
+        if targets:
+            lines = [Segment(line, target=target) for line in lines]
         results = await service.translate(lines, RequestOptions(format=fmt), disconnected=lambda: client_gone(request))
         texts = [r.text for r in results]
         return {"translatedText": texts[0] if isinstance(q, str) else texts}

@@ -36,6 +36,7 @@ class SegmentIn(BaseModel):
     prefix: Optional[StrictStr] = Field(None, description="The translation starts with this text.")
     constraints: list[StrictStr] = Field([], description="Phrases the translation must contain.")
     avoid: list[StrictStr] = Field([], description="Phrases the translation must not contain.")
+    target: Optional[StrictStr] = Field(None, description="Its target language (a multilingual model's).")
 
 
 def _items(value: Any) -> Any:
@@ -62,6 +63,9 @@ class TranslateRequest(BaseModel):
     avoid: Optional[list[Optional[list[StrictStr]]]] = Field(
         None, description="One list of phrases to avoid (or null) per sentence."
     )
+    target: Optional[StrictStr] = Field(
+        None, description="The target language of a multilingual model; a text item's own target wins."
+    )
     options: RequestOptions = Field(default_factory=RequestOptions)
 
     def lines(self) -> list:
@@ -73,9 +77,10 @@ class TranslateRequest(BaseModel):
         Raises:
             MtkitError: a parallel list of the wrong length, or an instruction that does not fit its sentence.
         """
-        segments = with_parallel(
-            [x.model_dump() for x in self.text], self.prefix, self.constraints, self.avoid, "text item"
-        )
+        items = [x.model_dump() for x in self.text]
+        for item in items:
+            item["target"] = item["target"] or self.target
+        segments = with_parallel(items, self.prefix, self.constraints, self.avoid, "text item")
         return [s.text if s.plain and s.target is None else s for s in segments]  # plain: the plain string path
 
 

@@ -99,7 +99,13 @@ class TranslationService:
         chars = sum(_chars(line) for line in lines)
         if chars > self.limits.max_chars:
             raise ApiError(413, f"{chars} characters in one request; at most {self.limits.max_chars}")
+        check_target = getattr(self.model, "check_target", None)
         for i, line in enumerate(lines):
+            if check_target is not None:
+                try:
+                    check_target(line.target if isinstance(line, Segment) else None)
+                except MtkitError as err:
+                    raise ApiError(400, f"text item {i + 1}: {err}") from None
             if isinstance(line, Segment):
                 try:
                     self.model.check(line)
