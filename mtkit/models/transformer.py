@@ -1,9 +1,8 @@
 """The Transformer encoder-decoder (Vaswani et al. 2017) with a key/value cache for decoding.
 
-Positions: sinusoidal, learned absolute, relative (Shaw et al. 2018), rotary (RoPE, Su et al. 2021) or linear
-attention biases (ALiBi, Press et al. 2022); the tables, rotations and biases are in positions.py.
-Attention runs through ``F.scaled_dot_product_attention`` (ALiBi's biases and the masks as one additive float
-mask) except where relative position representations or returned attention weights need the explicit softmax."""
+Positions (positions.py): sinusoidal, learned, relative (Shaw et al. 2018), rotary (RoPE) or ALiBi. Attention runs
+through ``F.scaled_dot_product_attention`` (ALiBi's biases and the masks as one additive float mask) except where
+relative position representations or returned attention weights need the explicit softmax."""
 
 from __future__ import annotations
 
