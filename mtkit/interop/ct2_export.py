@@ -274,14 +274,15 @@ def read_export(path: Path) -> tuple[dict, object]:
     meta_file = path / EXPORT_META
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        if meta.get("format") != EXPORT_FORMAT:
-            raise ValueError(meta.get("format"))
+        if not isinstance(meta, dict) or meta.get("format") != EXPORT_FORMAT:
+            raise ValueError("not this format")
         files = meta["tokenizer"]
+        src_file, tgt_file = path / files["src"], path / files["tgt"]
     except (OSError, ValueError, KeyError, TypeError):
         raise MtkitError(
             f"{meta_file}: not an mtkit CTranslate2 export; rerun mtkit export RUN_DIR --out {path}"
         ) from None
-    return meta, Tokenizer(path / files["src"], path / files["tgt"])
+    return meta, Tokenizer(src_file, tgt_file)
 
 
 def convert(checkpoint: Path, directory: Path, quantization: Optional[str]) -> dict:

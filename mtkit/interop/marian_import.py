@@ -85,7 +85,10 @@ def read_weights(hf_dir: Path) -> tuple[dict[str, torch.Tensor], Path]:
 
     single, index, pickled = hf_dir / "model.safetensors", hf_dir / "model.safetensors.index.json", None
     if single.is_file() or index.is_file():
-        files = [single] if single.is_file() else sorted({hf_dir / f for f in _read_json(index)["weight_map"].values()})
+        weight_map = {} if single.is_file() else _read_json(index).get("weight_map")
+        if not single.is_file() and not isinstance(weight_map, dict):
+            raise MtkitError(f"{index}: no weight_map object; save the model again with save_pretrained")
+        files = [single] if single.is_file() else sorted({hf_dir / f for f in weight_map.values()})
         weights, source = {}, files[0]
         for file in files:
             try:
