@@ -89,6 +89,9 @@ class DataConfig(Section):
     subword_samples: int = Field(0, ge=0, le=1000, description="sampled copies of train; epoch e reads copy (e-1) % n")
     # multilingual: several directions in one model, the target language as a token at the start of the source
     directions: list[Direction] = Field(default_factory=list, description="instead of src_lang, tgt_lang, splits")
+    target_tag: Literal["source", "decoder"] = Field(
+        "source", description="where the target-language token goes: first in the source, or the decoder's first"
+    )
     temperature: float = Field(
         1.0, ge=1.0, le=100.0, description="directions' training pairs sampled in proportion to size ** (1/T)"
     )
@@ -105,8 +108,8 @@ class DataConfig(Section):
     @model_validator(mode="after")
     def _directions(self):
         if not self.directions:
-            if self.temperature != 1.0:
-                raise ValueError("temperature samples across directions; it needs data.directions")
+            if self.temperature != 1.0 or self.target_tag != "source":
+                raise ValueError("temperature and target_tag are for data.directions (a multilingual model)")
             return self
         if self.splits or self.hf is not None:
             raise ValueError("give either data.directions (multilingual) or data.splits / data.hf, not both")

@@ -333,10 +333,32 @@ def _encode(
         sampling = dict(enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1) if alpha > 0 else {}
         return vocab.lookup(lines, sp.encode(texts, out_type=str, **({"num_threads": _threads()} | sampling)))
     if alpha > 0:
-        return sp.encode(list(lines), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
-    if len(lines) < BATCH_ENCODE_FROM:  # see _decode: threads cost more than they give on a few lines
-        return [sp.encode(line, out_type=int) for line in lines]
-    return sp.encode(list(lines), out_type=int, num_threads=_threads())
+        out = sp.encode(list(lines), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+    elif len(lines) < BATCH_ENCODE_FROM:  # see _decode: threads cost more than they give on a few lines
+        out = [sp.encode(line, out_type=int) for line in lines]
+    else:
+        out = sp.encode(list(lines), out_type=int, num_threads=_threads())
+    return _tag_first(sp, lines, out)
+
+
+LANGUAGE_TAG = re.compile(r"<2[^<>\s]+>")  # a multilingual model's target-language token (config.language_tag)
+
+
+def _tag_first(sp: spm.SentencePieceProcessor, lines: Sequence[str], out: list[list[int]]) -> list[list[int]]:
+    """A line that starts with a language tag starts with the tag's token, not with the word-start piece
+    SentencePiece puts before it."""
+    space = sp.piece_to_id("\u2581")
+    if sp.id_to_piece(space) != "\u2581" or not any(line.startswith("<2") for line in lines):
+        return out
+    for i, (line, ids) in enumerate(zip(lines, out)):
+        if (
+            line.startswith("<2")
+            and len(ids) > 1
+            and ids[0] == space
+            and LANGUAGE_TAG.fullmatch(sp.id_to_piece(ids[1]))
+        ):
+            out[i] = ids[1:]
+    return out
 
 
 BATCH_ENCODE_FROM = 256  # lines from which SentencePiece's threaded batch encoding pays for its threads

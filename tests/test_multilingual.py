@@ -35,11 +35,13 @@ def write_directions(root: Path) -> list[dict]:
     return directions
 
 
-@pytest.fixture(scope="module")
-def multi_run(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=["source", "decoder"])
+def multi_run(request, tmp_path_factory) -> Path:
+    """The toy model with its language token first in the source, or first in the decoder."""
     root = tmp_path_factory.mktemp("multi")
+    data = {"dir": str(root / "data"), "vocab_size": 80, "directions": write_directions(root)}
     config = {
-        "data": {"dir": str(root / "data"), "vocab_size": 80, "directions": write_directions(root)},
+        "data": {**data, "target_tag": request.param},
         "model": {**TINY_TRANSFORMER, "d_model": 64, "ffn_dim": 128, "max_positions": 32},
         "training": {
             "run_dir": str(root / "run"),
@@ -71,6 +73,7 @@ def test_the_data_dir_records_its_directions(multi_run):
     manifest = json.loads((multi_run.parent / "data" / "manifest.json").read_text())
     assert [d["name"] for d in manifest["directions"]] == ["en-cp", "en-rv"]
     assert manifest["targets"] == {"cp": "<2cp>", "rv": "<2rv>"} and manifest["src_lang"] == "mul"
+    assert manifest["target_tag"] in ("source", "decoder")
     assert set(manifest["splits"]) == {"train", "valid.en-cp", "valid.en-rv"}
     assert manifest["splits"]["train"]["pairs_kept"] == 2400
 
@@ -93,7 +96,9 @@ def test_the_target_picks_the_language(multi_run):
     reversed_ = model.translate(source, target="rv")
     right_cp = sum(c == s for c, s in zip(copied, source))
     right_rv = sum(r == " ".join(reversed(s.split())) for r, s in zip(reversed_, source))
-    assert right_cp >= 24 and right_rv >= 24, (right_cp, right_rv, copied[:3], reversed_[:3])
+    assert right_cp >= 20 and right_rv >= 20, (right_cp, right_rv, copied[:3], reversed_[:3])
+    not_palindromes = [i for i, s in enumerate(source) if s.split() != s.split()[::-1]]
+    assert sum(reversed_[i] == source[i] for i in not_palindromes) <= 2  # rv does not copy
     assert not any("<2" in t for t in copied + reversed_)  # the tag is never in the output
     # each line its own target, in one batch: the same as one call per target
     mixed = model.translate([{"text": s, "target": "cp" if i % 2 else "rv"} for i, s in enumerate(source)])
@@ -146,3 +151,38 @@ def test_the_server_answers_for_every_target(multi_run):
         assert missing.status_code == 400 and "cp, rv" in missing.json()["error"]
         unknown = client.post("/translate", json={"q": "dog cat", "target": "fr"})
         assert unknown.status_code == 400 and "cp, rv" in unknown.json()["error"]
+
+
+def test_ctranslate2_translates_as_torch_does(multi_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    import mtkit
+
+    source = sentences(12, 9)
+    torch_model = mtkit.load(multi_run)
+    exported = tmp_path / "ct2"
+    done = subprocess.run(
+        [sys.executable, "-m", "mtkit", "export", str(multi_run), "--out", str(exported)],
+        capture_output=True,
+        text=True,
+        env=SUBPROCESS_ENV,
+    )
+    assert done.returncode == 0, done.stderr
+    ct2_model = mtkit.load(exported)
+    assert ct2_model.targets == ("cp", "rv")
+    for target in ("cp", "rv"):
+        assert ct2_model.translate(source, target=target) == torch_model.translate(source, target=target)
+
+
+def test_directions_are_sampled_by_temperature():
+    import numpy as np
+
+    from mtkit.data.batches import direction_sample
+
+    first = np.array([7] * 900 + [8] * 100)  # two directions: 900 and 100 examples
+    even = direction_sample(first, 1.0, seed=1, epoch=1)
+    assert sorted(even.tolist()) == list(range(1000))  # T = 1: every example once
+    hot = direction_sample(first, 5.0, seed=1, epoch=1)
+    share = (first[hot] == 8).mean()  # 100 ** 0.2 / (900 ** 0.2 + 100 ** 0.2) = 0.389
+    assert abs(share - 0.389) < 0.01 and abs(len(hot) - 1000) <= 2
+    assert np.array_equal(hot, direction_sample(first, 5.0, seed=1, epoch=1))
+    assert not np.array_equal(hot, direction_sample(first, 5.0, seed=1, epoch=2))

@@ -5,6 +5,7 @@ batches from length buckets, rank shards, and the padded tensors of one batch.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -98,7 +99,20 @@ class ParallelData:
             raise MtkitError(
                 f"{path}: {len(lines)} lines for {len(self)} examples; rerun `mtkit prepare CONFIG --force`"
             )
+        if self.manifest.get("target_tag") == "decoder":  # the references without their language tag
+            lines = [_TAG_AT_START.sub("", line, count=1) for line in lines]
         return lines
+
+    def first_tokens(self, side: str) -> np.ndarray:
+        """(N,) each example's first token on ``side`` (``src`` or ``tgt``); -1 for an empty one."""
+        offsets = self._offsets[side]
+        starts, empty = offsets[:-1], offsets[1:] == offsets[:-1]
+        out = np.asarray(self._tokens[side][np.minimum(starts, max(len(self._tokens[side]) - 1, 0))], np.int64)
+        out[empty] = -1
+        return out
+
+
+_TAG_AT_START = re.compile(r"^<2[^<>\s]+> ?")
 
 
 def _memmap(path: Path, dtype) -> np.ndarray:
@@ -146,6 +160,35 @@ def make_batches(
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
+
+
+def direction_sample(first_tokens: np.ndarray, temperature: float, *, seed: int, epoch: int) -> np.ndarray:
+    """The examples one epoch of a multilingual model trains on, its directions sampled by temperature.
+
+    A direction is the examples whose first token is its language tag. Direction d, with n_d examples, gets
+    N * p_d of the epoch's N, where p_d is proportional to n_d ** (1 / temperature) (1: as they come; 5: as
+    M2M-100 and XLM-R sample): each of its examples that many whole times, the rest drawn without
+    replacement. Same seed and epoch -> same sample.
+
+    Args:
+        first_tokens: (N,) each example's first token on the tagged side.
+        temperature: T >= 1.
+        seed: the run's seed.
+        epoch: the epoch.
+
+    Returns:
+        (about N,) example indices, with repeats where a direction is sampled up.
+    """
+    rng = np.random.default_rng([seed, epoch, 1])
+    groups = [np.flatnonzero(first_tokens == tag) for tag in np.unique(first_tokens)]
+    sizes = np.array([len(g) for g in groups], dtype=np.float64)
+    shares = sizes ** (1.0 / temperature)
+    shares /= shares.sum()
+    picked = []
+    for group, share in zip(groups, shares):
+        whole, rest = divmod(int(round(sizes.sum() * share)), len(group))
+        picked += [group] * whole + [rng.choice(group, rest, replace=False)]
+    return np.concatenate(picked)
 
 
 def shard_batches(batches: Sequence, rank: int, world_size: int) -> list:

@@ -1,6 +1,7 @@
 """The corpus of a multilingual config (``data.directions``): every direction's pairs with the target language
-as a token at the start of the source (``<2de> A man rides.``, Johnson et al. 2017), as the splits ``prepare``
-builds.
+as a token, at the start of the source (``<2de> A man rides.``, Johnson et al. 2017; ``target_tag: source``) or
+as the first token of the target (mBART, NLLB; ``target_tag: decoder``: decoding then forces it), as the splits
+``prepare`` builds.
 
 ``train`` holds the training pairs of every direction, one direction after another (batches are drawn from
 the whole split, so each mixes directions); each other split of a direction is its own split, named
@@ -45,8 +46,12 @@ def open_directions(cfg) -> tuple[dict[str, Iterator[Pair]], dict[str, dict]]:
 def _tagged(direction, split: str, cfg) -> Iterator[Pair]:
     spec = direction.splits[split]
     tag = language_tag(direction.tgt_lang)
+    source = cfg.target_tag == "source"
     for pair in _file_pairs(Path(spec.src), Path(spec.tgt), cfg.skip_bad_lines):
-        yield None if pair is None else (f"{tag} {pair[0]}", pair[1])
+        if pair is None:
+            yield None
+        else:
+            yield (f"{tag} {pair[0]}", pair[1]) if source else (pair[0], f"{tag} {pair[1]}")
 
 
 def manifest_entry(cfg) -> dict:
@@ -57,5 +62,5 @@ def manifest_entry(cfg) -> dict:
             for d in cfg.directions
         ],
         "targets": {lang: language_tag(lang) for lang in cfg.targets},
-        "target_tag": "source",
+        "target_tag": cfg.target_tag,
     }

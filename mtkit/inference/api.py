@@ -24,6 +24,7 @@ from mtkit.errors import MtkitError
 from mtkit.flags import check_flags
 from mtkit.inference import paragraphs
 from mtkit.inference.engine import Engine
+from mtkit.inference.languages import run_languages, with_first, without_first
 from mtkit.inference.options import Options
 from mtkit.inference.results import Hypothesis, Translation
 from mtkit.inference.segments import Segment, with_parallel
@@ -168,7 +169,12 @@ class TranslationModel:
             chunk = sentences[start : start + options.chunk_size]
             chunk_guidance = guidance[start : start + options.chunk_size]
             ids = self.engine.encode([self._tagged(s) for s in chunk])
+            forced = self._forced_tags(chunk)
+            if forced:  # the target language as the decoder's first token: forced, then taken off the outputs
+                chunk_guidance = [with_first(g, tag) for g, tag in zip(chunk_guidance, forced)]
             found = self.engine.translate_ids(ids, chunk_guidance if any(chunk_guidance) else None, options)
+            if forced:
+                found = [[without_first(h) for h in hyps] for hyps in found]
             for segment, src_ids, hyps in zip(chunk, ids, found):
                 out.append(self._translation(segment, src_ids, hyps, scores, options.alignments))
         return out
@@ -197,10 +203,19 @@ class TranslationModel:
             raise MtkitError(f"unknown target {target!r}; this model translates into {', '.join(targets)}")
 
     def _tagged(self, segment: Segment) -> str:
-        """A sentence as the model reads it: after its target language's token, for a multilingual model."""
-        if not self.engine.targets:
+        """A sentence as the model reads it: after its target language's token, for a multilingual model whose
+        token goes first in the source (``target_tag: source``)."""
+        if not self.engine.targets or self.engine.target_tag != "source":
             return segment.text
         return f"{language_tag(segment.target or self.targets[0])} {segment.text}"
+
+    def _forced_tags(self, sentences: list) -> list[int]:
+        """Each sentence's language token, for a multilingual model that reads it first in the decoder
+        (``target_tag: decoder``); [] for any other model."""
+        if not self.engine.targets or self.engine.target_tag != "decoder":
+            return []
+        tags = [language_tag(s.target or self.targets[0]) for s in sentences]
+        return [ids[0] for ids in self.engine.tokenizer.encode_tgt(tags)]
 
     @property
     def languages(self) -> tuple[str, str]:
@@ -267,15 +282,6 @@ class TranslationModel:
                 for h, text in zip(hyps, texts)
             ),
         )
-
-
-def run_languages(data) -> tuple[tuple[str, str], tuple[str, ...]]:
-    """(source, target) codes of a run's ``data`` section, and a multilingual run's targets (() otherwise). A
-    multilingual run's source is its directions' one source language, or "" where they have several."""
-    if not data.multilingual:
-        return (data.src_lang, data.tgt_lang), ()
-    sources = {d.src_lang for d in data.directions}
-    return (sources.pop() if len(sources) == 1 else "", "mul"), tuple(data.targets)
 
 
 def _join(prefix: str, first_piece: list[str], rest: str) -> str:
@@ -356,6 +362,7 @@ def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
         options = Options.build(embedded.decoding, **overrides)
         engine = Ct2Engine(model_dir, tokenizer, options, max_positions=meta["max_positions"])
         engine.languages, engine.targets = run_languages(embedded.data)
+        engine.target_tag = embedded.data.target_tag
         return engine
     finally:
         if tmp is not None:
@@ -416,4 +423,5 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
         )
     engine = TorchEngine(model, tokenizer, options, device)
     engine.languages, engine.targets = run_languages(meta_cfg.data)
+    engine.target_tag = meta_cfg.data.target_tag
     return engine

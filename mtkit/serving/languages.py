@@ -35,6 +35,6 @@ def run_languages(path: Path) -> tuple[str, str]:
         tree = ct2.read_export(path)[0]["config"]
     else:
         tree = ckpt.read_metadata(ckpt.resolve(path))["config"]
-    from mtkit.inference.api import run_languages as data_languages
+    from mtkit.inference.languages import run_languages as data_languages
 
     return data_languages(cfgmod.from_dict(tree, str(path)).data)[0]

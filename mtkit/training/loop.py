@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit.data.batches import ParallelData, make_batches, shard_batches
+from mtkit.data.batches import ParallelData, direction_sample, make_batches, shard_batches
 from mtkit.errors import MtkitError
 from mtkit.files import RunLock, atomic_write_bytes, atomic_write_text, remove_stale_temps
 from mtkit.manifest import MANIFEST, read_manifest
@@ -310,7 +310,13 @@ class Trainer:
         data, t, d = self.train_data, self.t, self.dist
         epoch = self.state.epoch
         data.use_epoch(epoch)
-        batches = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=t.seed, epoch=epoch)
+        if self.cfg.data.temperature != 1.0:  # a multilingual model's directions, sampled by temperature
+            side = "src" if self.manifest.get("target_tag", "source") == "source" else "tgt"
+            idx = direction_sample(data.first_tokens(side), self.cfg.data.temperature, seed=t.seed, epoch=epoch)
+            inner = make_batches(data.src_lengths[idx], data.tgt_lengths[idx], t.batch_tokens, seed=t.seed, epoch=epoch)
+            batches = [idx[b] for b in inner]
+        else:
+            batches = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=t.seed, epoch=epoch)
         batches = shard_batches(batches, d.rank, d.world_size)
         if not batches:
             raise MtkitError(

@@ -13,7 +13,9 @@ from typing import Callable, Optional
 
 import torch
 
+from mtkit.config import language_tag
 from mtkit.data.batches import ParallelData, collate, make_batches
+from mtkit.decoding.constraints import Guidance, Guide
 from mtkit.decoding.search import beam_search, greedy
 from mtkit.errors import MtkitError
 from mtkit.scoring.score import corpus_scores
@@ -55,9 +57,11 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
         order = sorted(range(n), key=lambda i: int(data.src_lengths[i]))
         hyps: list[str] = [""] * n
         dec = cfg.decoding
+        forced = _forced_tag(data, tokenizer)  # a multilingual model's language token, first in every output
         for start in range(0, n, dec.batch_size):
             idx = order[start : start + dec.batch_size]
             batch = collate(data, idx, device)
+            guide = Guide([Guidance(prefix=(forced,))] * len(idx), device) if forced is not None else None
             with autocast():
                 if t.valid_beam_size > 1:
                     out = beam_search(
@@ -68,10 +72,12 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
                         max_len_a=dec.max_len_a,
                         max_len_b=dec.max_len_b,
                         stopping=dec.stopping,
+                        guide=guide,
                     )
                 else:
-                    out = greedy(model, batch.src, max_len_a=dec.max_len_a, max_len_b=dec.max_len_b)
-            for i, hyp in zip(idx, tokenizer.decode_tgt([h[0].tokens for h in out])):
+                    out = greedy(model, batch.src, max_len_a=dec.max_len_a, max_len_b=dec.max_len_b, guide=guide)
+            tokens = [h[0].tokens[1:] if forced is not None else h[0].tokens for h in out]
+            for i, hyp in zip(idx, tokenizer.decode_tgt(tokens)):
                 hyps[i] = hyp
         refs = data.reference_lines()[:n]
         scores = corpus_scores(hyps, [refs], metrics=("bleu", "chrf"))
@@ -79,6 +85,15 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
         result["example"] = {"hyp": hyps[order[len(order) // 2]], "ref": refs[order[len(order) // 2]]}
     model.train(was_training)
     return result
+
+
+def _forced_tag(data: ParallelData, tokenizer) -> Optional[int]:
+    """The language token a multilingual model with ``target_tag: decoder`` must start this split's outputs
+    with (its direction's target, from the split's name, ``valid.en-de``); None for any other model."""
+    if data.manifest.get("target_tag") != "decoder":
+        return None
+    target = data.split.rpartition("-")[2]
+    return tokenizer.encode_tgt([language_tag(target)])[0][0]
 
 
 def over_directions(found: dict[str, dict]) -> dict:
