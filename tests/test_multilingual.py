@@ -186,3 +186,30 @@ def test_directions_are_sampled_by_temperature():
     assert abs(share - 0.389) < 0.01 and abs(len(hot) - 1000) <= 2
     assert np.array_equal(hot, direction_sample(first, 5.0, seed=1, epoch=1))
     assert not np.array_equal(hot, direction_sample(first, 5.0, seed=1, epoch=2))
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda d: d[1].update(tgt_lang="en"), ["direction en-en", "same language"]),
+        (lambda d: d.append(dict(d[0])), ["direction en-cp is given twice"]),
+        (lambda d: [x["splits"].pop("train") for x in d], ["no direction has a train split"]),
+    ],
+)
+def test_bad_directions_are_one_line(tmp_path, run_cli, write_config, change, words):
+    directions = write_directions(tmp_path)
+    change(directions)
+    config = write_config({"data": {"dir": str(tmp_path / "data"), "directions": directions}})
+    assert_one_line_error(run_cli("prepare", config), *words)
+    assert not (tmp_path / "data").exists()
+
+
+def test_directions_and_splits_together_and_unaligned_files_are_one_line(tmp_path, run_cli, write_config):
+    directions = write_directions(tmp_path)
+    both = {"dir": str(tmp_path / "data"), "directions": directions, "splits": directions[0]["splits"]}
+    assert_one_line_error(run_cli("prepare", write_config({"data": both})), "not both")
+    write_lines(tmp_path / "short.rv", ["one line"])
+    directions[1]["splits"]["train"]["tgt"] = str(tmp_path / "short.rv")
+    config = write_config({"data": {"dir": str(tmp_path / "data"), "vocab_size": 60, "directions": directions}})
+    assert_one_line_error(run_cli("prepare", config), "train.en has 1200 lines but", "short.rv has 1;", "line-aligned")
+    assert not (tmp_path / "data").exists() and not list(tmp_path.glob(".data.tmp-*"))
