@@ -41,9 +41,10 @@ class Direction(Section):
         return f"{self.src_lang}-{self.tgt_lang}"
 
 
-def language_tag(lang: str) -> str:
-    """The token that asks a multilingual model for target language ``lang``: ``<2de>``."""
-    return f"<2{lang}>"
+def language_tag(lang: str, template: str = "<2{lang}>") -> str:
+    """The token that asks a multilingual model for target language ``lang``: ``<2de>`` (or, with Marian's
+    template ``>>{lang}<<``, ``>>deu<<``)."""
+    return template.replace("{lang}", lang)
 
 
 class HFDataset(Section):
@@ -92,6 +93,9 @@ class DataConfig(Section):
     target_tag: Literal["source", "decoder"] = Field(
         "source", description="where the target-language token goes: first in the source, or the decoder's first"
     )
+    tag_template: str = Field(
+        "<2{lang}>", pattern=r"^\S*\{lang\}\S*$", description="the language token's text ({lang}: the code)"
+    )
     temperature: float = Field(
         1.0, ge=1.0, le=100.0, description="directions' training pairs sampled in proportion to size ** (1/T)"
     )
@@ -108,8 +112,8 @@ class DataConfig(Section):
     @model_validator(mode="after")
     def _directions(self):
         if not self.directions:
-            if self.temperature != 1.0 or self.target_tag != "source":
-                raise ValueError("temperature and target_tag are for data.directions (a multilingual model)")
+            if self.temperature != 1.0 or self.target_tag != "source" or self.tag_template != "<2{lang}>":
+                raise ValueError("temperature, target_tag, tag_template are for data.directions (a multilingual model)")
             return self
         if self.splits or self.hf is not None:
             raise ValueError("give either data.directions (multilingual) or data.splits / data.hf, not both")
@@ -121,8 +125,6 @@ class DataConfig(Section):
                 raise ValueError(f"direction {d.name}: source and target are the same language")
             if names.count(d.name) > 1:
                 raise ValueError(f"direction {d.name} is given twice; merge its splits into one entry")
-        if not any("train" in d.splits for d in self.directions):
-            raise ValueError("no direction has a train split; give at least one")
         return self
 
     @model_validator(mode="after")

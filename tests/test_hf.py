@@ -42,7 +42,7 @@ def multi30k(split: str, lang: str, n: int, skip: int = 0) -> list[str]:
         return [line.strip() for _, line in zip(range(n + skip), f)][skip:]
 
 
-def build_marian(directory: Path, *, seed: int = 0, **overrides) -> Path:
+def build_marian(directory: Path, *, seed: int = 0, tags: tuple[str, ...] = (">>deu<<",), **overrides) -> Path:
     """A random MarianMT model with Marian's vocabulary layout (</s> 0, <unk> 1, ..., <pad> last), saved."""
     import sentencepiece as spm
 
@@ -65,7 +65,8 @@ def build_marian(directory: Path, *, seed: int = 0, **overrides) -> Path:
         for i in range(2, sp.get_piece_size()):
             vocab.setdefault(sp.id_to_piece(i), len(vocab))
         (directory / name).write_bytes((directory / f"spm_{lang}.model").read_bytes())
-    vocab[">>deu<<"] = len(vocab)
+    for tag in tags:
+        vocab[tag] = len(vocab)
     vocab["<pad>"] = size = len(vocab)
     size += 1
     (directory / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
@@ -461,3 +462,17 @@ def test_export_refuses_a_model_with_a_source_and_a_target_vocabulary(toy_run_wo
         run_cli("export", file, "--format", "hf", "--out", tmp_path / "out"), "data.joint_vocab = false cannot"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_multilingual_opus_mt_model_keeps_its_language_tokens_as_targets(tmp_path, run_cli):
+    """Several >>xxx<< tokens in the vocabulary: the import is a multilingual run whose targets they are."""
+    import mtkit
+    hf_dir = build_marian(tmp_path / "opus-mt-en-mul", tags=(">>deu<<", ">>fra<<", ">>ces<<"))
+    assert run_cli("import-hf", hf_dir, "--out", tmp_path / "run").code == 0
+    model = mtkit.load(tmp_path / "run", beam_size=1)
+    assert model.targets == ("ces", "deu", "fra") and model.languages[0] == "en"
+    found = model.translate_batch(SOURCES[:2], target="fra")
+    assert all(t.source_tokens[0] == ">>fra<<" for t in found)  # the tag is one token, first in the source
+    assert [t.text for t in found] != model.translate(SOURCES[:2], target="deu")
+    with pytest.raises(mtkit.MtkitError, match="translates into ces, deu, fra; choose one"):
+        model.translate(SOURCES[0])

@@ -45,7 +45,7 @@ def open_directions(cfg) -> tuple[dict[str, Iterator[Pair]], dict[str, dict]]:
 
 def _tagged(direction, split: str, cfg) -> Iterator[Pair]:
     spec = direction.splits[split]
-    tag = language_tag(direction.tgt_lang)
+    tag = language_tag(direction.tgt_lang, cfg.tag_template)
     source = cfg.target_tag == "source"
     for pair in _file_pairs(Path(spec.src), Path(spec.tgt), cfg.skip_bad_lines):
         if pair is None:
@@ -61,6 +61,6 @@ def manifest_entry(cfg) -> dict:
             {"name": d.name, "src_lang": d.src_lang, "tgt_lang": d.tgt_lang, "splits": sorted(d.splits)}
             for d in cfg.directions
         ],
-        "targets": {lang: language_tag(lang) for lang in cfg.targets},
+        "targets": {lang: language_tag(lang, cfg.tag_template) for lang in cfg.targets},
         "target_tag": cfg.target_tag,
     }

@@ -62,6 +62,8 @@ def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -
     out_dir = Path(data_cfg.dir)
     if data_cfg.hf is None and "train" not in data_cfg.splits and not data_cfg.multilingual:
         raise MtkitError("data: needs splits.train (src and tgt files) or an hf section")
+    if data_cfg.multilingual and not any("train" in d.splits for d in data_cfg.directions):
+        raise MtkitError("data.directions: no direction has a train split; give at least one")
     if data_cfg.src_lang == data_cfg.tgt_lang and not data_cfg.multilingual:
         raise MtkitError(f"data.src_lang and data.tgt_lang are both {data_cfg.src_lang!r}; they must differ")
     inputs = _input_files(data_cfg)
@@ -136,7 +138,7 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
         model_type=cfg.spm_model_type,
         character_coverage=cfg.character_coverage,
         input_sentence_size=cfg.spm_input_sentence_size,
-        user_symbols=[language_tag(lang) for lang in cfg.targets] if cfg.multilingual else [],
+        user_symbols=[language_tag(lang, cfg.tag_template) for lang in cfg.targets] if cfg.multilingual else [],
     )
     train_src, train_tgt = text_files["train"]
     if tokenizer is not None and cfg.multilingual:

@@ -207,14 +207,14 @@ class TranslationModel:
         token goes first in the source (``target_tag: source``)."""
         if not self.engine.targets or self.engine.target_tag != "source":
             return segment.text
-        return f"{language_tag(segment.target or self.targets[0])} {segment.text}"
+        return f"{language_tag(segment.target or self.targets[0], self.engine.tag_template)} {segment.text}"
 
     def _forced_tags(self, sentences: list) -> list[int]:
         """Each sentence's language token, for a multilingual model that reads it first in the decoder
         (``target_tag: decoder``); [] for any other model."""
         if not self.engine.targets or self.engine.target_tag != "decoder":
             return []
-        tags = [language_tag(s.target or self.targets[0]) for s in sentences]
+        tags = [language_tag(s.target or self.targets[0], self.engine.tag_template) for s in sentences]
         return [ids[0] for ids in self.engine.tokenizer.encode_tgt(tags)]
 
     @property
@@ -362,7 +362,7 @@ def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
         options = Options.build(embedded.decoding, **overrides)
         engine = Ct2Engine(model_dir, tokenizer, options, max_positions=meta["max_positions"])
         engine.languages, engine.targets = run_languages(embedded.data)
-        engine.target_tag = embedded.data.target_tag
+        engine.target_tag, engine.tag_template = embedded.data.target_tag, embedded.data.tag_template
         return engine
     finally:
         if tmp is not None:
@@ -423,5 +423,5 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
         )
     engine = TorchEngine(model, tokenizer, options, device)
     engine.languages, engine.targets = run_languages(meta_cfg.data)
-    engine.target_tag = meta_cfg.data.target_tag
+    engine.target_tag, engine.tag_template = meta_cfg.data.target_tag, meta_cfg.data.tag_template
     return engine

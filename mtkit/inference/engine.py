@@ -54,6 +54,7 @@ class Engine(abc.ABC):
     languages: tuple[str, str] = ("", "")
     targets: tuple[str, ...] = ()  # a multilingual model's target languages
     target_tag: str = "source"  # where its language token goes (config data.target_tag)
+    tag_template: str = "<2{lang}>"  # the token's text (config data.tag_template)
 
     def __init__(self, tokenizer, options: Options, max_positions: int):
         self.tokenizer, self.options = tokenizer, options

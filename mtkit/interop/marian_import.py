@@ -112,6 +112,9 @@ def read_weights(hf_dir: Path) -> tuple[dict[str, torch.Tensor], Path]:
     return {(k[len("model.") :] if k.startswith("model.") else k): v for k, v in weights.items()}, source
 
 
+_MARIAN_TAG = re.compile(r">>([A-Za-z][A-Za-z0-9_-]{0,15})<<")  # a multilingual OPUS-MT model's language token
+
+
 def _languages(hf_dir: Path, src_lang: Optional[str], tgt_lang: Optional[str]) -> tuple[str, str]:
     """The flags, else the languages of an OPUS-MT directory name (opus-mt-en-de), else "src" and "tgt"."""
     found = re.search(r"opus-mt-([^-]+)-([^-]+)$", hf_dir.resolve().name)
@@ -176,9 +179,15 @@ def convert(hf_dir: Path, src_lang: Optional[str] = None, tgt_lang: Optional[str
     src_lang, tgt_lang = _languages(hf_dir, src_lang, tgt_lang)
     n = tokenizer.tgt_vocab_size
     beams = hf.get("num_beams") if isinstance(hf.get("num_beams"), int) and hf["num_beams"] >= 1 else None
+    data = {"src_lang": src_lang, "tgt_lang": tgt_lang, "dir": "data", "vocab_size": n, "joint_vocab": True}
+    tags = sorted(m.group(1) for m in map(_MARIAN_TAG.fullmatch, vocab) if m)
+    if len(tags) > 1:  # a multilingual model: each >>xxx<< token is a target it writes
+        directions = [{"src_lang": src_lang, "tgt_lang": t} for t in tags if t != src_lang]
+        data = {**data, "directions": directions, "tag_template": ">>{lang}<<"}
+        del data["src_lang"], data["tgt_lang"]
     cfg = cfgmod.from_dict(
         {
-            "data": {"src_lang": src_lang, "tgt_lang": tgt_lang, "dir": "data", "vocab_size": n, "joint_vocab": True},
+            "data": data,
             "model": model_section,
             "decoding": {"beam_size": beams} if beams else {},
         },

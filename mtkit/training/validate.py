@@ -13,7 +13,6 @@ from typing import Callable, Optional
 
 import torch
 
-from mtkit.config import language_tag
 from mtkit.data.batches import ParallelData, collate, make_batches
 from mtkit.decoding.constraints import Guidance, Guide
 from mtkit.decoding.search import beam_search, greedy
@@ -92,8 +91,8 @@ def _forced_tag(data: ParallelData, tokenizer) -> Optional[int]:
     with (its direction's target, from the split's name, ``valid.en-de``); None for any other model."""
     if data.manifest.get("target_tag") != "decoder":
         return None
-    target = data.split.rpartition("-")[2]
-    return tokenizer.encode_tgt([language_tag(target)])[0][0]
+    tag = data.manifest["targets"][data.split.rpartition("-")[2]]
+    return tokenizer.encode_tgt([tag])[0][0]
 
 
 def over_directions(found: dict[str, dict]) -> dict:
