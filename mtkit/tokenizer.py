@@ -341,18 +341,18 @@ def _encode(
     return _tag_first(sp, lines, out)
 
 
-LANGUAGE_TAG = re.compile(r"<2[^<>\s]+>")  # a multilingual model's target-language token (config.language_tag)
+LANGUAGE_TAG = re.compile(r"<2[^<>\s]+>|>>[^<>\s]+<<")  # a multilingual model's language token (config.language_tag)
 
 
 def _tag_first(sp: spm.SentencePieceProcessor, lines: Sequence[str], out: list[list[int]]) -> list[list[int]]:
     """A line that starts with a language tag starts with the tag's token, not with the word-start piece
     SentencePiece puts before it."""
     space = sp.piece_to_id("\u2581")
-    if sp.id_to_piece(space) != "\u2581" or not any(line.startswith("<2") for line in lines):
+    if sp.id_to_piece(space) != "\u2581" or not any(line.startswith(("<2", ">>")) for line in lines):
         return out
     for i, (line, ids) in enumerate(zip(lines, out)):
         if (
-            line.startswith("<2")
+            line.startswith(("<2", ">>"))
             and len(ids) > 1
             and ids[0] == space
             and LANGUAGE_TAG.fullmatch(sp.id_to_piece(ids[1]))

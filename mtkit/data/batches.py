@@ -112,7 +112,7 @@ class ParallelData:
         return out
 
 
-_TAG_AT_START = re.compile(r"^<2[^<>\s]+> ?")
+_TAG_AT_START = re.compile(r"^(?:<2[^<>\s]+>|>>[^<>\s]+<<) ?")
 
 
 def _memmap(path: Path, dtype) -> np.ndarray:
