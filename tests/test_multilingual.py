@@ -194,6 +194,7 @@ def test_directions_are_sampled_by_temperature():
         (lambda d: d[1].update(tgt_lang="en"), ["direction en-en", "same language"]),
         (lambda d: d.append(dict(d[0])), ["direction en-cp is given twice"]),
         (lambda d: [x["splits"].pop("train") for x in d], ["no direction has a train split"]),
+        (lambda d: d.append({"src_lang": "en", "tgt_lang": "xx"}), ["data.directions[2] (en-xx): no splits"]),
     ],
 )
 def test_bad_directions_are_one_line(tmp_path, run_cli, write_config, change, words):

@@ -64,6 +64,9 @@ def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -
         raise MtkitError("data: needs splits.train (src and tgt files) or an hf section")
     if data_cfg.multilingual and not any("train" in d.splits for d in data_cfg.directions):
         raise MtkitError("data.directions: no direction has a train split; give at least one")
+    for i, direction in enumerate(data_cfg.directions):
+        if not direction.splits:
+            raise MtkitError(f"data.directions[{i}] ({direction.name}): no splits; give its files or drop it")
     if data_cfg.src_lang == data_cfg.tgt_lang and not data_cfg.multilingual:
         raise MtkitError(f"data.src_lang and data.tgt_lang are both {data_cfg.src_lang!r}; they must differ")
     inputs = _input_files(data_cfg)
