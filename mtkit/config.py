@@ -91,7 +91,7 @@ class DataConfig(Section):
     # multilingual: several directions in one model, the target language as a token at the start of the source
     directions: list[Direction] = Field(default_factory=list, description="instead of src_lang, tgt_lang, splits")
     target_tag: Literal["source", "decoder"] = Field(
-        "source", description="where the target-language token goes: first in the source, or the decoder's first"
+        "decoder", description="where the target-language token goes: the decoder's first token, or first in the source"
     )
     tag_template: str = Field(
         "<2{lang}>", pattern=r"^\S*\{lang\}\S*$", description="the language token's text ({lang}: the code)"
@@ -112,7 +112,7 @@ class DataConfig(Section):
     @model_validator(mode="after")
     def _directions(self):
         if not self.directions:
-            if self.temperature != 1.0 or self.target_tag != "source" or self.tag_template != "<2{lang}>":
+            if self.temperature != 1.0 or self.target_tag != "decoder" or self.tag_template != "<2{lang}>":
                 raise ValueError("temperature, target_tag, tag_template are for data.directions (a multilingual model)")
             return self
         if self.splits or self.hf is not None:

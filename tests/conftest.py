@@ -228,6 +228,12 @@ def toy_run_workdir(tmp_path_factory) -> Path:
         },
         "decoding": {"beam_size": 4, "batch_size": 16, "chunk_size": TOY_RUN_CHUNK_SIZE, "threads": 1, "device": "cpu"},
     }
+    prepare_and_train(root, config)
+    return root
+
+
+def prepare_and_train(root: Path, config: dict, timeout: float = 600) -> None:
+    """Write ``config`` to root/config.yaml, then ``mtkit prepare`` and ``mtkit train`` it in subprocesses."""
     (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     for command in ("prepare", "train"):
         done = subprocess.run(
@@ -235,10 +241,9 @@ def toy_run_workdir(tmp_path_factory) -> Path:
             capture_output=True,
             text=True,
             env=SUBPROCESS_ENV,
-            timeout=300,
+            timeout=timeout,
         )
         assert done.returncode == 0, done.stderr
-    return root
 
 
 # --------------------------------------------------------------- two computations of one model's search

@@ -467,6 +467,7 @@ def test_export_refuses_a_model_with_a_source_and_a_target_vocabulary(toy_run_wo
 def test_a_multilingual_opus_mt_model_keeps_its_language_tokens_as_targets(tmp_path, run_cli):
     """Several >>xxx<< tokens in the vocabulary: the import is a multilingual run whose targets they are."""
     import mtkit
+
     hf_dir = build_marian(tmp_path / "opus-mt-en-mul", tags=(">>deu<<", ">>fra<<", ">>ces<<"))
     assert run_cli("import-hf", hf_dir, "--out", tmp_path / "run").code == 0
     model = mtkit.load(tmp_path / "run", beam_size=1)

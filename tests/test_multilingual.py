@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import EN_WORDS, SUBPROCESS_ENV, TINY_TRANSFORMER, assert_one_line_error, write_lines
+from conftest import EN_WORDS, SUBPROCESS_ENV, TINY_TRANSFORMER, assert_one_line_error, prepare_and_train, write_lines
 
 pytestmark = pytest.mark.slow  # trains its own model
 
@@ -56,16 +55,7 @@ def multi_run(request, tmp_path_factory) -> Path:
         },
         "decoding": {"beam_size": 2, "threads": 1, "device": "cpu"},
     }
-    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    for command in ("prepare", "train"):
-        done = subprocess.run(
-            [sys.executable, "-m", "mtkit", command, str(root / "config.yaml")],
-            capture_output=True,
-            text=True,
-            env=SUBPROCESS_ENV,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr
+    prepare_and_train(root, config)
     return root / "run"
 
 

@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import SUBPROCESS_ENV, TINY_TRANSFORMER, write_lines
+from conftest import SUBPROCESS_ENV, TINY_TRANSFORMER, prepare_and_train, write_lines
 
 pytestmark = pytest.mark.slow  # trains its own model (about 30 s on 2 cores)
 
@@ -87,16 +86,7 @@ def word_run(tmp_path_factory) -> Path:
         },
         "decoding": {"beam_size": 4, "threads": 1, "device": "cpu"},
     }
-    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    for command in ("prepare", "train"):
-        done = subprocess.run(
-            [sys.executable, "-m", "mtkit", command, str(root / "config.yaml")],
-            capture_output=True,
-            text=True,
-            env=SUBPROCESS_ENV,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr
+    prepare_and_train(root, config)
     return root / "run"
 
 

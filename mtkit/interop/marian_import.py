@@ -183,7 +183,7 @@ def convert(hf_dir: Path, src_lang: Optional[str] = None, tgt_lang: Optional[str
     tags = sorted(m.group(1) for m in map(_MARIAN_TAG.fullmatch, vocab) if m)
     if len(tags) > 1:  # a multilingual model: each >>xxx<< token is a target it writes
         directions = [{"src_lang": src_lang, "tgt_lang": t} for t in tags if t != src_lang]
-        data = {**data, "directions": directions, "tag_template": ">>{lang}<<"}
+        data = {**data, "directions": directions, "tag_template": ">>{lang}<<", "target_tag": "source"}
         del data["src_lang"], data["tgt_lang"]
     cfg = cfgmod.from_dict(
         {
