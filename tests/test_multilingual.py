@@ -236,3 +236,40 @@ def test_resume_with_sampled_directions_equals_uninterrupted_bitwise(tmp_path, r
     assert sorted(a.model) == sorted(b.model) and sorted(a.train) == sorted(b.train)
     assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
     assert all(torch.equal(a.train[k], b.train[k]) for k in a.train)
+
+
+def test_a_model_with_marian_tags_exports_to_transformers(tmp_path_factory):
+    """tag_template ">>{lang}<<" in the source: export --format hf gives a MarianMT model that transformers'
+    own MarianTokenizer and generate() drive to mtkit's translations, for each target."""
+    pytest.importorskip("transformers")
+    from transformers import MarianMTModel, MarianTokenizer
+
+    import mtkit
+
+    root = tmp_path_factory.mktemp("marian-tags")
+    data = {"dir": str(root / "data"), "vocab_size": 80, "directions": write_directions(root)}
+    model = {**TINY_TRANSFORMER, "d_model": 64, "ffn_dim": 128, "max_positions": 32, "activation": "swish"}
+    config = {
+        "data": {**data, "target_tag": "source", "tag_template": ">>{lang}<<"},
+        "model": {**model, "scale_embedding": True, "sinusoidal_layout": "halves"},  # Marian's
+        "training": {"run_dir": str(root / "run"), "max_updates": 600, "batch_tokens": 600, "lr": 3e-3},
+        "decoding": {"beam_size": 1, "threads": 1, "device": "cpu"},
+    }
+    config["training"].update(warmup_updates=40, validate_every=600, log_every=300, threads=1, valid_max_sentences=4)
+    prepare_and_train(root, config)
+    done = subprocess.run(
+        [sys.executable, "-m", "mtkit", "export", str(root / "run"), "--format", "hf", "--out", str(root / "hf")],
+        capture_output=True,
+        text=True,
+        env=SUBPROCESS_ENV,
+    )
+    assert done.returncode == 0, done.stderr
+    ours = mtkit.load(root / "run", beam_size=1, max_len_a=0, max_len_b=12)
+    tokenizer, hf_model = MarianTokenizer.from_pretrained(root / "hf"), MarianMTModel.from_pretrained(root / "hf")
+    source = sentences(8, 11)
+    for target in ("cp", "rv"):
+        batch = tokenizer([f">>{target}<< {s}" for s in source], return_tensors="pt", padding=True)
+        assert tokenizer.convert_ids_to_tokens(batch["input_ids"][0])[0] == f">>{target}<<"  # one token
+        out = hf_model.generate(**batch, num_beams=1, max_new_tokens=12)
+        theirs = tokenizer.batch_decode(out, skip_special_tokens=True)
+        assert ours.translate(source, target=target) == theirs
