@@ -1,8 +1,8 @@
 """``mtkit serve``'s FastAPI app: its routes, over a ``service.TranslationService``.
 
 Endpoints: ``POST /v1/translate`` (JSON, schema at ``/openapi.json``), the LibreTranslate-compatible
-``POST /translate``, ``GET /languages`` and ``POST /translate_file``, ``POST /v1/translate_file`` (documents),
-``GET /health`` and ``GET /metrics`` (Prometheus text). Sentences of
+``POST /translate``, ``GET /languages``, ``GET /frontend/settings`` and ``POST /translate_file``,
+``POST /v1/translate_file`` (documents), ``GET /health`` and ``GET /metrics`` (Prometheus text). Sentences of
 concurrent requests are translated together by one worker thread (``batcher.Batcher``). Every error is a JSON
 body ``{"error": "one readable message"}``.
 """
@@ -18,9 +18,9 @@ from fastapi.responses import PlainTextResponse
 
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
-from mtkit.serving import documents, libretranslate
+from mtkit.serving import contract, documents, libretranslate
 from mtkit.serving.auth import ApiKey
-from mtkit.serving.errors import ApiError, add_error_handlers
+from mtkit.serving.errors import ApiError, add_error_handlers, error_responses
 from mtkit.serving.metrics import CONTENT_TYPE, Metrics
 from mtkit.serving.middleware import BodyLimit, Observe
 from mtkit.serving.schemas import TranslateRequest, TranslateResponse, translation_out
@@ -89,6 +89,7 @@ def create_app(
         response_model=TranslateResponse,
         response_model_exclude_none=True,
         dependencies=[Depends(key.require)],  # the key is checked before the body is validated
+        responses=error_responses(400, *((403,) if api_key is not None else ()), 413, 422, 503, 504),
     )
     async def v1_translate(body: TranslateRequest, request: Request) -> TranslateResponse:
         """Translate a sentence or a list of sentences: one translation per sentence, in order. A sentence may carry
@@ -98,6 +99,14 @@ def create_app(
             lines = body.lines()
         except MtkitError as err:
             raise ApiError(422, str(err)) from None
+        if body.options.format == "html" and body.instructed():
+            raise ApiError(422, "format html takes plain texts: prefix, constraints and avoid apply to plain text")
+        check_target = getattr(model, "check_target", None)
+        if body.target is not None and check_target is not None:  # checked with no text to translate too
+            try:
+                check_target(body.target)
+            except MtkitError as err:
+                raise ApiError(400, str(err)) from None
         results = await service.translate(lines, body.options, disconnected=lambda: client_gone(request))
         return TranslateResponse(translations=[translation_out(r, body.options) for r in results])
 
@@ -108,4 +117,25 @@ def create_app(
     async def metrics_() -> PlainTextResponse:
         return PlainTextResponse(metrics.text(), media_type=CONTENT_TYPE)
 
+    fastapi_document = app.openapi
+    targets = list(getattr(model, "targets", ()) or [languages[1]])
+    options = model.options
+    beam_size = 0 if getattr(options, "sampling", False) else getattr(options, "beam_size", 0)
+    html, alignments = _works(model.check_format, "html"), _works(model.options_for, alignments=True)
+
+    def openapi() -> dict:  # FastAPI's document, with this server's bounds, languages and model
+        if app.openapi_schema is None:
+            contract.tighten(fastapi_document(), limits, targets, beam_size, html, alignments)
+        return app.openapi_schema
+
+    app.openapi = openapi
     return app
+
+
+def _works(call, *args, **kwargs) -> bool:
+    """Whether ``call`` returns rather than raising ``MtkitError``: what the model can do."""
+    try:
+        call(*args, **kwargs)
+    except MtkitError:
+        return False
+    return True

@@ -24,8 +24,10 @@ from fastapi.responses import FileResponse, Response
 from mtkit.documents.files import translate_bytes
 from mtkit.documents.formats import format_of
 from mtkit.errors import MtkitError
+from mtkit.serving import contract
 from mtkit.serving.auth import ApiKey, header_key
-from mtkit.serving.errors import ApiError
+from mtkit.serving.errors import ApiError, error_responses
+from mtkit.serving.libretranslate import query_fields
 from mtkit.serving.schemas import RequestOptions
 from mtkit.serving.service import TranslationService
 
@@ -100,7 +102,8 @@ class _ThroughBatcher:
 
 
 async def read_document(request: Request, limits_bytes: int, api_key: ApiKey) -> tuple[str, bytes, dict]:
-    """The uploaded document of a multipart request (field ``file``), its name and the other fields.
+    """The uploaded document of a multipart request (field ``file``), its name and the other fields (the query
+    string's under the form's).
 
     Raises:
         ApiError: 400 without a file, 413 for one over the limit, 415 for a format no module reads.
@@ -112,7 +115,7 @@ async def read_document(request: Request, limits_bytes: int, api_key: ApiKey) ->
         form = await request.form()
     except Exception:  # a malformed form: python-multipart and starlette raise several kinds
         raise ApiError(400, "the body is not a valid multipart form") from None
-    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    fields = {**query_fields(request), **{k: v for k, v in form.items() if isinstance(v, str)}}
     given = fields.get("api_key")
     api_key.check(given or header_key(request))
     upload = form.get("file")
@@ -130,6 +133,8 @@ def add_routes(
 ) -> None:
     """Add ``/translate_file``, ``/download_file/{key}`` and ``/v1/translate_file`` to ``app``."""
     src, tgt = languages
+    body = contract.file_body(src, tgt)
+    errors = error_responses(400, *((403,) if api_key.key is not None else ()), 413, 415, 422, 503, 504)
 
     async def translate_upload(request: Request) -> tuple[str, str, bytes]:
         name, data, fields = await read_document(request, service.limits.max_file_bytes, api_key)
@@ -147,7 +152,12 @@ def add_routes(
             raise ApiError(400, str(err)) from None
         return name, fmt, translated
 
-    @app.post("/translate_file")
+    @app.post(
+        "/translate_file",
+        response_model=None,
+        responses={200: {"model": contract.TranslatedFileOut}, **errors},
+        openapi_extra=body,
+    )
     async def libre_translate_file(request: Request) -> dict:
         """LibreTranslate's file translation: multipart ``file``, ``source``, ``target``; the answer's
         ``translatedFileUrl`` downloads the translated file (for 15 minutes)."""
@@ -155,13 +165,18 @@ def add_routes(
         key = store.put(name, translated)
         return {"translatedFileUrl": str(request.url_for("download_file", key=key))}
 
-    @app.get("/download_file/{key}", name="download_file")
+    download = {"description": "The translated document.", "content": {"*/*": {"schema": {"type": "string"}}}}
+
+    @app.get("/download_file/{key}", name="download_file", responses={200: download, **error_responses(404)})
     async def download_file(key: str) -> FileResponse:
         """A file ``/translate_file`` translated."""
         path = store.get(key)
         return FileResponse(path, filename=key.split(".", 1)[1])
 
-    @app.post("/v1/translate_file")
+    binary = {"schema": {"type": "string", "format": "binary"}}
+    document = {"description": "The translated document.", "content": {kind: binary for kind in MEDIA_TYPES.values()}}
+
+    @app.post("/v1/translate_file", responses={200: document, **errors}, openapi_extra=body)
     async def v1_translate_file(request: Request) -> Response:
         """Translate a document (multipart ``file``; optional ``format`` where its name does not say it): the
         answer is the translated document, with its structure and formatting, named as the upload."""

@@ -7,7 +7,30 @@ from typing import Optional
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+
+MEANINGS = {
+    400: "A body that does not parse, a missing field or a language pair or format this server does not translate.",
+    403: "No valid API key (the api_key field, the X-API-Key header or a bearer token).",
+    404: "No such resource.",
+    413: "Over a bound: the body's bytes, the sentences or characters of one request, a document's bytes.",
+    415: "A content type or document format this route does not read.",
+    422: "A field of the wrong type or value, or instructions the model cannot follow.",
+    503: "The queue is full or the server is stopping; retry after the Retry-After seconds.",
+    504: "No translation within the server's timeout; retry later or send fewer sentences.",
+}  # a client that leaves before its answer is logged with 499, which no client receives
+
+
+class ErrorOut(BaseModel):
+    """Every error's body."""
+
+    error: str
+
+
+def error_responses(*statuses: int) -> dict:
+    """FastAPI's ``responses`` documenting ``statuses`` with the ``{"error": ...}`` body."""
+    return {status: {"model": ErrorOut, "description": MEANINGS[status]} for status in statuses}
 
 
 class ApiError(Exception):

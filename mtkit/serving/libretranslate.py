@@ -1,4 +1,8 @@
-"""LibreTranslate's API: ``POST /translate`` and ``GET /languages``, for its clients."""
+"""LibreTranslate's API for its clients: ``POST /translate``, ``GET /languages`` and ``GET /frontend/settings``.
+
+As LibreTranslate, a request's fields come from a JSON body, a form or the query string (deep-translator sends
+them there); where both have a field, the body's wins.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +12,37 @@ from typing import Union
 from fastapi import FastAPI, Request
 
 from mtkit.inference.segments import Segment
+from mtkit.serving import contract
 from mtkit.serving.auth import ApiKey, header_key
-from mtkit.serving.errors import ApiError
+from mtkit.serving.errors import ApiError, error_responses
 from mtkit.serving.languages import language_name
 from mtkit.serving.schemas import RequestOptions
 from mtkit.serving.service import TranslationService, client_gone
 
 
+def _fields(pairs: dict[str, list]) -> dict:
+    """Fields from their values: a repeated q is a list, any other field its first value."""
+    return {key: values if key == "q" and len(values) > 1 else values[0] for key, values in pairs.items()}
+
+
+def query_fields(request: Request) -> dict:
+    """The fields of the query string (a repeated q becomes a list)."""
+    query = request.query_params
+    return _fields({key: query.getlist(key) for key in query.keys()})
+
+
 async def read_fields(request: Request) -> dict:
-    """A LibreTranslate request's fields: a JSON object, or form fields (a repeated q becomes a list).
+    """A LibreTranslate request's fields: those of the query string, under those of a JSON object or a form (a
+    repeated q becomes a list).
 
     Raises:
         ApiError: 400 for a body that does not parse, 415 for another content type, 422 for a JSON body that is not
             an object or a form with files.
     """
+    return {**query_fields(request), **await _body_fields(request)}
+
+
+async def _body_fields(request: Request) -> dict:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         try:
@@ -39,7 +60,7 @@ async def read_fields(request: Request) -> dict:
         fields = {key: form.getlist(key) for key in form.keys()}
         if any(not isinstance(v, str) for values in fields.values() for v in values):
             raise ApiError(422, "form fields must be text, not files")
-        return {key: values if key == "q" and len(values) > 1 else values[0] for key, values in fields.items()}
+        return _fields(fields)
     raise ApiError(415, f"unsupported content type {kind!r}; send JSON or a form")
 
 
@@ -66,7 +87,7 @@ def text_to_translate(
         raise ApiError(400, "missing q (the text to translate)")
     if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
         raise ApiError(422, "q must be a string or a list of strings")
-    for name in ("source", "target", "format"):
+    for name in ("source", "target", "format", "api_key"):
         if not isinstance(fields.get(name, ""), str):
             raise ApiError(422, f"{name} must be a string")
     source, target = fields.get("source") or "auto", fields.get("target") or (tgt if not targets else "")
@@ -82,9 +103,30 @@ def text_to_translate(
 
 
 def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, str], api_key: ApiKey) -> None:
-    """Add LibreTranslate's ``/translate`` and ``/languages`` to ``app``, translating with ``service``."""
+    """Add LibreTranslate's ``/translate``, ``/languages`` and ``/frontend/settings`` to ``app``, translating with
+    ``service``."""
     src, tgt = languages
     targets = tuple(getattr(getattr(service.model, "engine", None), "targets", ()))  # () for a bilingual model
+    keyed = (403,) if api_key.key is not None else ()
+    body = contract.translate_body(src, list(targets) or [tgt], bool(targets), service.limits)
+
+    @app.get("/frontend/settings", response_model=contract.FrontendSettings)
+    async def frontend_settings() -> dict:
+        """What LibreTranslate's web page and apps ask first: the server's limits, features and default pair."""
+        target = targets[0] if targets else tgt
+        return {
+            "charLimit": service.limits.max_chars,
+            "frontendTimeout": 500,  # milliseconds the web page waits after typing before it translates
+            "apiKeys": api_key.key is not None,
+            "keyRequired": api_key.key is not None,
+            "suggestions": False,
+            "filesTranslation": True,
+            "supportedFilesFormat": contract.file_endings(),
+            "language": {
+                "source": {"code": src, "name": language_name(src)},
+                "target": {"code": target, "name": language_name(target)},
+            },
+        }
 
     @app.get("/languages")
     async def languages_() -> list[dict]:
@@ -94,9 +136,15 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
             {"code": t, "name": language_name(t), "targets": []} for t in writes
         ]
 
-    @app.post("/translate")
+    @app.post(
+        "/translate",
+        response_model=None,
+        responses={200: {"model": contract.LibreTranslateOut}, **error_responses(400, *keyed, 413, 415, 422, 503, 504)},
+        openapi_extra=body,
+    )
     async def libre_translate(request: Request) -> dict:
-        """LibreTranslate's translate: form-encoded or JSON; q a string or a list -> translatedText likewise."""
+        """LibreTranslate's translate: JSON, a form or the query string; q a string or a list -> translatedText
+        likewise."""
         fields = await read_fields(request)
         given = fields.get("api_key")
         api_key.check(given if isinstance(given, str) else header_key(request))  # the field first, as LibreTranslate

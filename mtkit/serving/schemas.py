@@ -8,12 +8,23 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 
 from mtkit.inference.segments import with_parallel
 
+# a phrase holds a character that is not whitespace (str.isspace's), as mtkit.inference.segments requires
+Phrase = Annotated[StrictStr, Field(pattern=r"[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")]
+
+
+def _integral(value: Any) -> Any:
+    """A float with no fraction is the integer JSON Schema takes it for (4.0 is 4)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Count = Annotated[StrictInt, Field(ge=1), BeforeValidator(_integral)]  # a count of one or more
+
 
 class RequestOptions(BaseModel):
     """A request's decoding options (``mtkit.load``'s ``Options`` hold the rest, fixed when the model loaded)."""
 
     model_config = ConfigDict(extra="forbid", title="Options")  # the name clients see in /openapi.json
-    nbest: Optional[StrictInt] = Field(None, ge=1, description="Hypotheses per sentence, best first.")
+    nbest: Optional[Count] = Field(None, description="Hypotheses per sentence, best first.")
     scores: StrictBool = Field(
         False, description="Give each hypothesis its score, log-probability, subwords and their log-probabilities."
     )
@@ -34,8 +45,8 @@ class SegmentIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: StrictStr = Field(..., description="The sentence to translate.")
     prefix: Optional[StrictStr] = Field(None, description="The translation starts with this text.")
-    constraints: list[StrictStr] = Field([], description="Phrases the translation must contain.")
-    avoid: list[StrictStr] = Field([], description="Phrases the translation must not contain.")
+    constraints: list[Phrase] = Field([], description="Phrases the translation must contain.")
+    avoid: list[Phrase] = Field([], description="Phrases the translation must not contain.")
     target: Optional[StrictStr] = Field(None, description="Its target language (a multilingual model's).")
 
 
@@ -51,17 +62,23 @@ Sentences = Annotated[
 ]
 
 
+IN_ORDER = (
+    " Entry i goes with sentence i, unless the sentence's object has its own; a shorter list leaves the sentences"
+    " after it without, entries past the last sentence are not used."
+)
+
+
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: Sentences = Field(
         ..., description="A sentence or a list of sentences; each a string or an object with its instructions."
     )
-    prefix: Optional[list[Optional[StrictStr]]] = Field(None, description="One prefix (or null) per sentence.")
-    constraints: Optional[list[Optional[list[StrictStr]]]] = Field(
-        None, description="One list of phrases to include (or null) per sentence."
+    prefix: Optional[list[Optional[StrictStr]]] = Field(None, description="A prefix (or null) per sentence." + IN_ORDER)
+    constraints: Optional[list[Optional[list[Phrase]]]] = Field(
+        None, description="A list of phrases to include (or null) per sentence." + IN_ORDER
     )
-    avoid: Optional[list[Optional[list[StrictStr]]]] = Field(
-        None, description="One list of phrases to avoid (or null) per sentence."
+    avoid: Optional[list[Optional[list[Phrase]]]] = Field(
+        None, description="A list of phrases to avoid (or null) per sentence." + IN_ORDER
     )
     target: Optional[StrictStr] = Field(
         None, description="The target language of a multilingual model; a text item's own target wins."
@@ -75,13 +92,22 @@ class TranslateRequest(BaseModel):
             One per sentence: a plain str when it has no instructions, else a ``segments.Segment``.
 
         Raises:
-            MtkitError: a parallel list of the wrong length, or an instruction that does not fit its sentence.
+            MtkitError: an instruction that does not fit its sentence.
         """
         items = [x.model_dump() for x in self.text]
-        for item in items:
+        lists = {"prefix": self.prefix, "constraints": self.constraints, "avoid": self.avoid}
+        for i, item in enumerate(items):
             item["target"] = item["target"] or self.target
-        segments = with_parallel(items, self.prefix, self.constraints, self.avoid, "text item")
+            for key, values in lists.items():  # the sentence's own instruction wins
+                if values is not None and i < len(values) and values[i] is not None and not item[key]:
+                    item[key] = values[i]
+        segments = with_parallel(items, None, None, None, "text item")
         return [s.text if s.plain and s.target is None else s for s in segments]  # plain: the plain string path
+
+    def instructed(self) -> bool:
+        """Whether any sentence or parallel list, used or not, carries an instruction."""
+        own = any(x.prefix or x.constraints or x.avoid for x in self.text)
+        return own or any(any(v) for v in (self.prefix, self.constraints, self.avoid) if v)
 
 
 class HypothesisOut(BaseModel):

@@ -1,0 +1,177 @@
+"""What ``/openapi.json`` promises beyond FastAPI's own document: LibreTranslate's request bodies and answers, and
+each server's bounds and languages in ``POST /v1/translate``'s schema, so that a request the schema accepts is one
+the server accepts (the characters of all sentences together excepted: no JSON Schema sums lengths, 413 says it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+from pydantic import BaseModel
+
+from mtkit.documents.formats import FORMATS
+from mtkit.flags import ServeLimits
+
+
+class LibreTranslateOut(BaseModel):
+    translatedText: Union[str, list[str]]
+
+
+class TranslatedFileOut(BaseModel):
+    translatedFileUrl: str
+
+
+class LanguageOut(BaseModel):
+    code: str
+    name: str
+
+
+class Pair(BaseModel):
+    source: LanguageOut
+    target: LanguageOut
+
+
+class FrontendSettings(BaseModel):
+    """What LibreTranslate's web page and apps ask a server first."""
+
+    charLimit: int
+    frontendTimeout: int
+    apiKeys: bool
+    keyRequired: bool
+    suggestions: bool
+    filesTranslation: bool
+    supportedFilesFormat: list[str]
+    language: Pair
+
+
+def most_sentences(limits: ServeLimits) -> int:
+    """The most sentences one request may have: more could never fit in the queue."""
+    return min(limits.max_sentences, limits.queue_size)
+
+
+def _body(json_schema: dict, form_schema: dict, description: str) -> dict:
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {
+                "application/json": {"schema": json_schema},
+                "application/x-www-form-urlencoded": {"schema": form_schema},
+            },
+        }
+    }
+
+
+def translate_body(source: str, targets: list[str], multilingual: bool, limits: ServeLimits) -> dict:
+    """``POST /translate``'s request body, as FastAPI's ``openapi_extra``."""
+    text = {"type": "string", "maxLength": limits.max_chars}
+    many = {"type": "array", "items": text, "maxItems": most_sentences(limits)}
+    fields: dict[str, Any] = {  # an empty field is one not given, as a web form sends it
+        "q": {"anyOf": [text, many], "description": "The text, or a list of texts, to translate."},
+        "source": {"type": "string", "enum": ["auto", source, ""], "description": "The source language (auto: it)."},
+        "target": {"type": "string", "enum": targets + ([] if multilingual else [""]), "description": "The target."},
+        "format": {"type": "string", "enum": ["text", "html", ""], "default": "text"},
+        "api_key": {"type": "string", "description": "The server's API key, where it has one."},
+    }
+    required = ["q", "target"] if multilingual else ["q"]
+    as_json = {"type": "object", "title": "LibreTranslateRequest", "properties": fields, "required": required}
+    # a form has no empty list: no q at all is a missing q
+    form_q = {"anyOf": [text, {**many, "minItems": 1}], "description": "The text; repeated for a list of texts."}
+    as_form = {**as_json, "title": "LibreTranslateForm", "properties": {**fields, "q": form_q}}
+    about = "LibreTranslate's fields, as JSON or a form; the query string may carry them too (the body's win)."
+    return _body(as_json, as_form, about)
+
+
+def file_body(source: str, target: str) -> dict:
+    """The request body of ``POST /translate_file`` and ``POST /v1/translate_file``: a multipart form."""
+    fields = {  # an empty field is one not given, as a web form sends it
+        "file": {"type": "string", "format": "binary", "description": "The document; its name's ending its format."},
+        "source": {"type": "string", "enum": ["auto", source, ""]},
+        "target": {"type": "string", "enum": [target, ""]},
+        "format": {"type": "string", "enum": [*FORMATS, ""], "description": "Where the file's name does not say it."},
+        "api_key": {"type": "string"},
+    }
+    schema = {"type": "object", "title": "DocumentForm", "properties": fields, "required": ["file"]}
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
+
+
+def file_endings() -> list[str]:
+    """The file name endings of every document format the server translates."""
+    return [ending for _, endings in FORMATS.values() for ending in endings]
+
+
+def _bound_texts(schema: Any, chars: int, most: int = 0) -> None:
+    """Bound every string in ``schema`` (a sentence or an instruction) to ``chars`` and, if ``most``, every list of
+    sentences to ``most``."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "string":
+            schema["maxLength"] = chars
+        elif schema.get("type") == "array" and most:
+            schema["maxItems"] = most
+        for value in schema.values():
+            _bound_texts(value, chars, most)
+    elif isinstance(schema, list):
+        for value in schema:
+            _bound_texts(value, chars, most)
+
+
+_NOTHING = {"anyOf": [{"type": "null"}, {"type": "array", "items": {"anyOf": [{"type": "null"}, {"maxItems": 0}]}}]}
+_PLAIN = {"properties": {"prefix": {"enum": [None, ""]}, "constraints": {"maxItems": 0}, "avoid": {"maxItems": 0}}}
+# format html takes plain texts, one translation each: no instructions, no n-best list
+HTML_TAKES = {
+    "if": {
+        "properties": {"options": {"properties": {"format": {"const": "html"}}, "required": ["format"]}},
+        "required": ["options"],
+    },
+    "then": {
+        "properties": {
+            "text": {
+                "anyOf": [
+                    {"type": "string"},
+                    _PLAIN,
+                    {"type": "array", "items": {"anyOf": [{"type": "string"}, _PLAIN]}},
+                ]
+            },
+            "prefix": {"anyOf": [{"type": "null"}, {"type": "array", "items": {"enum": [None, ""]}}]},
+            "constraints": _NOTHING,
+            "avoid": _NOTHING,
+            "options": {"properties": {"nbest": {"anyOf": [{"type": "null"}, {"maximum": 1}]}}},
+        }
+    },
+}
+
+
+def tighten(
+    document: dict, limits: ServeLimits, targets: list[str], beam_size: int, html: bool = True, alignments: bool = True
+) -> None:
+    """Write this server's bounds, languages and model into ``POST /v1/translate``'s schemas of ``document``.
+
+    Args:
+        document: FastAPI's OpenAPI document, changed in place.
+        limits: the server's bounds: sentences per request, characters per text.
+        targets: the languages the model translates into.
+        beam_size: the most hypotheses a sentence may ask for (0: no bound, a sampling model's).
+        html: whether the model translates HTML.
+        alignments: whether the model gives alignments.
+    """
+    schemas = document["components"]["schemas"]
+    most = most_sentences(limits)
+    request, segment = schemas["TranslateRequest"]["properties"], schemas["SegmentIn"]["properties"]
+    for props in (request, segment):
+        target = props["target"]
+        target["anyOf"] = [{"type": "string", "enum": targets}, {"type": "null"}]
+    _bound_texts(request["text"], limits.max_chars, most)
+    for name in ("prefix", "constraints", "avoid"):
+        _bound_texts(request[name], limits.max_chars)
+        _bound_texts(segment[name], limits.max_chars)
+    _bound_texts(segment["text"], limits.max_chars)
+    options = schemas["RequestOptions"]["properties"]
+    if beam_size:
+        for choice in options["nbest"]["anyOf"]:
+            if choice.get("type") == "integer":
+                choice["maximum"] = beam_size
+    if not html:
+        options["format"]["enum"] = ["text"]
+    if not alignments:
+        options["alignments"]["const"] = False
+    schemas["TranslateRequest"].update(HTML_TAKES)
