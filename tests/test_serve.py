@@ -101,6 +101,9 @@ class Gated:
     def check_format(self, fmt: str, options=None) -> None:
         pass
 
+    def check(self, line, options=None) -> None:
+        pass
+
     def translate_batch(self, lines, nbest=None, scores=True, alignments=False, format="text", split_sentences=None):
         self.calls += 1
         self.translated += list(lines)
@@ -109,7 +112,8 @@ class Gated:
             assert self.gate.wait(DEADLINE)
         if self.inner is not None:
             return self.inner.translate_batch(lines, nbest=nbest, scores=scores, alignments=alignments)
-        return [Translation(x, (), (Hypothesis(x.upper(), ()),) if x.strip() else ()) for x in lines]
+        texts = [getattr(x, "text", x) for x in lines]  # a Segment carries its text
+        return [Translation(x, (), (Hypothesis(x.upper(), ()),) if x.strip() else ()) for x in texts]
 
 
 # ------------------------------------------------------------------------------------------ translations
@@ -157,11 +161,11 @@ def test_v1_translate_alignments(client, model, lines):
 def test_libretranslate_translate_and_languages(client, model, lines):
     expected = model.translate(lines[:3])
     form = client.post("/translate", data={"q": lines[0], "source": "en", "target": "de", "format": "text"})
-    assert form.status_code == 200 and form.json() == {"translatedText": model.translate(lines[0])}
+    assert form.status_code == 200 and form.json()["translatedText"] == model.translate(lines[0])
     as_json = client.post("/translate", json={"q": lines[:3], "source": "auto", "target": "de"})
-    assert as_json.json() == {"translatedText": expected}
+    assert as_json.json()["translatedText"] == expected
     repeated = client.post("/translate", data={"q": lines[:3], "source": "en", "target": "de"})
-    assert repeated.json() == {"translatedText": expected}
+    assert repeated.json()["translatedText"] == expected
     assert client.get("/languages").json() == [
         {"code": "en", "name": "English", "targets": ["de"]},
         {"code": "de", "name": "German", "targets": []},
@@ -331,7 +335,7 @@ def test_api_key_and_cors():
         assert response.json() == ok
         assert response.headers["access-control-allow-origin"] == "http://example.org"
         form = client.post("/translate", data={"q": "a", "target": "de", "api_key": "s3cret"})
-        assert form.json() == {"translatedText": "A"}
+        assert form.json()["translatedText"] == "A"
         assert client.get("/languages").status_code == 200 and client.get("/health").status_code == 200
     plain = create_app(_Instant(), ("en", "de"))
     with TestClient(plain) as client:

@@ -122,9 +122,9 @@ def test_query_form_and_json_give_the_same_answer():
         ]
         for response in answers:
             assert response.status_code == 200, response.text
-            assert response.json() == {"translatedText": "A DOG"}
+            assert response.json()["translatedText"] == "A DOG"
         many = client.post("/translate", params=[("q", "a"), ("q", "b"), ("target", "de")])
-        assert many.json() == {"translatedText": ["A", "B"]}
+        assert many.json()["translatedText"] == ["A", "B"]
         wrong = client.post("/translate", params={"q": "a", "target": "fr"})
         assert wrong.status_code == 400 and list(wrong.json()) == ["error"]
 

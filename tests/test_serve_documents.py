@@ -70,7 +70,7 @@ def test_v1_translate_splits_paragraphs_and_carries_markup(client, model):
 
 def test_libretranslate_format_html(client, model):
     answer = client.post("/translate", json={"q": [FRAGMENT, PARAGRAPH], "target": "de", "format": "html"}).json()
-    assert answer == {"translatedText": model.translate([FRAGMENT, PARAGRAPH], format="html")}
+    assert answer["translatedText"] == model.translate([FRAGMENT, PARAGRAPH], format="html")
     assert "<b>" in answer["translatedText"][0] and "</i>" in answer["translatedText"][0]
 
 

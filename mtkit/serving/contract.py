@@ -5,7 +5,7 @@ the server accepts (the characters of all sentences together excepted: no JSON S
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from pydantic import BaseModel
 
@@ -13,8 +13,14 @@ from mtkit.documents.formats import FORMATS
 from mtkit.flags import ServeLimits
 
 
+class DetectedOut(BaseModel):
+    confidence: float
+    language: str
+
+
 class LibreTranslateOut(BaseModel):
     translatedText: Union[str, list[str]]
+    detectedLanguage: Optional[Union[DetectedOut, list[DetectedOut]]] = None  # with source "auto"
 
 
 class TranslatedFileOut(BaseModel):
@@ -80,6 +86,16 @@ def translate_body(source: str, targets: list[str], multilingual: bool, limits: 
     as_form = {**as_json, "title": "LibreTranslateForm", "properties": {**fields, "q": form_q}}
     about = "LibreTranslate's fields, as JSON or a form; the query string may carry them too (the body's win)."
     return _body(as_json, as_form, about)
+
+
+def detect_body(limits: ServeLimits) -> dict:
+    """``POST /detect``'s request body, as FastAPI's ``openapi_extra``."""
+    fields: dict[str, Any] = {
+        "q": {"type": "string", "maxLength": limits.max_chars, "description": "The text whose language to detect."},
+        "api_key": {"type": "string", "description": "The server's API key, where it has one."},
+    }
+    as_json = {"type": "object", "title": "DetectRequest", "properties": fields, "required": ["q"]}
+    return _body(as_json, {**as_json, "title": "DetectForm"}, "LibreTranslate's fields, as JSON or a form.")
 
 
 def file_body(source: str, target: str) -> dict:

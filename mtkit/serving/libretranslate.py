@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from mtkit.inference.segments import Segment
 from mtkit.serving import contract
 from mtkit.serving.auth import ApiKey, header_key
+from mtkit.serving.detection import Detection, text_to_detect
 from mtkit.serving.errors import ApiError, error_responses
 from mtkit.serving.languages import language_name
 from mtkit.serving.schemas import RequestOptions
@@ -109,6 +110,7 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
     targets = tuple(getattr(getattr(service.model, "engine", None), "targets", ()))  # () for a bilingual model
     keyed = (403,) if api_key.key is not None else ()
     body = contract.translate_body(src, list(targets) or [tgt], bool(targets), service.limits)
+    detection = Detection(tuple(dict.fromkeys([src, *(targets or (tgt,))])))
 
     @app.get("/frontend/settings", response_model=contract.FrontendSettings)
     async def frontend_settings() -> dict:
@@ -154,4 +156,29 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
             lines = [Segment(line, target=target) for line in lines]
         results = await service.translate(lines, RequestOptions(format=fmt), disconnected=lambda: client_gone(request))
         texts = [r.text for r in results]
-        return {"translatedText": texts[0] if isinstance(q, str) else texts}
+        answer: dict = {"translatedText": texts[0] if isinstance(q, str) else texts}
+        if (fields.get("source") or "auto") == "auto":  # as LibreTranslate: what the source was taken to be
+            try:
+                answer["detectedLanguage"] = detection.detected(q)
+            except ApiError:  # no detector installed: the translation still stands
+                pass
+        return answer
+
+    @app.post(
+        "/detect",
+        response_model=list[contract.DetectedOut],
+        responses=error_responses(400, *keyed, 413, 415, 422),
+        openapi_extra=contract.detect_body(service.limits),
+    )
+    async def libre_detect(request: Request) -> list[dict]:
+        """LibreTranslate's detect: the languages ``q`` may be in, among those this server reads and writes, most
+        likely first, each with a confidence from 0 to 100."""
+        fields = await read_fields(request)
+        given = fields.get("api_key")
+        if given is not None and not isinstance(given, str):
+            raise ApiError(422, "api_key must be a string")
+        api_key.check(given or header_key(request))
+        q = text_to_detect(fields)
+        if len(q) > service.limits.max_chars:
+            raise ApiError(413, f"{len(q)} characters; at most {service.limits.max_chars}")
+        return detection.detect(q)
