@@ -230,14 +230,21 @@ def test_server_takes_instructions_per_item_or_in_parallel_lists(run_dir, model,
         for body, status, message in [
             ({"text": [{"text": "a", "prefx": "b"}]}, 422, "text.0.prefx: Extra inputs are not permitted"),
             ({"text": [{"text": "a", "constraints": "b"}]}, 422, "text.0.constraints: Input should be a valid list"),
-            ({"text": ["a", "b"], "avoid": [["x"]]}, 422, "avoid has 1 entries for 2 text items"),
-            ({"text": [{"text": "a", "prefix": "b"}], "prefix": ["c"]}, 422, "text item 1: prefix given twice"),
-            ({"text": ["a"], "constraints": [[""]]}, 422, "text item 1: 'constraints' item 1 is empty"),
+            ({"text": ["a"], "constraints": [[""]]}, 422, "constraints.0.0: Value error, a phrase must not be empty"),
             ({"text": ["a"], "constraints": [["Garten"]], "avoid": [["Garten"]]}, 422, "contains the avoided phrase"),
         ]:
             response = client.post("/v1/translate", json=body)
             assert response.status_code == status, response.text
             assert list(response.json()) == ["error"] and message in response.json()["error"], response.text
+        # what the schema accepts the server takes: entry i of a parallel list goes with text i (a shorter list
+        # leaves the texts after it without one), and a text's own instruction wins over its list's entry
+        shorter = client.post("/v1/translate", json={"text": lines[:2], "prefix": ["Ein"]})
+        assert [t["text"] for t in shorter.json()["translations"]] == [
+            model.translate(lines[0], prefix="Ein"),
+            model.translate(lines[1]),
+        ]
+        own = client.post("/v1/translate", json={"text": [{"text": lines[0], "prefix": "Der"}], "prefix": ["Ein"]})
+        assert own.json()["translations"][0]["text"] == model.translate(lines[0], prefix="Der")
 
 
 # --------------------------------------------------------------------------------------- CTranslate2

@@ -4,12 +4,32 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
 
 from mtkit.inference.segments import with_parallel
 
 # a phrase holds a character that is not whitespace (str.isspace's), as mtkit.inference.segments requires
-Phrase = Annotated[StrictStr, Field(pattern=r"[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")]
+_VISIBLE = r"[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"  # a character not whitespace
+
+
+def _not_blank(phrase: str) -> str:
+    if not phrase.strip():
+        raise ValueError("a phrase must not be empty or blank; give a word or phrase")
+    return phrase
+
+
+# the pattern tells /openapi.json's readers (and schemathesis) what the validator refuses, in a readable message
+Phrase = Annotated[StrictStr, AfterValidator(_not_blank), WithJsonSchema({"type": "string", "pattern": _VISIBLE})]
 
 
 def _integral(value: Any) -> Any:
