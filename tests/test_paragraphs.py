@@ -115,6 +115,7 @@ def test_a_paragraph_gives_every_sentence_in_order(model):
 
 def test_the_spaces_around_and_between_sentences_are_kept(model):
     assert model.translate("  A man is riding a bike.  ") == "  Ein Mann ist fahrend ein Fahrrad.  "
+    assert model.translate_batch("  A man is riding a bike.  ", alignments=True).best.alignment is not None
     text = "A man is riding a bike.\n\n  Two dogs play in the snow.\t"
     assert model.translate(text) == "Ein Mann ist fahrend ein Fahrrad.\n\n  Zwei Hunde spielen in dem Schnee.\t"
 

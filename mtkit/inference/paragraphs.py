@@ -112,7 +112,8 @@ def plan(segments: list[Segment], lang: str, *, split_sentences: bool, fmt: str 
 
 def _joined(source: str, cut: Split, parts: Sequence[Translation]) -> Translation:
     """A segment's translation from its sentences': the k-th hypothesis joins each sentence's k-th (or its
-    last, where it has fewer); tokens and token_log_probs are concatenated, log_prob and score summed."""
+    last, where it has fewer); tokens and token_log_probs are concatenated, log_prob and score summed; a
+    segment of one sentence (with whitespace around it) keeps its alignment."""
     ranks = max((len(p.hypotheses) for p in parts), default=0)
     hyps = []
     for k in range(ranks):
@@ -127,6 +128,7 @@ def _joined(source: str, cut: Split, parts: Sequence[Translation]) -> Translatio
                 score=sum(h.score for h in chosen) if scored else None,
                 log_prob=sum(h.log_prob for h in chosen) if scored else None,
                 token_log_probs=tuple(x for h in chosen for x in h.token_log_probs) if scored else None,
+                alignment=chosen[0].alignment if len(parts) == 1 and chosen else None,  # one sentence: its own
             )
         )
     sentences = tuple(parts) if len(parts) > 1 else ()
