@@ -38,6 +38,16 @@ class ApiKey:
         if not given or not hmac.compare_digest(given.encode(), self.key.encode()):
             raise ApiError(403, "a valid API key is required (api_key, or the X-API-Key header)")
 
+    def check_fields(self, fields: dict, request: Request) -> None:
+        """Check LibreTranslate's way: the ``api_key`` field first (an empty or non-string one counts as not
+        given, a field's type being checked with the other fields), else the headers' key.
+
+        Raises:
+            ApiError: 403 as ``check``.
+        """
+        given = fields.get("api_key")
+        self.check(given if isinstance(given, str) and given else header_key(request))
+
     async def require(self, request: Request) -> None:
         """A route dependency checking the headers' key: it runs before the body is validated.
 

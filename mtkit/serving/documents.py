@@ -25,7 +25,7 @@ from mtkit.documents.files import translate_bytes
 from mtkit.documents.formats import format_of
 from mtkit.errors import MtkitError
 from mtkit.serving import contract
-from mtkit.serving.auth import ApiKey, header_key
+from mtkit.serving.auth import ApiKey
 from mtkit.serving.errors import ApiError, error_responses
 from mtkit.serving.libretranslate import query_fields
 from mtkit.serving.schemas import RequestOptions
@@ -116,8 +116,7 @@ async def read_document(request: Request, limits_bytes: int, api_key: ApiKey) ->
     except Exception:  # a malformed form: python-multipart and starlette raise several kinds
         raise ApiError(400, "the body is not a valid multipart form") from None
     fields = {**query_fields(request), **{k: v for k, v in form.items() if isinstance(v, str)}}
-    given = fields.get("api_key")
-    api_key.check(given or header_key(request))
+    api_key.check_fields(fields, request)
     upload = form.get("file")
     if upload is None or isinstance(upload, str):
         raise ApiError(400, "missing file (the document to translate, as the multipart field 'file')")

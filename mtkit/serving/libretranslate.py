@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 
 from mtkit.inference.segments import Segment
 from mtkit.serving import contract
-from mtkit.serving.auth import ApiKey, header_key
+from mtkit.serving.auth import ApiKey
 from mtkit.serving.detection import Detection, text_to_detect
 from mtkit.serving.errors import ApiError, error_responses
 from mtkit.serving.languages import language_name
@@ -148,8 +148,7 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
         """LibreTranslate's translate: JSON, a form or the query string; q a string or a list -> translatedText
         likewise."""
         fields = await read_fields(request)
-        given = fields.get("api_key")
-        api_key.check(given if isinstance(given, str) else header_key(request))  # the field first, as LibreTranslate
+        api_key.check_fields(fields, request)
         q, fmt, target = text_to_translate(fields, languages, targets)
         lines = [q] if isinstance(q, str) else q
         if targets:
@@ -174,10 +173,7 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
         """LibreTranslate's detect: the languages ``q`` may be in, among those this server reads and writes, most
         likely first, each with a confidence from 0 to 100."""
         fields = await read_fields(request)
-        given = fields.get("api_key")
-        if given is not None and not isinstance(given, str):
-            raise ApiError(422, "api_key must be a string")
-        api_key.check(given or header_key(request))
+        api_key.check_fields(fields, request)
         q = text_to_detect(fields)
         if len(q) > service.limits.max_chars:
             raise ApiError(413, f"{len(q)} characters; at most {service.limits.max_chars}")
