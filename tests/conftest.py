@@ -458,7 +458,6 @@ def _upper_aligned(sentence: str):
 def upper_translate(texts: list, markup: str) -> list:
     """A document format's ``translate`` (mtkit.documents.formats) without a model: every word upper-cased, each
     text cut into sentences as the model's would be, tags carried across by the markup path."""
-    from mtkit.text import markup as html
     from mtkit.text.sentences import split
 
     out = []
@@ -466,15 +465,24 @@ def upper_translate(texts: list, markup: str) -> list:
         if markup == "text":
             cut = split(text, "en")
             out.append(cut.join([s.upper() for s in cut.sentences]) if cut.sentences else "")
-            continue
-        parts = []
-        for part in html.runs(html.parse(text)):
-            if isinstance(part, str):
-                parts.append(part)
-            elif not part.translatable:
-                parts.append(part.source)
-            else:
-                cut = split(part.text, "en", line_breaks=False)
-                parts.append(part.render(cut, [_upper_aligned(s) for s in cut.sentences]))
-        out.append("".join(parts))
+        else:
+            out.append(translate_fragment(text, _upper_aligned))
     return out
+
+
+def translate_fragment(fragment: str, align) -> str:
+    """An HTML fragment through the markup path with ``align(sentence) -> AlignedSentence`` standing in for the
+    model: each run cut into sentences, each sentence "translated" by ``align``, the runs rendered back."""
+    from mtkit.text import markup as html
+    from mtkit.text.sentences import split
+
+    parts = []
+    for part in html.runs(html.parse(fragment)):
+        if isinstance(part, str):
+            parts.append(part)
+        elif not part.translatable:
+            parts.append(part.source)
+        else:
+            cut = split(part.text, "en", line_breaks=False)
+            parts.append(part.render(cut, [align(s) for s in cut.sentences]))
+    return "".join(parts)

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from conftest import translate_fragment
 from mtkit.text import markup
 from mtkit.text.sentences import split
 
@@ -38,16 +39,7 @@ def fake_translate(sentence: str, reverse: bool = False) -> markup.AlignedSenten
 
 
 def translate_html(fragment: str, reverse: bool = False) -> str:
-    out = []
-    for part in markup.runs(markup.parse(fragment)):
-        if isinstance(part, str):
-            out.append(part)
-        elif not part.translatable:
-            out.append(part.source)
-        else:
-            cut = split(part.text, "en", line_breaks=False)
-            out.append(part.render(cut, [fake_translate(s, reverse) for s in cut.sentences]))
-    return "".join(out)
+    return translate_fragment(fragment, lambda sentence: fake_translate(sentence, reverse))
 
 
 def strip_tags(text: str) -> str:
