@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from mtkit import config as cfgmod
 from mtkit.data.prepare import SplitStats, _clean_split, _read_chunks
-from mtkit.data.sources import _file_pairs
+from mtkit.data.sources import file_pairs
 from mtkit.errors import MtkitError
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -114,7 +114,7 @@ def test_any_corpus_bytes_read_or_fail_in_one_line(src, tgt, gz, skip_bad, tmp_p
     try:
         stats = SplitStats()
         cfg = cfgmod.DataConfig(dir=str(tmp_path / "d"), splits={"train": {"src": str(paths[0]), "tgt": str(paths[1])}})
-        _clean_split(_file_pairs(paths[0], paths[1], skip_bad), out, stats, cfg, train=True)
+        _clean_split(file_pairs(paths[0], paths[1], skip_bad), out, stats, cfg, train=True)
     except MtkitError as err:
         _one_line(err)
         return
@@ -131,5 +131,5 @@ def test_corrupt_gzip_is_one_line(payload, tmp_path):
     src.write_bytes(payload)
     tgt.write_bytes(payload)
     with pytest.raises(MtkitError) as info:
-        list(_file_pairs(src, tgt, False))
+        list(file_pairs(src, tgt, False))
     _one_line(info.value)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mtkit.config import language_tag
-from mtkit.data.sources import Pair, _file_pairs
+from mtkit.data.sources import Pair, file_pairs
 
 MULTILINGUAL = "mul"  # the ISO 639 code for several languages: a multilingual data dir's src_lang and tgt_lang
 
@@ -47,7 +47,7 @@ def _tagged(direction, split: str, cfg) -> Iterator[Pair]:
     spec = direction.splits[split]
     tag = language_tag(direction.tgt_lang, cfg.tag_template)
     source = cfg.target_tag == "source"
-    for pair in _file_pairs(Path(spec.src), Path(spec.tgt), cfg.skip_bad_lines):
+    for pair in file_pairs(Path(spec.src), Path(spec.tgt), cfg.skip_bad_lines):
         if pair is None:
             yield None
         else:

@@ -38,7 +38,7 @@ def open_sources(cfg, hf_cache: Path) -> tuple[dict[str, Iterator[Pair]], dict[s
             sources[split] = _hf_pairs(dataset, where, cfg)
             described[split] = {"hf": where}
     for split, spec in cfg.splits.items():  # files override a same-named HF split
-        sources[split] = _file_pairs(Path(spec.src), Path(spec.tgt), cfg.skip_bad_lines)
+        sources[split] = file_pairs(Path(spec.src), Path(spec.tgt), cfg.skip_bad_lines)
         described[split] = {"src": spec.src, "tgt": spec.tgt}
     order = ["train"] + [s for s in sources if s != "train"]
     return {s: sources[s] for s in order}, {s: described[s] for s in order}
@@ -69,7 +69,7 @@ def _decode(raw: bytes, path: Path, lineno: int, skip_bad: bool) -> Optional[str
     return text
 
 
-def _file_pairs(src_path: Path, tgt_path: Path, skip_bad: bool) -> Iterator[Pair]:
+def file_pairs(src_path: Path, tgt_path: Path, skip_bad: bool) -> Iterator[Pair]:
     """Stream decoded line pairs of two line-aligned files; one line at a time, plain or gzip."""
     try:
         with _open_binary(src_path) as fs, _open_binary(tgt_path) as ft:
