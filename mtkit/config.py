@@ -148,6 +148,10 @@ class TransformerConfig(Section):
     encoder_layers: int = Field(6, ge=1)
     decoder_layers: int = Field(6, ge=1)
     ffn_dim: int = Field(2048, gt=0)
+    decoder_ffn_dim: Optional[int] = Field(None, gt=0, description="the decoder's feed-forward size (None: ffn_dim)")
+    decoder_self: Literal["attention", "ssru"] = Field(
+        "attention", description="the decoder's self-attention, or an SSRU (Kim et al. 2019) in its place"
+    )
     activation: Literal["relu", "gelu", "swish"] = "relu"
     norm: Literal["post", "pre"] = "post"
     positions: Literal["sinusoidal", "learned", "relative", "rope", "alibi"] = "sinusoidal"

@@ -309,6 +309,27 @@ def test_beam_equals_torch_searching_the_same_distribution(loaded, exported, tes
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rope"])
 def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, norm, tmp_path):
     """For each layout: CTranslate2's teacher-forced log-probs (score_batch) equal the model's own."""
+    assert_exports_exactly(loaded.tokenizer, tmp_path, norm=norm, positions=positions, max_relative_distance=4)
+
+
+@needs_ct2
+@pytest.mark.parametrize("quantization", [None, "int8"])
+def test_deep_encoder_shallow_narrow_decoder_exports_exactly(loaded, quantization, tmp_path):
+    """A student's shape: 3 encoder layers, 1 decoder layer with a narrower feed-forward network (decoder_ffn_dim);
+    int8 (rounded weights) within a looser tolerance."""
+    assert_exports_exactly(
+        loaded.tokenizer,
+        tmp_path,
+        quantization=quantization,
+        encoder_layers=3,
+        decoder_layers=1,
+        decoder_ffn_dim=16,
+    )
+
+
+def assert_exports_exactly(tok, folder: Path, quantization=None, **model) -> None:
+    """A fresh Transformer of the ``model`` keys (on a 32-wide base), exported: CTranslate2's teacher-forced
+    log-probs (score_batch) equal the model's own (float32; int8 within 0.1 per token)."""
     import ctranslate2
 
     from mtkit.config import TransformerConfig
@@ -316,34 +337,44 @@ def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, n
     from mtkit.models import build_model
 
     torch.manual_seed(0)
-    cfg = TransformerConfig(
-        d_model=32,
-        heads=2,
-        encoder_layers=2,
-        decoder_layers=2,
-        ffn_dim=64,
-        max_positions=64,
-        dropout=0.0,
-        norm=norm,
-        positions=positions,
-        max_relative_distance=4,
-    )
-    tok = loaded.tokenizer
+    base = dict(d_model=32, heads=2, encoder_layers=2, decoder_layers=2, ffn_dim=64, max_positions=64, dropout=0.0)
+    cfg = TransformerConfig(**{**base, **model})
     model = build_model(cfg, tok.src_vocab_size, tok.tgt_vocab_size, True).eval()
     with torch.no_grad():  # fresh biases are 0 and norms 1: perturb them so that each is checked too
         for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
-    save_spec(build_spec(model, tok), tmp_path / "ct2", None)
-    engine = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
     rng = random.Random(0)
     sources = [[rng.randrange(4, tok.src_vocab_size) for _ in range(rng.randint(1, 20))] for _ in range(8)]
     targets = [[rng.randrange(4, tok.tgt_vocab_size) for _ in range(rng.randint(1, 20))] for _ in range(8)]
+    expected = [teacher_forced_log_probs(model, src, tgt) for src, tgt in zip(sources, targets)]
+    save_spec(build_spec(model, tok), folder / "ct2", quantization)  # quantizing may reuse the weights' memory
+    engine = ctranslate2.Translator(str(folder / "ct2"), device="cpu", intra_threads=1)
     scored = engine.score_batch(
         [tok.src_pieces(s) for s in sources], [tok.tgt_pieces(t) for t in targets], max_input_length=0
     )
-    for src, tgt, result in zip(sources, targets, scored):
-        assert list(result.log_probs) == pytest.approx(teacher_forced_log_probs(model, src, tgt), abs=1e-4)
+    tolerance = 1e-4 if quantization is None else 0.1
+    for log_probs, result in zip(expected, scored):
+        assert list(result.log_probs) == pytest.approx(log_probs, abs=tolerance)
+
+
+def test_an_ssru_decoder_is_refused_by_name_at_export(workdir, run_cli):
+    """CTranslate2 and Marian have no recurrent decoder layer: both exports, and CTranslate2 on the fly, refuse
+    model.decoder_self by name; the torch engine translates the model."""
+    tree = yaml.safe_load((workdir / "config.yaml").read_text(encoding="utf-8"))
+    tree["model"] = {**tree["model"], "decoder_self": "ssru"}
+    tree["training"] = {**tree["training"], "run_dir": str(workdir / "ssru"), "max_updates": 2, "validate_every": 2}
+    (workdir / "ssru.yaml").write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    assert run_cli("train", workdir / "ssru.yaml").code == 0
+    for fmt in ("ctranslate2", "hf") if HAVE_CT2 else ("hf",):
+        result = run_cli("export", workdir / "ssru", "--out", workdir / f"ssru-{fmt}", "--format", fmt)
+        assert_one_line_error(result, "model.decoder_self", "ssru")
+        assert not (workdir / f"ssru-{fmt}").exists()
+    if HAVE_CT2:
+        on_the_fly = run_cli("translate", workdir / "ssru", "--engine", "ctranslate2", stdin="a dog\n")
+        assert_one_line_error(on_the_fly, "model.decoder_self", "--engine torch")
+    result = run_cli("translate", workdir / "ssru", "--max-len-b", "3", stdin="a dog\nthe cat\n")
+    assert result.code == 0 and len(result.out.split("\n")) == 3, result.err
 
 
 @needs_ct2

@@ -413,6 +413,7 @@ def test_import_reads_weights_only_pytorch_bins(imported, workdir, tmp_path, run
         ({"norm": "pre"}, "model.norm = 'pre' cannot be expressed in Marian"),
         ({"positions": "learned"}, "model.positions = 'learned' cannot be expressed"),
         ({"arch": "bahdanau"}, "model.arch is 'bahdanau'"),
+        ({"decoder_self": "ssru"}, "model.decoder_self = 'ssru' cannot be expressed"),
     ],
 )
 def test_export_refuses_what_marian_cannot_express(toy_run_workdir, tmp_path, run_cli, change, needle):
@@ -432,6 +433,34 @@ def test_export_refuses_what_marian_cannot_express(toy_run_workdir, tmp_path, ru
     ckpt.save(file, ckpt.Bundle({**meta, "config": cfgmod.to_dict(cfg)}, model.state_dict(), bundle.tokenizer))
     one_line_refusal(run_cli("export", file, "--format", "hf", "--out", tmp_path / "out"), needle)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_narrower_shallower_decoder_exports_to_transformers(toy_run_workdir, tmp_path, run_cli, one_thread):
+    """A student's shape (2 encoder layers, 1 decoder layer, decoder_ffn_dim 16; fresh weights): transformers
+    computes the same log-probs."""
+    from mtkit import checkpoint as ckpt
+    from mtkit import config as cfgmod
+    from mtkit.models import build_model
+
+    bundle = ckpt.load(ckpt.resolve(toy_run_workdir / "run"))
+    tree, meta = bundle.metadata["config"], bundle.metadata
+    student = {"encoder_layers": 2, "decoder_layers": 1, "decoder_ffn_dim": 16}
+    cfg = cfgmod.from_dict({**tree, "model": {**tree["model"], **student}})
+    torch.manual_seed(0)
+    model = build_model(cfg.model, meta["src_vocab_size"], meta["tgt_vocab_size"], meta["joint_vocab"]).eval()
+    file = tmp_path / "ckpt_0000001.safetensors"
+    ckpt.save(file, ckpt.Bundle({**meta, "config": cfgmod.to_dict(cfg)}, model.state_dict(), bundle.tokenizer))
+    assert run_cli("export", file, "--format", "hf", "--out", tmp_path / "hf").code == 0
+    hf_model = MarianMTModel.from_pretrained(tmp_path / "hf").eval()
+    assert (hf_model.config.decoder_layers, hf_model.config.decoder_ffn_dim) == (1, 16)
+    tok = MarianTokenizer.from_pretrained(tmp_path / "hf")
+    sources = (toy_run_workdir / "corpus" / "test.en").read_text().splitlines()[:6]
+    targets = (toy_run_workdir / "corpus" / "test.de").read_text().splitlines()[:6]
+    theirs, _ = hf_log_probs(hf_model, tok, sources, targets)
+    ours = load_checkpoint(file)
+    src_ids, tgt_ids = ours.tokenizer.encode_src(sources), ours.tokenizer.encode_tgt(targets)
+    for src, tgt, want in zip(src_ids, tgt_ids, theirs):
+        assert torch.allclose(mtkit_log_probs(ours.model, src, tgt), want, atol=LOG_PROB_TOL, rtol=0)
 
 
 def test_export_hf_refuses_quantization(toy_run_workdir, tmp_path, run_cli):

@@ -125,12 +125,12 @@ def scripted_validation(monkeypatch):
     monkeypatch.setattr(trainmod.Trainer, "validate", fake)
 
 
-def _config(tmp_path, data_section, **training) -> str:
+def _config(tmp_path, data_section, model: dict = TINY_TRANSFORMER, name: str = "run", **training) -> str:
     tree = {
         "data": data_section,
-        "model": TINY_TRANSFORMER,
+        "model": model,
         "training": {
-            "run_dir": str(tmp_path / "run"),
+            "run_dir": str(tmp_path / name),
             "devices": "cpu",
             "threads": 1,
             "batch_tokens": 400,
@@ -143,7 +143,7 @@ def _config(tmp_path, data_section, **training) -> str:
             **training,
         },
     }
-    path = tmp_path / "config.yaml"
+    path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
     return str(path)
 
@@ -183,3 +183,28 @@ def test_resume_carries_the_best_score_and_the_patience_counter(tmp_path, data_s
     assert "stopped at update 4 (no improvement in 2 validations (patience))" in result.out  # 1 + 1 bad
     assert (_meta(run, 4)["best"], _meta(run, 4)["bad_validations"]) == (2.0, 2)
     assert ckpt.read_metadata(run / "checkpoints" / "best.safetensors")["update"] == 2  # 2.75 did not replace it
+
+
+# -------------------------------------------------------------------------------- student architectures
+@pytest.mark.parametrize(
+    "student",
+    [dict(encoder_layers=2, decoder_layers=1, decoder_ffn_dim=32), dict(decoder_self="ssru")],
+    ids=["deep-encoder-narrow-decoder", "ssru-decoder"],
+)
+def test_student_architectures_resume_bit_for_bit(tmp_path, data_section, run_cli, student):
+    """3 updates, then --resume to 6 == 6 straight, tensor by tensor (weights, Adam moments, RNG; dropout on)."""
+    model = {**TINY_TRANSFORMER, "dropout": 0.1, **student}
+    common = dict(model=model, validate_every=3, keep_last=2)
+    assert run_cli("train", _config(tmp_path, data_section, name="straight", max_updates=6, **common)).code == 0
+    assert run_cli("train", _config(tmp_path, data_section, name="split", max_updates=3, **common)).code == 0
+    resumed = run_cli("train", "--resume", tmp_path / "split", "--set", "training.max_updates=6")
+    assert resumed.code == 0 and "resumed from ckpt_0000003.safetensors" in resumed.out, resumed.err
+    a = ckpt.load(tmp_path / "straight" / "checkpoints" / "ckpt_0000006.safetensors", with_train=True)
+    b = ckpt.load(tmp_path / "split" / "checkpoints" / "ckpt_0000006.safetensors", with_train=True)
+    assert a.metadata["config"]["model"] == b.metadata["config"]["model"] and sorted(a.model) == sorted(b.model)
+    assert any(".self_attn.forget." in k for k in a.model) == (student.get("decoder_self") == "ssru")
+    for k in a.model:
+        assert torch.equal(a.model[k], b.model[k]), k
+    assert sorted(a.train) == sorted(b.train) and all(torch.equal(a.train[k], b.train[k]) for k in a.train)
+    first = ckpt.load(tmp_path / "straight" / "checkpoints" / "ckpt_0000003.safetensors")
+    assert any(not torch.equal(first.model[k], a.model[k]) for k in a.model)  # the second half did train

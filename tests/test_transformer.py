@@ -21,17 +21,19 @@ def relative(positions: str, k: int) -> dict:
 
 def tiny(positions="sinusoidal", norm="pre", heads=4, d_model=32, **kw):
     cfg = TransformerConfig(
-        d_model=d_model,
-        heads=heads,
-        encoder_layers=2,
-        decoder_layers=2,
-        ffn_dim=64,
-        positions=positions,
-        norm=norm,
-        **relative(positions, 3),
-        dropout=0.0,
-        max_positions=64,
-        **kw,
+        **{
+            "d_model": d_model,
+            "heads": heads,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "ffn_dim": 64,
+            "positions": positions,
+            "norm": norm,
+            **relative(positions, 3),
+            "dropout": 0.0,
+            "max_positions": 64,
+            **kw,
+        }
     )
     torch.manual_seed(0)
     return build_model(cfg, 24, 24, joint_vocab=True).eval()
@@ -232,3 +234,126 @@ def test_beam_grouped_cross_attention_equals_per_row(monkeypatch):
             for h1, h2 in zip(a, b):
                 assert h1.score == pytest.approx(h2.score, abs=1e-5)
                 torch.testing.assert_close(h1.attention, h2.attention, atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------ student architectures
+# The decoders of a distilled student (docs/distillation.md): a deep encoder and a one-layer decoder with a narrower
+# feed-forward network, and a decoder whose self-attention is an SSRU.
+STUDENTS = {
+    "deep-shallow": dict(encoder_layers=3, decoder_layers=1, decoder_ffn_dim=16),
+    "ssru": dict(decoder_self="ssru"),
+    "ssru-deep-shallow": dict(encoder_layers=3, decoder_layers=1, decoder_ffn_dim=16, decoder_self="ssru"),
+}
+
+
+@pytest.mark.parametrize("student", list(STUDENTS))
+@pytest.mark.parametrize("positions", ["sinusoidal", "rope"])
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_student_decoders_cache_equals_full_forward(student, positions, norm):
+    model = tiny(positions, norm, **STUDENTS[student])
+    src, tgt = batch()
+    with torch.no_grad():
+        full = model(src, tgt).log_softmax(-1)
+        mask = src.ne(PAD)
+        state = model.init_state(model.encode(src, mask), mask)
+        steps = []
+        for t in range(tgt.size(1)):
+            log_probs, state, _ = model.step(tgt[:, t], state)
+            steps.append(log_probs)
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("student", list(STUDENTS))
+def test_student_decoders_are_causal_and_padding_invariant(student):
+    model = tiny(**STUDENTS[student])
+    src, tgt = batch()
+    changed = tgt.clone()
+    changed[:, 4:] = torch.randint(4, 24, changed[:, 4:].shape)
+    with torch.no_grad():
+        a, b = model(src, tgt), model(src, changed)
+        in_batch, alone = model(src, tgt)[1], model(src[1:2, :5], tgt[1:2])[0]
+    torch.testing.assert_close(a[:, :4], b[:, :4])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+    torch.testing.assert_close(in_batch, alone, atol=1e-5, rtol=1e-5)
+
+
+def test_ssru_state_follows_reordered_rows():
+    model = tiny(decoder_self="ssru")
+    src, tgt = batch()
+    mask = src.ne(PAD)
+    with torch.no_grad():
+        state = model.init_state(model.encode(src, mask), mask)
+        for t in range(3):
+            _, state, _ = model.step(tgt[:, t], state)
+        index = torch.tensor([2, 2, 0])
+        lp_reordered, _, _ = model.step(tgt[index, 3], state.reorder(index))
+        lp_all, _, _ = model.step(tgt[:, 3], state)
+    assert state.self_k[0].shape == (3, 1, 32)  # the recurrence's state, not a growing key cache
+    torch.testing.assert_close(lp_reordered, lp_all[index])
+
+
+def test_ssru_computes_the_recurrence_of_kim_et_al():
+    """f_t = sigmoid(W_f x_t + b_f), c_t = f_t c_{t-1} + (1 - f_t) W x_t, o_t = relu(c_t), written out by hand."""
+    from mtkit.models.ssru import SSRU
+
+    torch.manual_seed(0)
+    unit = SSRU(4)
+    x = torch.randn(2, 5, 4)
+    c = torch.zeros(2, 4)
+    expected = []
+    for t in range(5):
+        f = torch.sigmoid(x[:, t] @ unit.forget.weight.t() + unit.forget.bias)
+        c = f * c + (1 - f) * (x[:, t] @ unit.input.weight.t())
+        expected.append(torch.relu(c))
+    with torch.no_grad():
+        out, last = unit(x)
+        first, middle = unit(x[:, :2])  # the same sequence in two calls, the state carried between them
+        rest, _ = unit(x[:, 2:], middle)
+    torch.testing.assert_close(out, torch.stack(expected, 1))
+    torch.testing.assert_close(last, c)
+    torch.testing.assert_close(torch.cat([first, rest], 1), out)
+    assert unit.input.bias is None
+
+
+def test_student_parameter_counts():
+    d, f, f_dec, v = 32, 64, 16, 24
+    attention = 4 * (d * d + d)
+    ssru = d * d + d + d * d  # W_f, b_f, W
+    encoder_layer = attention + (d * f + f + f * d + d) + 2 * 2 * d
+    deep_shallow = build_model(TransformerConfig(**tiny_cfg(STUDENTS["deep-shallow"])), v, v, joint_vocab=True)
+    decoder_layer = 2 * attention + (d * f_dec + f_dec + f_dec * d + d) + 3 * 2 * d
+    assert deep_shallow.num_parameters() == v * d + 3 * encoder_layer + decoder_layer + 2 * 2 * d  # + final norms
+    with_ssru = build_model(TransformerConfig(**tiny_cfg(STUDENTS["ssru"])), v, v, joint_vocab=True)
+    decoder_layer = attention + ssru + (d * f + f + f * d + d) + 3 * 2 * d
+    assert with_ssru.num_parameters() == v * d + 2 * encoder_layer + 2 * decoder_layer + 2 * 2 * d
+
+
+def tiny_cfg(student: dict) -> dict:
+    """The keys of ``tiny``'s pre-norm model with a student's decoder."""
+    return {
+        "d_model": 32,
+        "heads": 4,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "ffn_dim": 64,
+        "norm": "pre",
+        **student,
+    }
+
+
+def test_student_beam_search_is_batch_invariant():
+    """Beam search reorders the SSRU's state with the beams: a sentence decodes alike alone and in a batch."""
+    from mtkit.decoding import search
+
+    model = tiny(decoder_self="ssru")
+    src, _ = batch()
+    kwargs = dict(beam_size=3, length_penalty=1.0, max_len_a=1.0, max_len_b=4, nbest=2, stopping="beam_full")
+    with torch.no_grad():
+        together = search.beam_search(model, src, **kwargs)
+        alone = [search.beam_search(model, src[i : i + 1, : int(src[i].ne(PAD).sum())], **kwargs)[0] for i in range(3)]
+    diverged = diverged_at_near_ties(model, src, alone, together, **kwargs)
+    for i, (a, b) in enumerate(zip(together, alone)):
+        if i not in diverged:
+            assert [h.tokens for h in a] == [h.tokens for h in b]
+            for h1, h2 in zip(a, b):
+                assert h1.score == pytest.approx(h2.score, abs=1e-5)

@@ -67,8 +67,8 @@ def check_exportable(model_cfg, where: str) -> None:
         where: what the message names (the checkpoint file).
 
     Raises:
-        MtkitError: an RNN, ALiBi positions, or ``final_logits_bias``, ``sinusoidal_layout`` or ``scale_embedding``
-            off their defaults (as in an imported Marian model).
+        MtkitError: an RNN, ALiBi positions, an SSRU decoder, or ``final_logits_bias``, ``sinusoidal_layout`` or
+            ``scale_embedding`` off their defaults (as in an imported Marian model).
     """
     if model_cfg.arch != "transformer":
         raise MtkitError(
@@ -79,6 +79,11 @@ def check_exportable(model_cfg, where: str) -> None:
         raise MtkitError(
             f"{where}: model.positions is 'alibi'; CTranslate2's encoder-decoder Transformer has no linear "
             "attention biases in its encoder: translate this model with --engine torch"
+        )
+    if model_cfg.decoder_self != "attention":  # CTranslate2's decoder layers always start with self-attention
+        raise MtkitError(
+            f"{where}: model.decoder_self is {model_cfg.decoder_self!r}; CTranslate2's Transformer decoder has no "
+            "recurrent layer in place of self-attention: translate this model with --engine torch"
         )
     defaults = {"final_logits_bias": False, "sinusoidal_layout": "interleaved", "scale_embedding": True}
     for key, value in defaults.items():

@@ -125,11 +125,11 @@ def check_expressible(model_cfg, where: str) -> None:
         where: what messages name (the checkpoint file).
 
     Raises:
-        MtkitError: an RNN, pre-norm, or positions other than sinusoidal.
+        MtkitError: an RNN, pre-norm, positions other than sinusoidal, or an SSRU decoder (``decoder_self``).
     """
     if model_cfg.arch != "transformer":
         raise MtkitError(f"{where}: model.arch is {model_cfg.arch!r}; Marian models are Transformers")
-    marian = {"norm": "post", "positions": "sinusoidal"}
+    marian = {"norm": "post", "positions": "sinusoidal", "decoder_self": "attention"}
     for key, value in marian.items():
         if getattr(model_cfg, key) != value:
             raise MtkitError(
@@ -163,7 +163,7 @@ def config_json(model_cfg, *, vocab_size: int, pad: int, eos: int, start: int) -
         "encoder_attention_heads": model_cfg.heads,
         "decoder_attention_heads": model_cfg.heads,
         "encoder_ffn_dim": model_cfg.ffn_dim,
-        "decoder_ffn_dim": model_cfg.ffn_dim,
+        "decoder_ffn_dim": model_cfg.decoder_ffn_dim or model_cfg.ffn_dim,
         "activation_function": model_cfg.activation,
         "max_position_embeddings": model_cfg.max_positions,
         "dropout": model_cfg.dropout,

@@ -16,6 +16,8 @@ from torch import Tensor, nn
 
 from mtkit.models.base import PAD, Seq2Seq, State, dropout
 from mtkit.models.positions import ALiBi, Rotary, sinusoidal_table
+from mtkit.models.ssru import SSRU
+from mtkit.models.sublayers import FeedForward, Residual
 
 
 class MultiHeadAttention(nn.Module):
@@ -134,36 +136,6 @@ class MultiHeadAttention(nn.Module):
         return distance + self.max_relative
 
 
-class FeedForward(nn.Module):
-    """The position-wise feed-forward sublayer: fc2(dropout(activation(fc1(x))))."""
-
-    def __init__(self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float):
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(d_model, ffn_dim), nn.Linear(ffn_dim, d_model)
-        self.activation = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}[activation]
-        self.activation_dropout = activation_dropout
-
-    def forward(self, x: Tensor) -> Tensor:
-        """x (..., d_model) -> (..., d_model)."""
-        hidden = dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training)
-        return self.fc2(hidden)
-
-
-class Residual(nn.Module):
-    """x + dropout(sublayer(.)) with LayerNorm before (pre) or after (post) it: ``add(x, sublayer(inp(x)))``."""
-
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
-        super().__init__()
-        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), dropout, pre_norm
-
-    def inp(self, x: Tensor) -> Tensor:
-        return self.norm(x) if self.pre_norm else x
-
-    def add(self, x: Tensor, y: Tensor) -> Tensor:
-        x = x + dropout(y, self.dropout, self.training)
-        return x if self.pre_norm else self.norm(x)
-
-
 def self_attention(cfg, rotary: Optional[Rotary], alibi: Optional[ALiBi]) -> MultiHeadAttention:
     """A self-attention with the position scheme of ``cfg`` (the rotation or biases shared by all layers)."""
     rel = cfg.max_relative_distance if cfg.positions == "relative" else 0
@@ -190,14 +162,15 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention over the encoder output, feed-forward, each in a ``Residual``."""
+    """Causal self-attention (or an SSRU: ``model.decoder_self``), cross-attention over the encoder output,
+    feed-forward (``model.decoder_ffn_dim`` wide, default ``ffn_dim``), each in a ``Residual``."""
 
     def __init__(self, cfg, rotary, alibi):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = self_attention(cfg, rotary, alibi)
+        self.self_attn = SSRU(cfg.d_model) if cfg.decoder_self == "ssru" else self_attention(cfg, rotary, alibi)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, self_attention=False)
-        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.decoder_ffn_dim or cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
         self.r1, self.r2, self.r3 = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
 
     def forward(
@@ -215,12 +188,16 @@ class DecoderLayer(nn.Module):
         """x (rows, t, d_model) at positions start..; cache_k/v hold positions < start (None in training). With
         ``group`` > 1 (decoding, t = 1) rows come in runs of ``group`` hypotheses of one sentence and mem_k, mem_v,
         src_mask hold one row per sentence (the cross-attention folds each run into its query axis: no copy per beam).
-        Returns x (rows, t, d_model), the self-attention k, v up to here, the cross-attention weights or None."""
-        q, k, v = self.self_attn.project_self(self.r1.inp(x), start)
-        if cache_k is not None:
-            k, v = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
-        h = self.self_attn.attend(q, k, v, None, causal=True, q_start=start)[0]
-        x = self.r1.add(x, self.self_attn.out(h))
+        Returns x (rows, t, d_model), the self-attention k, v up to here, the cross-attention weights or None. An SSRU
+        keeps its state c_t (rows, 1, d_model) in the place of k and leaves v as it was (empty)."""
+        if isinstance(self.self_attn, SSRU):
+            h, k, v = *self.self_attn.run(self.r1.inp(x), cache_k), cache_v
+        else:
+            q, k, v = self.self_attn.project_self(self.r1.inp(x), start)
+            if cache_k is not None:
+                k, v = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
+            h = self.self_attn.out(self.self_attn.attend(q, k, v, None, causal=True, q_start=start)[0])
+        x = self.r1.add(x, h)
         cq = self.cross_attn.q(self.r2.inp(x))  # (rows, t, d_model)
         rows, t, d = cq.shape
         if group > 1:
@@ -243,7 +220,7 @@ class TransformerState(State):
     ``row_source[r]`` says which row of mem_k/mem_v/src_mask hypothesis ``r`` reads, so ``reorder`` (beam search
     following its beams) only moves the self-attention cache and that index, never the encoder keys and values."""
 
-    self_k: list  # per layer (rows, heads, t, head_dim)
+    self_k: list  # per layer (rows, heads, t, head_dim); an SSRU layer's state c_t (rows, 1, d_model)
     self_v: list
     mem_k: list  # per layer (sources, heads, src_len, head_dim), computed once
     mem_v: list

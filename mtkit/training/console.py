@@ -25,8 +25,15 @@ def model_rows(cfg) -> list[tuple[str, str]]:
     m = cfg.model
     if m.arch == "transformer":
         return [
-            ("layers", f"{m.encoder_layers}+{m.decoder_layers}"),
-            ("d_model / heads / ffn", f"{m.d_model} / {m.heads} / {m.ffn_dim}"),
+            (
+                "layers",
+                f"{m.encoder_layers}+{m.decoder_layers}" + (" (decoder: SSRU)" if m.decoder_self == "ssru" else ""),
+            ),
+            (
+                "d_model / heads / ffn",
+                f"{m.d_model} / {m.heads} / {m.ffn_dim}"
+                + (f" (decoder {m.decoder_ffn_dim})" if m.decoder_ffn_dim else ""),
+            ),
             ("norm / positions", f"{m.norm} / {m.positions}"),
             ("dropout", str(m.dropout)),
         ]
