@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_transformer import tiny
+from test_transformer import STUDENTS, batch, tiny
 from torch import nn
 
 import mtkit
@@ -74,6 +74,27 @@ def test_quantize_int8_replaces_every_linear_and_unties_the_projection():
     assert not [m for m in model.modules() if type(m) is nn.Linear]
     assert isinstance(model.output, Int8Linear) and model.tgt_embed.weight.dtype == torch.float32
     assert (got - want).abs().max() < 0.1  # a random model: log-probs near -log(vocab), a few hundredths apart
+
+
+@pytest.mark.parametrize("student", list(STUDENTS))
+def test_student_decoders_quantize_and_decode_with_their_cache(student):
+    """A deep encoder with a shallow, narrow decoder and an SSRU decoder: every linear layer (the SSRU's gate and
+    input projection too) becomes int8; its cached steps give its own full forward's log-probs."""
+    model = tiny(**STUDENTS[student]).eval()
+    src, tgt = batch()
+    with torch.inference_mode():
+        want = model(src, tgt).log_softmax(-1)
+        quantize_int8(model)
+        got = model(src, tgt).log_softmax(-1)
+        mask = src.ne(0)
+        state = model.init_state(model.encode(src, mask), mask)
+        steps = []
+        for t in range(tgt.size(1)):
+            log_probs, state, _ = model.step(tgt[:, t], state)
+            steps.append(log_probs)
+    assert not [m for m in model.modules() if type(m) is nn.Linear]
+    assert (got - want).abs().max() < 0.1
+    torch.testing.assert_close(torch.stack(steps, 1), got, atol=1e-5, rtol=1e-5)
 
 
 def test_auto_dtype_is_int8_on_an_x86_cpu_and_float32_elsewhere(toy_run_workdir):
