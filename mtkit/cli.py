@@ -342,7 +342,16 @@ def import_hf(
 
 @_command
 def serve(
-    run: Path = typer.Argument(..., help="Run directory, checkpoint file or CTranslate2 export."),
+    runs: Optional[List[Path]] = typer.Argument(
+        None, help="Run directories, checkpoint files or CTranslate2 exports (one model each).", show_default=False
+    ),
+    models: Optional[Path] = typer.Option(
+        None, "--models", help="A YAML list of models: path, and optionally name, languages, engine, decoding."
+    ),
+    max_models: Optional[int] = typer.Option(
+        None, "--max-models", help="Models in memory at once; the least recently used is unloaded (default: all)."
+    ),
+    preload: bool = typer.Option(False, "--preload", help="Load the models at start, not on first use."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, "--port"),
     api_key: Optional[str] = typer.Option(
@@ -381,9 +390,10 @@ def serve(
     engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
     access_log: bool = typer.Option(False, "--access-log", help="Log every request (default: /metrics only)."),
 ):
-    """Serve a model over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, /health, /metrics.
+    """Serve models over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, /health, /metrics.
 
-    Example: mtkit serve runs/demo --port 8000  (needs the extra: pip install "mtkit\\[serve]")
+    Each request goes to the model of its language pair (or through a pivot language). Example:
+    mtkit serve runs/en-de runs/de-en --port 8000  (needs the extra: pip install "mtkit\\[serve]")
     """
     limits = serve_limits(
         {
@@ -410,8 +420,13 @@ def serve(
     except ImportError as err:
         raise MtkitError(f'mtkit serve needs {err.name}: pip install "mtkit[serve]"') from None
 
+    if max_models is not None and max_models < 1:
+        raise MtkitError(f"--max-models {max_models}: keep at least one model in memory")
     serve_main(
-        run,
+        list(runs or []),
+        models_file=models,
+        max_models=max_models,
+        preload=preload,
         host=host,
         port=port,
         api_key=api_key,

@@ -1,10 +1,11 @@
-"""``mtkit serve``'s FastAPI app: its routes, over a ``service.TranslationService``.
+"""``mtkit serve``'s FastAPI app: its routes, over a ``dispatch.Dispatcher`` and a ``service.TranslationService``.
 
-Endpoints: ``POST /v1/translate`` (JSON, schema at ``/openapi.json``), the LibreTranslate-compatible
-``POST /translate``, ``GET /languages``, ``GET /frontend/settings`` and ``POST /translate_file``,
-``POST /v1/translate_file`` (documents), ``GET /health`` and ``GET /metrics`` (Prometheus text). Sentences of
-concurrent requests are translated together by one worker thread (``batcher.Batcher``). Every error is a JSON
-body ``{"error": "one readable message"}``.
+Endpoints: ``POST /v1/translate`` (JSON, schema at ``/openapi.json``), ``GET /v1/models``, the
+LibreTranslate-compatible ``POST /translate``, ``POST /detect``, ``GET /languages``, ``GET /frontend/settings`` and
+``POST /translate_file``, ``POST /v1/translate_file`` (documents), ``GET /health`` and ``GET /metrics`` (Prometheus
+text). Each request goes to the models its languages route it to (``routing.Router``); sentences of concurrent
+requests are translated together by one worker thread (``batcher.Batcher``), which also loads the models
+(``pool.ModelPool``). Every error is a JSON body ``{"error": "one readable message"}``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,23 @@ from fastapi.responses import PlainTextResponse
 
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
+from mtkit.inference.segments import Segment
 from mtkit.serving import contract, documents, libretranslate
 from mtkit.serving.auth import ApiKey
+from mtkit.serving.dispatch import AUTO, Dispatcher
 from mtkit.serving.errors import ApiError, add_error_handlers, error_responses
 from mtkit.serving.metrics import CONTENT_TYPE, Metrics
 from mtkit.serving.middleware import BodyLimit, Observe
-from mtkit.serving.schemas import TranslateRequest, TranslateResponse, translation_out
+from mtkit.serving.pool import ModelPool
+from mtkit.serving.routing import Router
+from mtkit.serving.schemas import (
+    DetectedLanguageOut,
+    LegOut,
+    ModelsOut,
+    TranslateRequest,
+    TranslateResponse,
+    translation_out,
+)
 from mtkit.serving.service import TranslationService, client_gone
 
 
@@ -36,12 +48,12 @@ def create_app(
     cors_origins: tuple[str, ...] = (),
     executor=None,
 ) -> FastAPI:
-    """The app serving ``model``; its batcher starts and stops with the app's lifespan.
+    """The app serving one loaded ``model``; its batcher starts and stops with the app's lifespan.
 
     Args:
         model: anything with ``translate_batch``, ``check`` and ``options.batch_size``. One thread uses it:
             ``executor``'s, or the batcher's own.
-        languages: the (source, target) codes the model translates.
+        languages: the (source, target) codes the model translates (a multilingual model: into its targets).
         limits: the server's bounds.
         api_key: the key every translate request must give; None for none.
         cors_origins: the origins browsers may call from.
@@ -50,9 +62,41 @@ def create_app(
     Returns:
         The app; ``app.state.batcher`` is its batcher.
     """
+    pool = ModelPool.single(model, languages)
+    return create_models_app(pool, limits=limits, api_key=api_key, cors_origins=cors_origins, executor=executor)
+
+
+def create_models_app(
+    pool: ModelPool,
+    *,
+    limits: ServeLimits = ServeLimits(),
+    api_key: Optional[str] = None,
+    cors_origins: tuple[str, ...] = (),
+    executor=None,
+) -> FastAPI:
+    """The app serving the models of ``pool``, each request routed by its languages (``routing.Router``).
+
+    Args:
+        pool: the models; they load on first use unless already loaded.
+        limits: the server's bounds.
+        api_key: the key every translate request must give; None for none.
+        cors_origins: the origins browsers may call from.
+        executor: the one-thread executor models are loaded and run on (``batcher.model_thread``), or None.
+
+    Returns:
+        The app; ``app.state.batcher`` is its batcher, ``app.state.pool`` its pool.
+
+    Raises:
+        MtkitError: two models serve one pair and one of them has no name (``routing.Router``).
+    """
+    router = Router(list(pool.specs.values()))
     metrics = Metrics()
-    service = TranslationService(model, limits, executor=executor, on_batch=metrics.batch_sentences.observe)
-    metrics.watch(service.batcher)
+    count = metrics.model_requests
+    service = TranslationService(
+        pool, limits, executor=executor, on_batch=metrics.batch, on_request=lambda name: count.labels(name).inc()
+    )
+    metrics.watch(service.batcher, pool)
+    dispatcher = Dispatcher(service, router)
     key = ApiKey(api_key)
     store = documents.Store()
 
@@ -69,7 +113,7 @@ def create_app(
     # providers costs each request time on the event loop, on the cores that decode
     telemetry = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
     app = FastAPI(title="mtkit", summary="Machine translation over HTTP", lifespan=lifespan, telemetry=telemetry)
-    app.state.batcher = service.batcher
+    app.state.batcher, app.state.pool = service.batcher, pool
     # the last added runs first: metrics see every response, CORS headers reach the 413s too
     room = limits.max_file_bytes + (64 << 10)  # the document and its multipart framing
     larger = {path: max(room, limits.max_body_bytes) for path in documents.FILE_ROUTES}
@@ -78,11 +122,18 @@ def create_app(
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"])
     app.add_middleware(Observe, metrics=metrics)
     add_error_handlers(app)
+    show_routes = len(pool.specs) > 1
 
     @app.get("/health")
     async def health() -> dict:
-        """200 once the model is loaded and the batcher runs."""
+        """200 once the batcher runs."""
         return {"status": "ok", "queue": service.batcher.depth}
+
+    @app.get("/v1/models", response_model=ModelsOut)
+    async def v1_models() -> dict:
+        """The server's models: each one's name, path, engine, the pairs it serves, whether it is in memory, and
+        why its last load failed."""
+        return {"models": pool.status()}
 
     @app.post(
         "/v1/translate",
@@ -94,42 +145,75 @@ def create_app(
     async def v1_translate(body: TranslateRequest, request: Request) -> TranslateResponse:
         """Translate a sentence or a list of sentences: one translation per sentence, in order. A sentence may carry
         instructions: a prefix its translation starts with, phrases it must contain (constraints) or avoid; in the
-        sentence's object or in the parallel lists ``prefix``, ``constraints``, ``avoid``."""
+        sentence's object or in the parallel lists ``prefix``, ``constraints``, ``avoid``. With source ``auto``
+        each sentence's language is detected and each goes its own route."""
         try:
             lines = body.lines()
         except MtkitError as err:
             raise ApiError(422, str(err)) from None
         if body.options.format == "html" and body.instructed():
             raise ApiError(422, "format html takes plain texts: prefix, constraints and avoid apply to plain text")
-        check_target = getattr(model, "check_target", None)
-        if body.target is not None and check_target is not None:  # checked with no text to translate too
-            try:
-                check_target(body.target)
-            except MtkitError as err:
-                raise ApiError(400, str(err)) from None
-        results = await service.translate(lines, body.options, disconnected=lambda: client_gone(request))
-        return TranslateResponse(translations=[translation_out(r, body.options) for r in results])
+        for code in (body.target, None if body.source in AUTO else body.source):  # checked with no text too
+            if code is not None:
+                router.check_language(code)
+        router.check_model(body.model)
+        targets = [(line.target if isinstance(line, Segment) else None) or body.target for line in lines]
+        results, plan = await dispatcher.run(
+            lines, body.source, targets, body.options, lambda: client_gone(request), model=body.model
+        )
+        out = []
+        for i, (result, route) in enumerate(zip(results, plan.routes)):
+            translation = translation_out(result, body.options)
+            if show_routes or len(route) > 1:
+                translation.route = [LegOut(model=leg.model, source=leg.source, target=leg.target) for leg in route]
+            if plan.detected is not None:
+                translation.detected_language = DetectedLanguageOut(**plan.detected[i])
+            out.append(translation)
+        return TranslateResponse(translations=out)
 
-    libretranslate.add_routes(app, service, languages, key)
-    documents.add_routes(app, service, languages, key, store)
+    libretranslate.add_routes(app, dispatcher, key)
+    documents.add_routes(app, dispatcher, key, store)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_() -> PlainTextResponse:
         return PlainTextResponse(metrics.text(), media_type=CONTENT_TYPE)
 
     fastapi_document = app.openapi
-    targets = list(getattr(model, "targets", ()) or [languages[1]])
-    options = model.options
-    beam_size = 0 if getattr(options, "sampling", False) else getattr(options, "beam_size", 0)
-    html, alignments = _works(model.check_format, "html"), _works(model.options_for, alignments=True)
 
-    def openapi() -> dict:  # FastAPI's document, with this server's bounds, languages and model
+    def openapi() -> dict:  # FastAPI's document, with this server's bounds, languages and models
         if app.openapi_schema is None:
-            contract.tighten(fastapi_document(), limits, targets, beam_size, html, alignments)
+            beam_size, html, alignments = _abilities(pool)
+            contract.tighten(
+                fastapi_document(),
+                limits,
+                list(router.targets),
+                beam_size,
+                html,
+                alignments,
+                sources=list(router.sources),
+                models=list(pool.specs),
+            )
         return app.openapi_schema
 
     app.openapi = openapi
     return app
+
+
+def _abilities(pool: ModelPool) -> tuple[int, bool, bool]:
+    """What requests may ask of the pool's models: the most hypotheses per sentence (0: no bound), HTML, alignments;
+    a loaded model tells for itself, the others by their specs."""
+    beams, html, alignments = [], False, False
+    for name, spec in pool.specs.items():
+        model = pool.resident(name)
+        if model is None:
+            beams.append(spec.beam_size)
+            html, alignments = html or spec.html, alignments or spec.alignments
+            continue
+        options = model.options
+        beams.append(0 if getattr(options, "sampling", False) else getattr(options, "beam_size", 0))
+        html = html or _works(model.check_format, "html")
+        alignments = alignments or _works(model.options_for, alignments=True)
+    return (0 if 0 in beams else max(beams)), html, alignments
 
 
 def _works(call, *args, **kwargs) -> bool:

@@ -68,18 +68,29 @@ def _body(json_schema: dict, form_schema: dict, description: str) -> dict:
     }
 
 
-def translate_body(source: str, targets: list[str], multilingual: bool, limits: ServeLimits) -> dict:
-    """``POST /translate``'s request body, as FastAPI's ``openapi_extra``."""
+def translate_body(sources: list[str], targets: list[str], target_required: bool, limits: ServeLimits) -> dict:
+    """``POST /translate``'s request body, as FastAPI's ``openapi_extra``.
+
+    Args:
+        sources: the languages the server reads.
+        targets: the languages it writes.
+        target_required: whether a request must name its target (the server writes several languages).
+        limits: the server's bounds.
+    """
     text = {"type": "string", "maxLength": limits.max_chars}
     many = {"type": "array", "items": text, "maxItems": most_sentences(limits)}
     fields: dict[str, Any] = {  # an empty field is one not given, as a web form sends it
         "q": {"anyOf": [text, many], "description": "The text, or a list of texts, to translate."},
-        "source": {"type": "string", "enum": ["auto", source, ""], "description": "The source language (auto: it)."},
-        "target": {"type": "string", "enum": targets + ([] if multilingual else [""]), "description": "The target."},
+        "source": {
+            "type": "string",
+            "enum": ["auto", *sources, ""],
+            "description": "The source language (auto: detected).",
+        },
+        "target": {"type": "string", "enum": targets + ([] if target_required else [""]), "description": "The target."},
         "format": {"type": "string", "enum": ["text", "html", ""], "default": "text"},
         "api_key": {"type": "string", "description": "The server's API key, where it has one."},
     }
-    required = ["q", "target"] if multilingual else ["q"]
+    required = ["q", "target"] if target_required else ["q"]
     as_json = {"type": "object", "title": "LibreTranslateRequest", "properties": fields, "required": required}
     # a form has no empty list: no q at all is a missing q
     form_q = {"anyOf": [text, {**many, "minItems": 1}], "description": "The text; repeated for a list of texts."}
@@ -98,16 +109,18 @@ def detect_body(limits: ServeLimits) -> dict:
     return _body(as_json, {**as_json, "title": "DetectForm"}, "LibreTranslate's fields, as JSON or a form.")
 
 
-def file_body(source: str, target: str) -> dict:
-    """The request body of ``POST /translate_file`` and ``POST /v1/translate_file``: a multipart form."""
+def file_body(sources: list[str], targets: list[str], target_required: bool) -> dict:
+    """The request body of ``POST /translate_file`` and ``POST /v1/translate_file``: a multipart form (the
+    languages as ``translate_body``'s)."""
     fields = {  # an empty field is one not given, as a web form sends it
         "file": {"type": "string", "format": "binary", "description": "The document; its name's ending its format."},
-        "source": {"type": "string", "enum": ["auto", source, ""]},
-        "target": {"type": "string", "enum": [target, ""]},
+        "source": {"type": "string", "enum": ["auto", *sources, ""], "description": "auto: detected from its text."},
+        "target": {"type": "string", "enum": targets + ([] if target_required else [""])},
         "format": {"type": "string", "enum": [*FORMATS, ""], "description": "Where the file's name does not say it."},
         "api_key": {"type": "string"},
     }
-    schema = {"type": "object", "title": "DocumentForm", "properties": fields, "required": ["file"]}
+    required = ["file", "target"] if target_required else ["file"]
+    schema = {"type": "object", "title": "DocumentForm", "properties": fields, "required": required}
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 
@@ -158,17 +171,27 @@ HTML_TAKES = {
 
 
 def tighten(
-    document: dict, limits: ServeLimits, targets: list[str], beam_size: int, html: bool = True, alignments: bool = True
+    document: dict,
+    limits: ServeLimits,
+    targets: list[str],
+    beam_size: int,
+    html: bool = True,
+    alignments: bool = True,
+    *,
+    sources: Optional[list[str]] = None,
+    models: Optional[list[str]] = None,
 ) -> None:
-    """Write this server's bounds, languages and model into ``POST /v1/translate``'s schemas of ``document``.
+    """Write this server's bounds, languages and models into ``POST /v1/translate``'s schemas of ``document``.
 
     Args:
         document: FastAPI's OpenAPI document, changed in place.
         limits: the server's bounds: sentences per request, characters per text.
-        targets: the languages the model translates into.
+        targets: the languages the server translates into.
         beam_size: the most hypotheses a sentence may ask for (0: no bound, a sampling model's).
-        html: whether the model translates HTML.
-        alignments: whether the model gives alignments.
+        html: whether the models translate HTML.
+        alignments: whether the models give alignments.
+        sources: the languages the server reads (None: any string).
+        models: the names of its models (None: any string).
     """
     schemas = document["components"]["schemas"]
     most = most_sentences(limits)
@@ -176,6 +199,9 @@ def tighten(
     for props in (request, segment):
         target = props["target"]
         target["anyOf"] = [{"type": "string", "enum": targets}, {"type": "null"}]
+    for name, values in (("source", None if sources is None else ["auto", *sources]), ("model", models)):
+        if values is not None:
+            request[name]["anyOf"] = [{"type": "string", "enum": values}, {"type": "null"}]
     _bound_texts(request["text"], limits.max_chars, most)
     for name in ("prefix", "constraints", "avoid"):
         _bound_texts(request[name], limits.max_chars)

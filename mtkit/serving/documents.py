@@ -11,6 +11,7 @@ removes when it stops.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import tempfile
 import time
@@ -26,14 +27,15 @@ from mtkit.documents.formats import format_of
 from mtkit.errors import MtkitError
 from mtkit.serving import contract
 from mtkit.serving.auth import ApiKey
+from mtkit.serving.dispatch import Dispatcher
 from mtkit.serving.errors import ApiError, error_responses
-from mtkit.serving.libretranslate import query_fields
+from mtkit.serving.libretranslate import languages_of, query_fields
 from mtkit.serving.schemas import RequestOptions
-from mtkit.serving.service import TranslationService
 
 FILE_ROUTES = ("/translate_file", "/v1/translate_file")
 KEEP_SECONDS = 15 * 60
 SLICE = 32  # a document's texts per trip through the batcher
+_TAG = re.compile(r"<[^>]*>")  # an HTML tag: left out of the text whose language is detected
 MEDIA_TYPES = {
     "txt": "text/plain; charset=utf-8",
     "md": "text/markdown; charset=utf-8",
@@ -84,19 +86,24 @@ class Store:
 
 class _ThroughBatcher:
     """What a format module's ``translate`` calls, from a worker thread: each slice of texts goes through the
-    service's batcher on the event loop, and the thread waits for it."""
+    dispatcher on the event loop, and the thread waits for it. With source ``auto`` (where the server reads several
+    languages) the document's language is detected from its first slice, and the whole document goes that route."""
 
-    def __init__(self, service: TranslationService, loop: asyncio.AbstractEventLoop):
-        self.service, self.loop = service, loop
+    def __init__(self, dispatcher: Dispatcher, source: str, target: str, loop: asyncio.AbstractEventLoop):
+        self.dispatcher, self.source, self.target, self.loop = dispatcher, source, target, loop
+        self.route = None
 
     def check_format(self, markup: str, options=None) -> None:
-        self.service.model.check_format(markup, options)
+        pass  # each slice's format is checked against the models that translate it (a 422)
 
     def translate_batch(self, texts: list, *, scores: bool = False, format: str = "text") -> list:
         out = []
         for start in range(0, len(texts), SLICE):
             part = texts[start : start + SLICE]
-            call = self.service.translate(part, RequestOptions(format=format), whole_document=True)
+            if self.route is None:
+                sample = " ".join(_TAG.sub(" ", t) if format == "html" else t for t in part)
+                self.route = self.dispatcher.plan([sample], self.source, [self.target]).routes[0]
+            call = self.dispatcher.translate(part, [self.route] * len(part), RequestOptions(format=format))
             out += asyncio.run_coroutine_threadsafe(call, self.loop).result()
         return out
 
@@ -127,24 +134,20 @@ async def read_document(request: Request, limits_bytes: int, api_key: ApiKey) ->
     return name, data, fields
 
 
-def add_routes(
-    app: FastAPI, service: TranslationService, languages: tuple[str, str], api_key: ApiKey, store: Store
-) -> None:
+def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey, store: Store) -> None:
     """Add ``/translate_file``, ``/download_file/{key}`` and ``/v1/translate_file`` to ``app``."""
-    src, tgt = languages
-    body = contract.file_body(src, tgt)
+    router, limits = dispatcher.router, dispatcher.service.limits
+    body = contract.file_body(list(router.sources), list(router.targets), len(router.targets) > 1)
     errors = error_responses(400, *((403,) if api_key.key is not None else ()), 413, 415, 422, 503, 504)
 
     async def translate_upload(request: Request) -> tuple[str, str, bytes]:
-        name, data, fields = await read_document(request, service.limits.max_file_bytes, api_key)
-        source, target = fields.get("source") or "auto", fields.get("target") or tgt
-        if source not in (src, "auto") or target != tgt:
-            raise ApiError(400, f"this server translates {src} to {tgt} only, not {source} to {target}")
+        name, data, fields = await read_document(request, limits.max_file_bytes, api_key)
+        source, target = languages_of(fields, router)
         try:
             fmt = format_of(name, fields.get("format") or None)
         except MtkitError as err:
             raise ApiError(415, str(err)) from None
-        model = _ThroughBatcher(service, asyncio.get_running_loop())
+        model = _ThroughBatcher(dispatcher, source, target, asyncio.get_running_loop())
         try:
             translated, _ = await asyncio.to_thread(translate_bytes, model, data, fmt, where=name)
         except MtkitError as err:

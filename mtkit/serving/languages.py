@@ -1,4 +1,5 @@
-"""The language pair a model translates: its codes, read from its run, and their English names."""
+"""The languages a model translates: its codes, read from its run without loading its weights, and their English
+names."""
 
 from __future__ import annotations
 
@@ -16,14 +17,18 @@ def language_name(code: str) -> str:
     return LANGUAGE_NAMES.get(code, code)
 
 
-def run_languages(path: Path) -> tuple[str, str]:
-    """The source and target language codes of a model, from its config's data section.
+def run_config(path: Path):
+    """The config a model was trained with, from its checkpoint's metadata or its CTranslate2 export: no weights
+    are read.
 
     Args:
         path: a run directory, a checkpoint or a CTranslate2 export directory.
 
     Returns:
-        (source, target); a multilingual model's target is ``mul`` (its targets: ``TranslationModel.targets``).
+        The run's ``config.Config``.
+
+    Raises:
+        MtkitError: no such path, no checkpoint in it, or a checkpoint whose metadata does not read.
     """
     # imported here: reading a checkpoint needs torch, which the rest of the server's set-up does not
     from mtkit import checkpoint as ckpt
@@ -35,6 +40,37 @@ def run_languages(path: Path) -> tuple[str, str]:
         tree = ct2.read_export(path)[0]["config"]
     else:
         tree = ckpt.read_metadata(ckpt.resolve(path))["config"]
+    return cfgmod.from_dict(tree, str(path))
+
+
+def run_languages(path: Path) -> tuple[str, str]:
+    """The source and target language codes of a model, from its config's data section.
+
+    Args:
+        path: a run directory, a checkpoint or a CTranslate2 export directory.
+
+    Returns:
+        (source, target); a multilingual model's target is ``mul`` (its targets: ``TranslationModel.targets``).
+    """
     from mtkit.inference.languages import run_languages as data_languages
 
-    return data_languages(cfgmod.from_dict(tree, str(path)).data)[0]
+    return data_languages(run_config(path).data)[0]
+
+
+def data_directions(data) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """The directions a run serves, from its ``data`` section, and whether it is multilingual.
+
+    A bilingual run serves (source, target); a multilingual one with one source serves it into each of its targets;
+    one with several sources serves the directions it was trained on (those with a ``train`` split); the others are
+    zero-shot, reached by pivoting unless a models file lists them.
+
+    Returns:
+        ((source, target), ...) in the order of the config, and True for a multilingual run.
+    """
+    if not data.multilingual:
+        return ((data.src_lang, data.tgt_lang),), False
+    sources = list(dict.fromkeys(d.src_lang for d in data.directions))
+    if len(sources) == 1:
+        return tuple((sources[0], t) for t in data.targets), True
+    trained = [(d.src_lang, d.tgt_lang) for d in data.directions if "train" in d.splits]
+    return tuple(dict.fromkeys(trained)), True

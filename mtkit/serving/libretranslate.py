@@ -1,4 +1,5 @@
-"""LibreTranslate's API for its clients: ``POST /translate``, ``GET /languages`` and ``GET /frontend/settings``.
+"""LibreTranslate's API for its clients: ``POST /translate``, ``POST /detect``, ``GET /languages`` and
+``GET /frontend/settings``.
 
 As LibreTranslate, a request's fields come from a JSON body, a form or the query string (deep-translator sends
 them there); where both have a field, the body's wins.
@@ -11,14 +12,15 @@ from typing import Union
 
 from fastapi import FastAPI, Request
 
-from mtkit.inference.segments import Segment
 from mtkit.serving import contract
 from mtkit.serving.auth import ApiKey
-from mtkit.serving.detection import Detection, text_to_detect
+from mtkit.serving.detection import text_to_detect
+from mtkit.serving.dispatch import Dispatcher
 from mtkit.serving.errors import ApiError, error_responses
 from mtkit.serving.languages import language_name
+from mtkit.serving.routing import Router
 from mtkit.serving.schemas import RequestOptions
-from mtkit.serving.service import TranslationService, client_gone
+from mtkit.serving.service import client_gone
 
 
 def _fields(pairs: dict[str, list]) -> dict:
@@ -65,24 +67,22 @@ async def _body_fields(request: Request) -> dict:
     raise ApiError(415, f"unsupported content type {kind!r}; send JSON or a form")
 
 
-def text_to_translate(
-    fields: dict, languages: tuple[str, str], targets: tuple[str, ...] = ()
-) -> tuple[Union[str, list[str]], str, str]:
-    """The ``q`` and ``format`` of a translate request whose fields ask for what this server translates.
+def text_to_translate(fields: dict, router: Router) -> tuple[Union[str, list[str]], str, str, str]:
+    """The ``q``, ``format``, source and target of a translate request whose fields name languages this server
+    knows.
 
     Args:
         fields: the request's fields (``read_fields``).
-        languages: the (source, target) codes this server translates.
-        targets: a multilingual model's target languages (() for a bilingual one).
+        router: the server's routes.
 
     Returns:
-        ``q`` (a string, or a list of strings), the format (``text`` or ``html``) and the target language.
+        ``q`` (a string, or a list of strings), the format (``text`` or ``html``), the source (a code or ``auto``)
+        and the target language.
 
     Raises:
-        ApiError: 400 without ``q``, for another language pair or a format other than text and html; 422 for a
-            field of the wrong type.
+        ApiError: 400 without ``q``, without a target where the server writes several languages, for a language it
+            does not know or a format other than text and html; 422 for a field of the wrong type.
     """
-    src, tgt = languages
     q = fields.get("q")
     if q is None:
         raise ApiError(400, "missing q (the text to translate)")
@@ -91,33 +91,45 @@ def text_to_translate(
     for name in ("source", "target", "format", "api_key"):
         if not isinstance(fields.get(name, ""), str):
             raise ApiError(422, f"{name} must be a string")
-    source, target = fields.get("source") or "auto", fields.get("target") or (tgt if not targets else "")
-    if targets:
-        if source not in (src, "auto") or target not in targets:
-            raise ApiError(400, f"this server translates {src} to {', '.join(targets)}, not {source} to {target}")
-    elif source not in (src, "auto") or target != tgt:
-        raise ApiError(400, f"this server translates {src} to {tgt} only, not {source} to {target}")
+    source, target = languages_of(fields, router)
     fmt = fields.get("format") or "text"
     if fmt not in ("text", "html"):
         raise ApiError(400, f"format {fmt!r} is not supported; use text or html")
-    return q, fmt, target
+    return q, fmt, source, target
 
 
-def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, str], api_key: ApiKey) -> None:
-    """Add LibreTranslate's ``/translate``, ``/languages`` and ``/frontend/settings`` to ``app``, translating with
-    ``service``."""
-    src, tgt = languages
-    targets = tuple(getattr(getattr(service.model, "engine", None), "targets", ()))  # () for a bilingual model
+def languages_of(fields: dict, router: Router) -> tuple[str, str]:
+    """A LibreTranslate request's source (``auto`` where not given) and target (the server's one target where not
+    given), each a language the server knows.
+
+    Raises:
+        ApiError: 400 for a missing target where the server writes several languages, or an unknown language.
+    """
+    source = fields.get("source") or "auto"
+    target = fields.get("target") or (router.targets[0] if len(router.targets) == 1 else "")
+    if not target:
+        raise ApiError(400, f"missing target; this server translates {router.summary()}")
+    for code in (source, target):
+        if code != "auto":
+            router.check_language(code)
+    return source, target
+
+
+def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey) -> None:
+    """Add LibreTranslate's ``/translate``, ``/detect``, ``/languages`` and ``/frontend/settings`` to ``app``,
+    translating with ``dispatcher``."""
+    router, limits = dispatcher.router, dispatcher.service.limits
     keyed = (403,) if api_key.key is not None else ()
-    body = contract.translate_body(src, list(targets) or [tgt], bool(targets), service.limits)
-    detection = Detection(tuple(dict.fromkeys([src, *(targets or (tgt,))])))
+    required = len(router.targets) > 1
+    body = contract.translate_body(list(router.sources), list(router.targets), required, limits)
 
     @app.get("/frontend/settings", response_model=contract.FrontendSettings)
     async def frontend_settings() -> dict:
         """What LibreTranslate's web page and apps ask first: the server's limits, features and default pair."""
-        target = targets[0] if targets else tgt
+        source = router.sources[0]
+        target = router.targets_of(source)[0]
         return {
-            "charLimit": service.limits.max_chars,
+            "charLimit": limits.max_chars,
             "frontendTimeout": 500,  # milliseconds the web page waits after typing before it translates
             "apiKeys": api_key.key is not None,
             "keyRequired": api_key.key is not None,
@@ -125,17 +137,17 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
             "filesTranslation": True,
             "supportedFilesFormat": contract.file_endings(),
             "language": {
-                "source": {"code": src, "name": language_name(src)},
+                "source": {"code": source, "name": language_name(source)},
                 "target": {"code": target, "name": language_name(target)},
             },
         }
 
     @app.get("/languages")
     async def languages_() -> list[dict]:
-        """LibreTranslate's language list: the source this model reads and the languages it writes."""
-        writes = list(targets) or [tgt]
-        return [{"code": src, "name": language_name(src), "targets": writes}] + [
-            {"code": t, "name": language_name(t), "targets": []} for t in writes
+        """LibreTranslate's language list: each language the server reads with those it translates it into
+        (through a pivot too), then each it only writes."""
+        return [
+            {"code": code, "name": language_name(code), "targets": router.targets_of(code)} for code in router.languages
         ]
 
     @app.post(
@@ -146,19 +158,21 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
     )
     async def libre_translate(request: Request) -> dict:
         """LibreTranslate's translate: JSON, a form or the query string; q a string or a list -> translatedText
-        likewise."""
+        likewise. With source auto, each text's language is detected and each goes its own route."""
         fields = await read_fields(request)
         api_key.check_fields(fields, request)
-        q, fmt, target = text_to_translate(fields, languages, targets)
+        q, fmt, source, target = text_to_translate(fields, router)
         lines = [q] if isinstance(q, str) else q
-        if targets:
-            lines = [Segment(line, target=target) for line in lines]
-        results = await service.translate(lines, RequestOptions(format=fmt), disconnected=lambda: client_gone(request))
+        results, plan = await dispatcher.run(
+            lines, source, [target] * len(lines), RequestOptions(format=fmt), lambda: client_gone(request)
+        )
         texts = [r.text for r in results]
         answer: dict = {"translatedText": texts[0] if isinstance(q, str) else texts}
-        if (fields.get("source") or "auto") == "auto":  # as LibreTranslate: what the source was taken to be
+        if plan.detected is not None:  # as LibreTranslate: what each source was taken to be
+            answer["detectedLanguage"] = plan.detected[0] if isinstance(q, str) else plan.detected
+        elif source == "auto":  # one source: what the text looks like, among every language the server knows
             try:
-                answer["detectedLanguage"] = detection.detected(q)
+                answer["detectedLanguage"] = dispatcher.detection.detected(q)
             except ApiError:  # no detector installed: the translation still stands
                 pass
         return answer
@@ -167,7 +181,7 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
         "/detect",
         response_model=list[contract.DetectedOut],
         responses=error_responses(400, *keyed, 413, 415, 422),
-        openapi_extra=contract.detect_body(service.limits),
+        openapi_extra=contract.detect_body(limits),
     )
     async def libre_detect(request: Request) -> list[dict]:
         """LibreTranslate's detect: the languages ``q`` may be in, among those this server reads and writes, most
@@ -175,6 +189,6 @@ def add_routes(app: FastAPI, service: TranslationService, languages: tuple[str, 
         fields = await read_fields(request)
         api_key.check_fields(fields, request)
         q = text_to_detect(fields)
-        if len(q) > service.limits.max_chars:
-            raise ApiError(413, f"{len(q)} characters; at most {service.limits.max_chars}")
-        return detection.detect(q)
+        if len(q) > limits.max_chars:
+            raise ApiError(413, f"{len(q)} characters; at most {limits.max_chars}")
+        return dispatcher.detection.detect(q)

@@ -1,21 +1,25 @@
-"""``mtkit serve``: load a model, then serve it with uvicorn until Ctrl-C or SIGTERM."""
+"""``mtkit serve``: read the models (loading them now with ``--preload``), then serve them with uvicorn until
+Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
 import math
 import signal
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
+from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
-from mtkit.serving.app import create_app
+from mtkit.serving.app import create_models_app
 from mtkit.serving.batcher import model_thread
-from mtkit.serving.languages import run_languages
+from mtkit.serving.models import model_specs
+from mtkit.serving.pool import ModelPool
 
 
 def serve_main(
-    run: Path,
+    runs: Sequence[Path],
     *,
+    models_file: Optional[Path] = None,
     host: str,
     port: int,
     api_key: Optional[str],
@@ -23,41 +27,46 @@ def serve_main(
     limits: ServeLimits,
     engine: str,
     overrides: dict,
+    max_models: Optional[int] = None,
+    preload: bool = False,
     access_log: bool = False,
 ) -> None:
-    """Load the model, then serve it until Ctrl-C or SIGTERM.
+    """Read the models, then serve them until Ctrl-C or SIGTERM.
 
     On either signal uvicorn stops accepting, finishes the requests in flight (for at most the request timeout),
     and the function returns.
 
     Args:
-        run: a run directory, a checkpoint or a CTranslate2 export directory.
+        runs: run directories, checkpoints or CTranslate2 export directories.
+        models_file: a models file (``models.read_models_file``), or None.
         host: the address to listen on.
         port: the port to listen on.
         api_key: the key translate requests must give; None or empty for none.
         cors_origins: the origins browsers may call from.
         limits: the server's bounds.
-        engine: the engine to load the model with.
-        overrides: decoding options for ``mtkit.load``.
+        engine: the engine to load the models with (a models file's entry may name its own).
+        overrides: decoding options for ``mtkit.load`` (a models file's entry's own win).
+        max_models: the most models in memory at once; None for all.
+        preload: load the models now (the first ``max_models``) rather than on first use.
         access_log: log each request.
 
     Raises:
-        MtkitError: the model does not load.
+        MtkitError: a model that does not read (or, with ``preload``, does not load), a bad models file, two unnamed
+            models serving one pair.
     """
     import uvicorn
 
-    from mtkit.inference.api import load
-
-    executor = model_thread()  # the model is loaded and run on this one thread
-    model = executor.submit(load, run, engine=engine, **overrides).result()
-    app = create_app(
-        model,
-        run_languages(run),
-        limits=limits,
-        api_key=api_key or None,
-        cors_origins=tuple(cors_origins),
-        executor=executor,
+    specs = model_specs(runs, models_file, engine=engine, options=overrides)
+    pool = ModelPool(specs, max_models=max_models)
+    executor = model_thread()  # the models are loaded and run on this one thread
+    app = create_models_app(
+        pool, limits=limits, api_key=api_key or None, cors_origins=tuple(cors_origins), executor=executor
     )
+    if preload:
+        failures = executor.submit(pool.preload).result()
+        if failures:
+            executor.shutdown(wait=False)
+            raise MtkitError(str(failures[0]))
     # uvicorn handles both signals while it runs, then raises the one it stopped on again for the handlers it
     # found; with these, a stop it has completed ends the process normally instead of killing it by that signal
     stops = (signal.SIGINT, signal.SIGTERM)

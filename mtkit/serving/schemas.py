@@ -101,7 +101,16 @@ class TranslateRequest(BaseModel):
         None, description="A list of phrases to avoid (or null) per sentence." + IN_ORDER
     )
     target: Optional[StrictStr] = Field(
-        None, description="The target language of a multilingual model; a text item's own target wins."
+        None,
+        description="The target language (default: the one the source translates into); a text item's own wins.",
+    )
+    source: Optional[StrictStr] = Field(
+        None,
+        description="The source language, or auto: each text's detected among the server's sources (default: the"
+        " server's one source, auto where it reads several).",
+    )
+    model: Optional[StrictStr] = Field(
+        None, description="The model to translate with, among those serving the pair (GET /v1/models)."
     )
     options: RequestOptions = Field(default_factory=RequestOptions)
 
@@ -139,16 +148,46 @@ class HypothesisOut(BaseModel):
     alignment: Optional[list[list[float]]] = Field(None, description="Rows: target subwords and EOS; columns: source.")
 
 
+class LegOut(BaseModel):
+    model: str
+    source: str
+    target: str
+
+
+class DetectedLanguageOut(BaseModel):
+    language: str
+    confidence: float = Field(..., description="From 0 to 100.")
+
+
 class TranslationOut(BaseModel):
     text: str = Field(..., description="The best translation.")
+    detected_language: Optional[DetectedLanguageOut] = Field(None, description="With source auto: the text's.")
+    route: Optional[list[LegOut]] = Field(
+        None,
+        description="The models it went through, each from its source into its target: one, or two through a pivot"
+        " language (given where the server has several models or the route pivots).",
+    )
     source_tokens: Optional[list[str]] = Field(None, description="With options.alignments: the source subwords.")
     hypotheses: Optional[list[HypothesisOut]] = Field(
-        None, description="With options.nbest, options.scores or options.alignments."
+        None, description="With options.nbest, options.scores or options.alignments (through a pivot: its last leg's)."
     )
 
 
 class TranslateResponse(BaseModel):
     translations: list[TranslationOut]
+
+
+class ModelOut(BaseModel):
+    name: str
+    path: Optional[str] = Field(..., description="Its run directory, checkpoint or export (null: given loaded).")
+    engine: str
+    directions: list[str] = Field(..., description="The pairs it serves, source-target.")
+    loaded: bool = Field(..., description="Whether it is in memory now.")
+    error: Optional[str] = Field(..., description="Why its last load failed; null when it did not.")
+
+
+class ModelsOut(BaseModel):
+    models: list[ModelOut]
 
 
 def translation_out(result, options: RequestOptions) -> TranslationOut:

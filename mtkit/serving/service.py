@@ -1,8 +1,10 @@
-"""The translation service behind every route: admission, queueing into the batcher, and the wait for results."""
+"""The translation service behind every route: admission, loading a model when it is not in memory, queueing into
+the batcher, and the wait for results."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, Optional
 
 from mtkit.errors import MtkitError
@@ -10,6 +12,7 @@ from mtkit.flags import ServeLimits
 from mtkit.inference.segments import Segment
 from mtkit.serving.batcher import Batcher, Item, QueueFull
 from mtkit.serving.errors import ApiError
+from mtkit.serving.pool import ModelPool, ModelUnavailable
 from mtkit.serving.schemas import RequestOptions
 
 if TYPE_CHECKING:
@@ -19,16 +22,19 @@ Disconnected = Callable[[], Awaitable[Any]]  # returns once the client has gone
 
 
 class TranslationService:
-    """Translates the sentences of requests with ``model``, batched across requests.
+    """Translates the sentences of requests with the models of a pool, batched across requests.
 
-    Only the batcher's worker calls the model. A request's sentences leave the queue when it times out or its client
-    disconnects.
+    One batcher serves every model: its key is (model name, call arguments), so a batch holds one model's
+    sentences, and its worker gets the model from the pool (loading it first if need be) on the model thread. Only
+    that worker calls a model. A request's sentences leave the queue when it times out or its client disconnects.
 
     Args:
-        model: anything with ``translate_batch``, ``check`` and ``options.batch_size``.
+        model: a ``pool.ModelPool``, or one loaded model (anything with ``translate_batch``, ``check`` and
+            ``options.batch_size``), served as a pool of one.
         limits: the server's bounds.
-        executor: the one-thread executor the model was loaded on (``batcher.model_thread``), or None.
-        on_batch: called with each batch's size.
+        executor: the one-thread executor the models are loaded and run on (``batcher.model_thread``), or None.
+        on_batch: called on the model thread with each batch's model name and size.
+        on_request: called with the model name of each translate call (a pivot's legs count one each).
         sleep: the request timeout's wait, like ``asyncio.sleep``.
     """
 
@@ -38,19 +44,25 @@ class TranslationService:
         limits: ServeLimits = ServeLimits(),
         *,
         executor=None,
-        on_batch: Optional[Callable[[int], None]] = None,
+        on_batch: Optional[Callable[[str, int], None]] = None,
+        on_request: Optional[Callable[[str], None]] = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ):
-        self.model, self.limits, self._sleep = model, limits, sleep
+        self.pool = model if isinstance(model, ModelPool) else ModelPool.single(model, ("", ""))
+        self.limits, self._sleep, self.on_batch, self.on_request = limits, sleep, on_batch, on_request
         self.batcher = Batcher(
             self._call_model,
-            model.options.batch_size,
+            max(spec.batch_size for spec in self.pool.specs.values()),
             limits.max_wait,
             limits.queue_size,
-            on_batch=on_batch,
             executor=executor,
             max_delay=limits.max_delay,
         )
+
+    @property
+    def model(self):
+        """The default model if it is in memory, else None."""
+        return self.pool.resident(self.pool.default)
 
     def start(self) -> None:
         """Start the batcher's worker."""
@@ -60,8 +72,15 @@ class TranslationService:
         """Stop the worker; requests still queued get a 503."""
         self.batcher.stop()
 
-    def model_arguments(self, options: RequestOptions) -> tuple[tuple[str, Any], ...]:
+    def model_arguments(
+        self, options: RequestOptions, model=None, target: Optional[str] = None
+    ) -> tuple[tuple[str, Any], ...]:
         """``translate_batch``'s keyword arguments for a request's ``options``.
+
+        Args:
+            options: the request's options.
+            model: the loaded model that translates it (default: the default model).
+            target: the target language to pass (a multilingual model's), or None.
 
         Returns:
             (name, value) pairs: hashable, so that they are the batcher's key too.
@@ -70,28 +89,37 @@ class TranslationService:
             ApiError: 422 for options the model refuses (``TranslationModel.options_for``: more hypotheses than
                 the beam holds, alignments from CTranslate2), with the message the CLI and the API give.
         """
+        model = self.model if model is None else model
         nbest = options.nbest
         try:
-            found = self.model.options_for(nbest=nbest, scores=options.scores, alignments=options.alignments)
-            self.model.check_format(options.format, found)
+            found = model.options_for(nbest=nbest, scores=options.scores, alignments=options.alignments)
+            model.check_format(options.format, found)
         except MtkitError as err:
             raise ApiError(422, str(err)) from None
-        return (
+        arguments = (
             ("nbest", nbest),
             ("scores", options.scores),
             ("alignments", options.alignments),
             ("format", options.format),
             ("split_sentences", options.split_sentences),
         )
+        return arguments + ((("target", target),) if target is not None else ())
 
     def _call_model(self, lines: list, key: Hashable) -> list:
-        return self.model.translate_batch(lines, **dict(key))  # key: model_arguments'
+        name, arguments = key  # arguments: model_arguments', or None to load the model
+        model = self.pool.get(name)
+        if arguments is None:
+            return [model] * len(lines)
+        results = model.translate_batch(lines, **dict(arguments))
+        if self.on_batch is not None:
+            self.on_batch(name, len(lines))
+        return results
 
-    def admit(self, lines: list) -> None:
-        """Accept ``lines`` within the request bounds, each segment's instructions checked by the model.
+    def check_bounds(self, lines: list) -> None:
+        """Accept ``lines`` within the request bounds.
 
         Raises:
-            ApiError: 413 for too many sentences or characters, 422 for a segment the model cannot follow.
+            ApiError: 413 for too many sentences or characters.
         """
         most = min(self.limits.max_sentences, self.limits.queue_size)  # more could never fit in the queue
         if len(lines) > most:
@@ -99,18 +127,62 @@ class TranslationService:
         chars = sum(_chars(line) for line in lines)
         if chars > self.limits.max_chars:
             raise ApiError(413, f"{chars} characters in one request; at most {self.limits.max_chars}")
-        check_target = getattr(self.model, "check_target", None)
+
+    def check_lines(
+        self, model, lines: list, target: Optional[str] = None, *, name: Optional[str] = None, numbers=None
+    ) -> None:
+        """Accept each segment's instructions and target, as ``model`` checks them.
+
+        Args:
+            model: the loaded model.
+            lines: the sentences.
+            target: the target language of the call (a multilingual model's), or None.
+            name: the model's name in the pool (default: the default model's).
+            numbers: each line's number in its request (default: 1, 2, ...), for the messages.
+
+        Raises:
+            ApiError: 400 for a target the model does not translate into, 422 for instructions it cannot follow.
+        """
+        multilingual = self.pool.specs[name or self.pool.default].multilingual
+        check_target = getattr(model, "check_target", None)
         for i, line in enumerate(lines):
-            if check_target is not None:
+            number = numbers[i] if numbers is not None else i + 1
+            own = line.target if isinstance(line, Segment) else None
+            if check_target is not None and (multilingual or own is not None):
                 try:
-                    check_target(line.target if isinstance(line, Segment) else None)
+                    check_target(own or target)
                 except MtkitError as err:
-                    raise ApiError(400, f"text item {i + 1}: {err}") from None
+                    raise ApiError(400, f"text item {number}: {err}") from None
             if isinstance(line, Segment):
                 try:
-                    self.model.check(line)
+                    model.check(line)
                 except MtkitError as err:
-                    raise ApiError(422, f"text item {i + 1}: {err}") from None
+                    raise ApiError(422, f"text item {number}: {err}") from None
+
+    def admit(self, lines: list) -> None:
+        """Accept ``lines`` within the request bounds, each segment's instructions checked by the default model.
+
+        Raises:
+            ApiError: 413 for too many sentences or characters, 422 for a segment the model cannot follow.
+        """
+        self.check_bounds(lines)
+        self.check_lines(self.model, lines)
+
+    async def resident(self, name: str, disconnected: Optional[Disconnected] = None):
+        """The model ``name``, loaded on the model thread first if it is not in memory: the load queues as a
+        batch does, and a request for a model that is loading waits for it (with no timeout).
+
+        Raises:
+            ApiError: 503 when it failed to load (the reason and a Retry-After), the queue is full or the server
+                stops; 499 when the client leaves first.
+        """
+        found = self.pool.resident(name)
+        if found is not None:
+            return found
+        refused = self.pool.refused(name)
+        if refused is not None:
+            raise _unavailable(refused)
+        return (await self._queue([None], (name, None), disconnected, None))[0]
 
     async def translate(
         self,
@@ -118,54 +190,81 @@ class TranslationService:
         options: Optional[RequestOptions] = None,
         disconnected: Optional[Disconnected] = None,
         *,
-        whole_document: bool = False,
+        bounded: bool = True,
+        model: Optional[str] = None,
+        target: Optional[str] = None,
+        timeout: Optional[float] = None,
+        numbers=None,
     ) -> list:
-        """The model's results for ``lines``, translated in batches with other requests' sentences.
+        """A model's results for ``lines``, translated in batches with other requests' sentences.
 
         Args:
             lines: the sentences, each a str or a ``segments.Segment`` with its instructions.
             options: what each translation gives besides its text; None for the text alone.
             disconnected: returns once the client has gone; None for a client that stays.
-            whole_document: the lines are a slice of an uploaded document, whose size was bounded as a file's
-                (``max_file_bytes``): the per-request bounds on sentences and characters do not apply.
+            bounded: check the per-request bounds on sentences and characters; False for what was bounded already
+                (the slices of an uploaded document, bounded as a file by ``max_file_bytes``; a request's groups).
+            model: the pool's model to translate with (default: its default model).
+            target: the target language to pass to the model (a multilingual model's), or None.
+            timeout: the seconds to wait for the translations (default: the server's request timeout).
+            numbers: each line's number in its request, for the messages (default: 1, 2, ...).
 
         Returns:
             One ``results.Translation`` per line, in order.
 
         Raises:
-            ApiError: 413 or 422 from ``admit`` and ``model_arguments``; 503 with Retry-After when the queue is full
-                or the server stops; 504 on timeout and 499 when the client disconnects, their sentences dropped;
-                422 when the model rejects a line.
+            ApiError: 413 from ``check_bounds``; 400 or 422 from ``check_lines`` and ``model_arguments``; 503 with
+                Retry-After when the model failed to load, the queue is full or the server stops; 504 on timeout and
+                499 when the client disconnects, their sentences dropped; 422 when the model rejects a line.
         """
-        if not whole_document:
-            self.admit(lines)
+        if bounded:
+            self.check_bounds(lines)
         options = options or RequestOptions()
         if options.format == "html" and any(isinstance(line, Segment) and not line.plain for line in lines):
             raise ApiError(422, "format html takes plain texts: prefix, constraints and avoid apply to plain text")
-        key = self.model_arguments(options)
+        name = model or self.pool.default
+        loaded = await self.resident(name, disconnected)
+        self.check_lines(loaded, lines, target, name=name, numbers=numbers)
+        key = (name, self.model_arguments(options, loaded, target))
+        if self.on_request is not None:
+            self.on_request(name)
+        return await self._queue(lines, key, disconnected, self.limits.timeout if timeout is None else timeout)
+
+    async def _queue(self, lines: list, key: Hashable, disconnected: Optional[Disconnected], timeout) -> list:
+        """Submit ``lines`` under ``key`` and wait for their results (``timeout`` None: with no timeout)."""
         try:
             items = self.batcher.submit(lines, key)
         except QueueFull as err:
             raise ApiError(503, str(err), {"Retry-After": "1"}) from None
-        results = await self._wait(items, disconnected)
+        results = await self._wait(items, disconnected, timeout)
         try:
             return results.result()
         except QueueFull as err:
             raise ApiError(503, str(err), {"Retry-After": "1"}) from None
+        except ModelUnavailable as err:
+            raise _unavailable(err) from None
         except (MtkitError, ValueError, TypeError) as err:
             raise ApiError(422, str(err)) from None
 
-    async def _wait(self, items: list[Item], disconnected: Optional[Disconnected]) -> asyncio.Future:
+    async def _wait(
+        self, items: list[Item], disconnected: Optional[Disconnected], timeout: Optional[float]
+    ) -> asyncio.Future:
         """The items' results as one done future, once they are ready.
 
         Raises:
-            ApiError: 504 when the timeout comes first, 499 when the client goes first; the items are dropped.
+            ApiError: 504 when the timeout comes first, 499 when the client goes first; the items are dropped, as
+                they are when the caller is cancelled.
         """
+        loop = asyncio.get_running_loop()
         results = asyncio.gather(*[asyncio.wrap_future(item.future) for item in items])
-        gone = asyncio.ensure_future(disconnected() if disconnected else asyncio.get_running_loop().create_future())
-        expired = asyncio.ensure_future(self._sleep(self.limits.timeout))
+        gone = asyncio.ensure_future(disconnected() if disconnected else loop.create_future())
+        expired = asyncio.ensure_future(self._sleep(timeout) if timeout is not None else loop.create_future())
         try:
             done, _ = await asyncio.wait({results, gone, expired}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the request's other part failed: nobody waits for these any more
+            self.batcher.drop(items)
+            results.cancel()
+            raise
         finally:
             gone.cancel()
             expired.cancel()
@@ -175,7 +274,12 @@ class TranslationService:
         results.cancel()
         if gone in done:  # nobody reads the answer; the status is for the logs and /metrics
             raise ApiError(499, "the client closed the connection before its translations were ready")
-        raise ApiError(504, f"no translation within {self.limits.timeout:g} s; retry later or send fewer sentences")
+        raise ApiError(504, f"no translation within {timeout:g} s; retry later or send fewer sentences")
+
+
+def _unavailable(err: ModelUnavailable) -> ApiError:
+    """A model that failed to load: 503, its reason, and when to retry."""
+    return ApiError(503, str(err), {"Retry-After": str(max(1, math.ceil(err.retry_after)))})
 
 
 def _chars(line) -> int:
