@@ -295,28 +295,47 @@ def plot(run: Path = typer.Argument(..., help="Run directory.")):
 @_command
 def export(
     run: Path = typer.Argument(..., help="Run directory or checkpoint file (the checkpoint translate would use)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the exported model to."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Directory to write the exported model to (--format argos: the package file)."
+    ),
     fmt: str = typer.Option(
         _OUTPUT.export_format,
         "--format",
-        help='ctranslate2 (needs the extra: pip install "mtkit\\[ct2]") or hf (a MarianMT directory for transformers)',
+        help='ctranslate2 (needs the extra: pip install "mtkit\\[ct2]"), hf (a MarianMT directory for transformers) '
+        "or argos (an Argos Translate / LibreTranslate package, .argosmodel; needs ctranslate2 too)",
     ),
     quantization: Optional[str] = typer.Option(
         None, "--quantization", "-q", help="int8, int16, float16, bfloat16 (or int8_float32, ...); default float32."
     ),
+    source: Optional[str] = typer.Option(
+        None, "--source", help="--format argos, a multilingual run with several sources: the package's source."
+    ),
+    target: Optional[str] = typer.Option(
+        None, "--target", help="--format argos, a multilingual run: the package's target (one package per direction)."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
 ):
-    """Export a trained Transformer for CTranslate2, or as a Hugging Face MarianMT directory, with its tokenizer.
+    """Export a trained Transformer for CTranslate2, as a Hugging Face MarianMT directory, or as an Argos Translate
+    package (which LibreTranslate serves), with its tokenizer.
 
     Examples: mtkit export runs/demo --out runs/demo-ct2 --quantization int8 && mtkit translate runs/demo-ct2
               mtkit export runs/demo --format hf --out runs/demo-hf
+              mtkit export runs/demo --format argos --out en_de.argosmodel --quantization int8
     """
-    if check_flags(export_format=fmt).export_format == "hf":
+    export_format = check_flags(export_format=fmt).export_format
+    if export_format != "argos" and (source is not None or target is not None):
+        raise MtkitError("--source and --target are for --format argos (one package per direction)")
+    if export_format == "hf":
         from mtkit.interop.marian_export import export_main as export_hf
 
         if quantization is not None:
-            raise MtkitError("--quantization is for --format ctranslate2; --format hf writes float32 weights")
+            raise MtkitError("--quantization is for --format ctranslate2 and argos; --format hf writes float32 weights")
         export_hf(run=run, out=out, force=force)
+        return
+    if export_format == "argos":
+        from mtkit.interop.argos_export import export_main as export_argos
+
+        export_argos(run=run, out=out, quantization=quantization, force=force, source=source, target=target)
         return
     from mtkit.interop.ct2_export import export_main
 

@@ -122,12 +122,14 @@ def _attention(spec, attn, relative: bool) -> None:
         spec.relative_position_values = _np(attn.rel_v.weight)
 
 
-def build_spec(model, tokenizer):
+def build_spec(model, tokenizer, table_positions: Optional[int] = None):
     """The CTranslate2 spec of a Transformer, tensor by tensor (the module docstring has the mapping).
 
     Args:
         model: a ``models.transformer.Transformer`` that ``check_exportable`` accepts.
         tokenizer: its ``Tokenizer``; the vocabularies are its pieces by id.
+        table_positions: rows of the sinusoidal position table, when more than ``model.max_positions`` are wanted
+            (for a runtime that feeds longer inputs, such as Argos Translate); None: ``max_positions``.
 
     Returns:
         A ``ctranslate2.specs.TransformerSpec`` holding ``model``.
@@ -177,7 +179,8 @@ def build_spec(model, tokenizer):
     if cfg.positions == "sinusoidal":
         from mtkit.models.positions import sinusoidal_table
 
-        table = _np(sinusoidal_table(cfg.max_positions, cfg.d_model))  # (max_positions, d_model)
+        rows = max(cfg.max_positions, table_positions or 0)
+        table = _np(sinusoidal_table(rows, cfg.d_model))  # (rows, d_model)
         encoder.position_encodings.encodings = table
         decoder.position_encodings.encodings = table
     elif cfg.positions == "learned":
@@ -290,13 +293,16 @@ def read_export(path: Path) -> tuple[dict, object]:
     return meta, Tokenizer(src_file, tgt_file)
 
 
-def convert(checkpoint: Path, directory: Path, quantization: Optional[str]) -> dict:
+def convert(
+    checkpoint: Path, directory: Path, quantization: Optional[str], table_positions: Optional[int] = None
+) -> dict:
     """Export a checkpoint into a new CTranslate2 model directory.
 
     Args:
         checkpoint: a run dir (its checkpoint as translate picks it: ``checkpoint.resolve``) or a checkpoint file.
         directory: the folder to write, which must not exist.
         quantization: one of ``QUANTIZATIONS``; None: float32.
+        table_positions: as ``build_spec``'s (a longer sinusoidal table); None: the model's ``max_positions``.
 
     Returns:
         The metadata, as written to ``mtkit_export.json``.
@@ -314,7 +320,7 @@ def convert(checkpoint: Path, directory: Path, quantization: Optional[str]) -> d
     cfg = cfgmod.from_dict(ckpt.read_metadata(file)["config"], f"{file} (embedded config)")
     check_exportable(cfg.model, str(file))
     loaded = ckpt.load_checkpoint(file)
-    spec = build_spec(loaded.model, loaded.tokenizer)
+    spec = build_spec(loaded.model, loaded.tokenizer, table_positions)
     save_spec(spec, directory, quantization)
     files = tokenizer_files(loaded.tokenizer)
     for side, blob in loaded.tokenizer.model_bytes().items():

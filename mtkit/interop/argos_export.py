@@ -1,0 +1,281 @@
+"""`mtkit export RUN --format argos --out en_de.argosmodel`: a package that Argos Translate and LibreTranslate
+install (``argostranslate.package.install_from_path``) and translate with, offline.
+
+A package is a zip file holding one folder, which Argos Translate unpacks into its packages directory:
+
+- ``model/``: the CTranslate2 model (``ct2_export.convert``, ``--quantization`` honoured), which Argos runs with its
+  own search settings (beam 4, length penalty 0.2) and CTranslate2's default length limits (inputs of up to 1,024
+  subwords: a sinusoidal position table is written that long; learned positions must be); it also holds
+  ``mtkit_export.json`` and the SentencePiece model, so ``mtkit translate PACKAGE/model`` runs it too;
+- ``sentencepiece.model``: Argos encodes the source and decodes the target with this one model, so the run must
+  have one joint SentencePiece model (``data.joint_vocab: true``); a multilingual run's language tokens are control
+  symbols in this copy (``tags_as_control``), so that they decode to no text;
+- ``minisbd/<source>.onnx``: the sentence splitter. Argos Translate's default splitter, MiniSBD, looks for a model
+  in this folder and downloads one only when there is none; this one is ``sentence_rules``'s rule (a sentence ends
+  at . ! ? followed by a space and a capital), so splitting needs no download;
+- ``metadata.json`` (the languages, their names, the package's version; ``target_prefix`` for a multilingual run,
+  whose language token Argos forces as the decoder's first token and takes off the output) and ``README.md``.
+
+A multilingual run is exported one direction at a time (``--target``, and ``--source`` where it has several
+sources); its language token must be the decoder's first token (``data.target_tag: decoder``), which is where
+Argos can put it. The zip is written to a temporary sibling and renamed into place: whole or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+from mtkit import __version__
+from mtkit import config as cfgmod
+from mtkit.errors import MtkitError
+from mtkit.files import fsync_dir
+from mtkit.interop import ct2_export, protobuf_wire, sentence_rules
+
+PACKAGE_VERSION = "1.0"
+# Argos Translate leaves CTranslate2's length limits at their defaults: inputs cut at 1,024 subwords (EOS included),
+# outputs at 256; so the model needs positions for 1,024 (a sinusoidal table is written that long)
+ARGOS_MAX_INPUT = 1024
+ARGOS_VERSION = "1.11.0"  # the Argos Translate release these packages are built for and tested with
+# SentencePiece's ModelProto: pieces (field 1), each a message with piece (1), score (2), type (3; CONTROL = 3)
+SPM_PIECES, SPM_PIECE, SPM_TYPE, SPM_CONTROL = 1, 1, 3, 3
+
+
+def package_languages(data, source: Optional[str], target: Optional[str]) -> tuple[str, str, str]:
+    """The direction a package translates and the token Argos must force first in the target.
+
+    Args:
+        data: the run config's ``data`` section.
+        source: ``--source``, or None.
+        target: ``--target``, or None.
+
+    Returns:
+        (source code, target code, target prefix): the prefix is the multilingual run's language token of the
+        target (``<2de>``), or "" for a bilingual run.
+
+    Raises:
+        MtkitError: a multilingual run without ``--target``, with a language it does not translate, with no
+            ``--source`` where several directions lead into the target, or with ``data.target_tag: source``; a
+            bilingual run given other languages than its own.
+    """
+    if not data.multilingual:
+        for flag, given, own in (("--source", source, data.src_lang), ("--target", target, data.tgt_lang)):
+            if given is not None and given != own:
+                raise MtkitError(f"{flag} {given!r}: this run translates {data.src_lang} -> {data.tgt_lang} only")
+        return data.src_lang, data.tgt_lang, ""
+    sources = list(dict.fromkeys(d.src_lang for d in data.directions))
+    if data.target_tag != "decoder":
+        raise MtkitError(
+            "data.target_tag is 'source': Argos Translate can force a language token only as the decoder's first "
+            "token (its target_prefix), not in the source; export a run trained with target_tag: decoder"
+        )
+    if target is None:
+        raise MtkitError(
+            f"a multilingual run is exported one direction per package: pass --target (one of "
+            f"{', '.join(data.targets)})"
+        )
+    if target not in data.targets:
+        raise MtkitError(f"--target {target!r}: this run's targets are {', '.join(data.targets)}")
+    if source is None:  # the one source of the directions into target, or the run's one source
+        into = list(dict.fromkeys(d.src_lang for d in data.directions if d.tgt_lang == target))
+        if len(into) != 1 and len(sources) != 1:
+            raise MtkitError(
+                f"this run has several source languages: pass --source (one of {', '.join(into or sources)})"
+            )
+        source = into[0] if len(into) == 1 else sources[0]
+    if source not in sources:
+        raise MtkitError(f"--source {source!r}: this run's source languages are {', '.join(sources)}")
+    if source == target:
+        raise MtkitError(f"--source and --target are both {source!r}; a package translates between two languages")
+    return source, target, cfgmod.language_tag(target, data.tag_template)
+
+
+def metadata(source: str, target: str, target_prefix: str) -> dict:
+    """The package's ``metadata.json``: the fields Argos Translate and LibreTranslate read.
+
+    Args:
+        source: the source language code.
+        target: the target language code.
+        target_prefix: the token forced first in the target, or "".
+
+    Returns:
+        The JSON object as a dict.
+    """
+    from mtkit.serving.languages import language_name
+
+    meta = {
+        "package_version": PACKAGE_VERSION,
+        "argos_version": ARGOS_VERSION,
+        "type": "translate",
+        "code": f"translate-{source}_{target}",
+        "from_code": source,
+        "from_name": language_name(source),
+        "to_code": target,
+        "to_name": language_name(target),
+        "links": [],
+    }
+    if target_prefix:
+        meta["target_prefix"] = target_prefix
+    return meta
+
+
+def readme(meta: dict, export_meta: dict) -> str:
+    """The package's README.md (Argos Translate shows it as the package's description)."""
+    return (
+        f"# {meta['from_name']} -> {meta['to_name']} ({meta['from_code']} -> {meta['to_code']})\n\n"
+        f"A Transformer trained with mtkit {__version__}, update {export_meta['update']}, exported for Argos "
+        f"Translate as CTranslate2 {export_meta['quantization']}.\n\n"
+        "- model/: the CTranslate2 model (also an mtkit export: `mtkit translate model/`)\n"
+        "- sentencepiece.model: the SentencePiece model of both languages\n"
+        f"- minisbd/{meta['from_code']}.onnx: a rule-based sentence splitter for MiniSBD (a sentence ends at . ! ? "
+        "followed by a space and a capital letter, or at a full-width 。！？), so that nothing is downloaded\n"
+    )
+
+
+def tags_as_control(model: bytes, tags: set[str]) -> bytes:
+    """A SentencePiece model whose pieces ``tags`` are control symbols, which decode to no text.
+
+    Argos Translate decodes a paragraph's sentences together and takes the forced first token (``target_prefix``)
+    off the start of the text only; a language token that decodes to nothing leaves no trace after the first
+    sentence either. No text contains the tags as such, so encoding is unchanged.
+
+    Args:
+        model: the bytes of a SentencePiece ``ModelProto``.
+        tags: the pieces to make control symbols (a multilingual run's language tokens).
+
+    Returns:
+        The model's bytes with those pieces' type set to CONTROL and every other byte as it was.
+
+    Raises:
+        MtkitError: the bytes are not a SentencePiece model, or a tag is not one of its pieces.
+    """
+    out, found = [], set()
+    try:
+        for number, _, value, raw in protobuf_wire.fields(model):
+            if number == SPM_PIECES:
+                parts = list(protobuf_wire.fields(value))
+                piece = next((v.decode("utf-8") for n, _, v, _ in parts if n == SPM_PIECE), None)
+                if piece in tags:
+                    found.add(piece)
+                    body = b"".join(r for n, _, _, r in parts if n != SPM_TYPE)
+                    raw = protobuf_wire.bytes_field(SPM_PIECES, body + protobuf_wire.int_field(SPM_TYPE, SPM_CONTROL))
+            out.append(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise MtkitError("the run's SentencePiece model does not read as one") from None
+    if found != tags:
+        raise MtkitError(f"the SentencePiece model has no piece {sorted(tags - found)[0]!r} (a language token)")
+    return b"".join(out)
+
+
+def _zip_tree(root: Path, top: str, out: Path) -> None:
+    """Zip the folder ``root`` as ``top/...`` into ``out`` (deflated; entries in a fixed order), then fsync it."""
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.write(root, top)
+        for path in sorted(root.rglob("*")):
+            zf.write(path, f"{top}/{path.relative_to(root).as_posix()}")
+    with open(out, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _check_out(out: Path, force: bool) -> None:
+    if not out.exists():
+        return
+    if not force:
+        raise MtkitError(f"{out}: already exists; pass --force to replace it")
+    if not out.is_file() or not zipfile.is_zipfile(out):
+        raise MtkitError(
+            f"{out}: exists and is not an Argos Translate package; --force only replaces an earlier package "
+            "(choose another --out)"
+        )
+
+
+def export_main(
+    *,
+    run: Path,
+    out: Path,
+    quantization: Optional[str],
+    force: bool,
+    source: Optional[str] = None,
+    target: Optional[str] = None,
+) -> Path:
+    """``mtkit export --format argos``: write the Argos Translate package of a run's checkpoint to ``out``.
+
+    Args:
+        run: the run dir or checkpoint file (the checkpoint as translate picks it).
+        out: the package file to write (``en_de.argosmodel``).
+        quantization: one of ``ct2_export.QUANTIZATIONS``; None: float32.
+        force: replace an earlier package at ``out``.
+        source: ``--source`` (a multilingual run with several sources), or None.
+        target: ``--target`` (a multilingual run), or None.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        MtkitError: ``out`` exists (without ``force``, or is not a package), the run's languages do not make one
+            direction (``package_languages``), the run has a source and a target SentencePiece model, or as
+            ``ct2_export.convert``.
+    """
+    from mtkit import checkpoint as ckpt
+
+    out = Path(out)
+    _check_out(out, force)
+    ct2_export.import_ctranslate2()
+    file = ckpt.resolve(Path(run))
+    cfg = cfgmod.from_dict(ckpt.read_metadata(file)["config"], f"{file} (embedded config)")
+    ct2_export.check_exportable(cfg.model, str(file))
+    src, tgt, prefix = package_languages(cfg.data, source, target)
+    if cfg.model.positions == "learned" and cfg.model.max_positions < ARGOS_MAX_INPUT:
+        raise MtkitError(
+            f"{file}: model.positions is 'learned' with max_positions {cfg.model.max_positions}; Argos Translate "
+            f"feeds sentences of up to {ARGOS_MAX_INPUT} subwords, which this model has no positions for: export a "
+            f"model with max_positions >= {ARGOS_MAX_INPUT}, or with sinusoidal, relative or rope positions"
+        )
+    if not cfg.data.joint_vocab:
+        raise MtkitError(
+            f"{file}: data.joint_vocab is false; Argos Translate encodes and decodes with one SentencePiece model, "
+            "so export a run trained with data.joint_vocab: true"
+        )
+    meta = metadata(src, tgt, prefix)
+    top = f"{meta['code']}-{PACKAGE_VERSION.replace('.', '_')}"
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tag = hashlib.sha1(f"{os.getpid()}{out}".encode()).hexdigest()[:8]
+    tmp_dir, tmp_zip = out.with_name(f".{out.name}.{tag}.tmp"), out.with_name(f".{out.name}.{tag}.zip.tmp")
+    try:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        package = tmp_dir / top
+        package.mkdir(parents=True)
+        export_meta = ct2_export.convert(file, package / "model", quantization, table_positions=ARGOS_MAX_INPUT)
+        files = export_meta["tokenizer"]
+        if files["src"] != files["tgt"]:
+            raise MtkitError(
+                f"{file}: the run has a source and a target SentencePiece model; Argos Translate encodes and "
+                "decodes with one, so export a run trained with data.joint_vocab: true"
+            )
+        spm = (package / "model" / files["src"]).read_bytes()
+        if prefix:
+            spm = tags_as_control(spm, {cfgmod.language_tag(t, cfg.data.tag_template) for t in cfg.data.targets})
+        (package / "sentencepiece.model").write_bytes(spm)
+        (package / "minisbd").mkdir()
+        (package / "minisbd" / f"{src}.onnx").write_bytes(sentence_rules.minisbd_model(src))
+        (package / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        (package / "README.md").write_text(readme(meta, export_meta), encoding="utf-8")
+        _zip_tree(package, top, tmp_zip)
+        os.replace(tmp_zip, out)
+        fsync_dir(out.parent)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        tmp_zip.unlink(missing_ok=True)
+    size = out.stat().st_size / 2**20
+    print(
+        f"exported {export_meta['checkpoint']} (update {export_meta['update']}) to {out} as an Argos Translate "
+        f"package {src} -> {tgt} (CTranslate2 {export_meta['quantization']}), {size:.1f} MiB; install it with "
+        f"argostranslate.package.install_from_path('{out}') (docs/argos.md)"
+    )
+    return out
