@@ -4,6 +4,7 @@
 - The worker waits for as many sentences as its last batch had plus those that came meanwhile: while they come
   within ``max_wait`` of each other, for ``max_delay`` at most; a lone client never waits.
 - Dropped sentences are never translated; stopping fails the queued ones.
+- Sentences of ready keys (a model in memory) go before older ones of other keys, for a while at most.
 No test sleeps or measures time: each waits until the worker has acted on what it was just given.
 """
 
@@ -254,3 +255,21 @@ def test_stopping_fails_the_queued_sentences_and_refuses_more(make, clock, model
     assert results(first) == ["A"] and model.batches == [["a"]]
     with pytest.raises(QueueFull, match="shutting down"):
         batcher.submit(["e"])
+
+
+def test_sentences_of_ready_keys_go_first_for_patience_seconds_at_most(make, clock, model):
+    loaded = {"a"}  # the keys whose model is in memory
+    batcher = make(batch_size=8, max_wait=0, queue_size=16, ready=lambda key: key in loaded, patience=10.0)
+    model.gate.clear()
+    running = submit(clock, batcher, ["x"], "a")
+    items = running + batcher.submit(["b1"], "b") + batcher.submit(["a1"], "a")  # "b1" is older, but not ready
+    model.gate.set()
+    assert results(items) == ["X", "B1", "A1"]
+    assert [(key, lines) for _time, key, lines in model.calls] == [("a", ["x"]), ("a", ["a1"]), ("b", ["b1"])]
+    model.gate.clear()
+    running = submit(clock, batcher, ["y"], "a")
+    items = running + batcher.submit(["b2"], "b") + batcher.submit(["a2"], "a")
+    clock.advance(10.0)  # "b2" has waited its patience: it goes first after all
+    model.gate.set()
+    assert results(items) == ["Y", "B2", "A2"]
+    assert [(key, lines) for _time, key, lines in model.calls[3:]] == [("a", ["y"]), ("b", ["b2"]), ("a", ["a2"])]

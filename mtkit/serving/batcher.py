@@ -49,6 +49,7 @@ class Item:
     text: Any  # a str, or a segments.Segment with its instructions
     key: Hashable  # sentences are batched only with others of an equal key; the key goes to the translate call
     future: Future = field(default_factory=Future)
+    arrived: float = 0.0  # the batcher's clock when it was queued
 
 
 @dataclass
@@ -75,6 +76,10 @@ class Batcher:
             too. Without one the batcher starts a thread of its own.
         max_delay: the longest the worker waits for the first expected sentence and holds a batch back in all
             (at least ``max_wait``).
+        ready: whether a key's batch can start at once (its model is in memory); None: every key can. The worker
+            takes the oldest sentence of a ready key before older ones of keys that are not, for ``patience``
+            seconds at most, so that a few models taking turns in memory are not loaded for every batch.
+        patience: the longest the oldest sentence waits behind sentences of ready keys.
         clock: monotonic seconds.
         wait: how the worker waits on its condition for at most a timeout measured on ``clock``.
     """
@@ -89,6 +94,8 @@ class Batcher:
         executor: Optional[Executor] = None,
         max_delay: float = 0.0,
         *,
+        ready: Optional[Callable[[Hashable], bool]] = None,
+        patience: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         wait: WaitFn = threading.Condition.wait,
     ):
@@ -98,6 +105,7 @@ class Batcher:
         self.max_delay = max(0.0, max_delay)
         self.queue_size = max(1, queue_size)
         self.on_batch = on_batch
+        self.ready, self.patience = ready, max(0.0, patience)
         self.stats = Stats()
         self._clock, self._wait = clock, wait
         self._pending: collections.deque[Item] = collections.deque()
@@ -158,7 +166,8 @@ class Batcher:
         Raises:
             QueueFull: the lines do not fit in the queue, or the batcher is stopped.
         """
-        items = [Item(text, key) for text in lines]
+        now = self._clock()
+        items = [Item(text, key, arrived=now) for text in lines]
         with self._cond:
             if self._stopped:
                 raise QueueFull("the server is shutting down")
@@ -166,7 +175,7 @@ class Batcher:
                 raise QueueFull(f"the translation queue is full ({self.queue_size} sentences); retry shortly")
             self._pending.extend(items)
             self._arrived += len(items)
-            self._last_arrival = self._clock()
+            self._last_arrival = now
             self._cond.notify_all()
         return items
 
@@ -181,7 +190,8 @@ class Batcher:
             item.future.cancel()
 
     def _take(self) -> Optional[list[Item]]:
-        """The next batch: the oldest sentence and up to batch_size - 1 more of its key.
+        """The next batch: the oldest sentence (of a ready key first, ``_next_key``) and up to batch_size - 1
+        more of its key.
 
         Waits first for as many as the previous batch had plus those that arrived while it ran, as long as each
         next sentence comes within max_wait, and for max_delay at most. Returns None once stopped, [] when every
@@ -195,7 +205,7 @@ class Batcher:
                 return None
             cap = self._clock() + max(self.max_wait, self.max_delay)
             while True:
-                key = self._pending[0].key
+                key = self._next_key()
                 same = sum(1 for x in self._pending if x.key == key)
                 # until a sentence comes after the last batch, its answers may still be going out: up to the cap;
                 # then max_wait after the latest one
@@ -211,6 +221,14 @@ class Batcher:
                 (batch if item.key == key and len(batch) < self.batch_size else rest).append(item)
             self._pending = rest
             return batch
+
+    def _next_key(self) -> Hashable:
+        """The key of the next batch: the oldest sentence's, unless it is not ready, has waited less than
+        ``patience``, and a sentence of a ready key waits too (then that sentence's). Called with the lock held."""
+        first = self._pending[0]
+        if self.ready is None or self._clock() - first.arrived >= self.patience or self.ready(first.key):
+            return first.key
+        return next((x.key for x in self._pending if self.ready(x.key)), first.key)
 
     def _run(self) -> None:
         while True:

@@ -34,6 +34,8 @@ def _direction(text: str) -> str:
     parts = text.split("-")
     if len(parts) != 2 or not all(parts):
         raise ValueError(f"write a direction as source-target, e.g. en-de, not {text!r}")
+    if parts[0] == parts[1]:
+        raise ValueError(f"{text}: the source and target are the same language")
     return text
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
 Disconnected = Callable[[], Awaitable[Any]]  # returns once the client has gone
+PATIENCE = 0.25  # the share of the request timeout a model's sentences wait while loaded models' go first
 
 
 class TranslationService:
@@ -57,6 +58,8 @@ class TranslationService:
             limits.queue_size,
             executor=executor,
             max_delay=limits.max_delay,
+            ready=lambda key: self.pool.resident(key[0]) is not None,  # a loaded model's sentences go first...
+            patience=limits.timeout * PATIENCE,  # ...for a while: a model that must be loaded waits at most this
         )
 
     @property
