@@ -93,6 +93,56 @@ def train(
 
 
 @_command
+def distill(
+    teachers: List[Path] = typer.Argument(
+        ..., help="Teacher: a run dir, checkpoint or CTranslate2 export; several run dirs or checkpoints: an ensemble."
+    ),
+    config: Path = typer.Option(..., "--config", "-c", help="The student's config: its data section is distilled."),
+    set_: Optional[List[str]] = SetOption,
+    select: str = typer.Option(
+        "chrf",
+        "--select",
+        help="chrf or bleu: the n-best hypothesis closest to the reference; top: the teacher's best.",
+    ),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b", help="Default: the teacher's decoding section."),
+    keep_original: bool = typer.Option(
+        False, "--keep-original", help="Keep the references too: each source twice, with the teacher's and its own."
+    ),
+    chunk_size: Optional[int] = typer.Option(
+        None, "--chunk-size", help="Sentences per chunk of the work folder, the most an interrupt loses (2000)."
+    ),
+    engine: str = typer.Option(
+        "auto", "--engine", help="auto (CTranslate2 where it can run the teacher), torch or ctranslate2."
+    ),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+):
+    """Translate the student's training split with a teacher into the student's data dir (docs/distillation.md).
+
+    Example: mtkit distill runs/multi30k-transformer --config configs/multi30k-student.yaml
+             && mtkit train configs/multi30k-student.yaml
+    """
+    from mtkit.inference.teacher import distill_main
+
+    distill_main(
+        teachers,
+        config,
+        set_ or [],
+        select=select,
+        chunk_size=chunk_size,
+        keep_original=keep_original,
+        engine=engine,
+        beam_size=beam_size,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+    )
+
+
+@_command
 def translate(
     run: List[Path] = typer.Argument(..., help="Run directory or checkpoint file."),
     checkpoint: Optional[List[Path]] = typer.Option(None, "--checkpoint", help="Extra checkpoints to ensemble."),

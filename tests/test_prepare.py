@@ -307,7 +307,7 @@ def test_sampled_segmentation_is_reproducible_and_off_by_default(tmp_path, toy_c
 def test_data_dirs_prepared_before_the_subword_keys_stay_up_to_date(toy_config):
     """The new keys at their defaults leave the inputs fingerprint as it was, so nothing is rebuilt."""
     data_cfg = cfgmod.load(toy_config()).data
-    files = datamod._input_files(data_cfg)
+    files = datamod.input_files(data_cfg)
     older = data_cfg.model_dump(mode="json")
     for key in datamod.LATER_KEYS:
         older.pop(key)

@@ -122,3 +122,24 @@ def check_replaceable(out_dir: Path) -> None:
             f"data.dir: {out_dir} exists and is not an mtkit data dir (no manifest.json); "
             "choose another data.dir or remove it"
         )
+
+
+def check_not_distilled(out_dir: Path) -> None:
+    """Refuse to replace a data dir that ``mtkit distill`` wrote (its manifest has ``distillation``) with the
+    corpus's own references: ``mtkit prepare --force`` does that on purpose.
+
+    Args:
+        out_dir: the data dir.
+
+    Raises:
+        MtkitError: ``out_dir`` holds a distilled training set.
+    """
+    try:
+        distilled = "distillation" in read_manifest(out_dir)
+    except MtkitError:  # none, or unreadable: check_replaceable judges it
+        return
+    if distilled:
+        raise MtkitError(
+            f"data.dir: {out_dir} holds a training set distilled by mtkit distill; rerun mtkit distill TEACHER "
+            "--config CONFIG to update it, or pass --force to replace it with the corpus's own references"
+        )

@@ -26,7 +26,13 @@ from typing import Iterator, Optional
 import numpy as np
 
 from mtkit.config import language_tag
-from mtkit.data.builddir import check_replaceable, current_manifest, new_build, remove_stale_builds
+from mtkit.data.builddir import (
+    check_not_distilled,
+    check_replaceable,
+    current_manifest,
+    new_build,
+    remove_stale_builds,
+)
 from mtkit.data.directions import MULTILINGUAL, manifest_entry, open_directions
 from mtkit.data.sources import Pair, describe, hf_paths, open_sources
 from mtkit.data.summary import print_prepare_summary
@@ -40,24 +46,36 @@ LATER_KEYS = ("src_subword_alpha", "tgt_subword_alpha", "subword_samples")  # se
 FILTER_REASONS = ("empty", "max_chars", "duplicate", "max_tokens", "length_ratio")  # train only
 
 
-def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -> dict:
+def prepare(
+    data_cfg,
+    *,
+    force: bool = False,
+    init_from: Optional[str] = None,
+    tokenizer: Optional[Tokenizer] = None,
+    extra: Optional[dict] = None,
+) -> dict:
     """Build the data dir ``data_cfg.dir`` from the configured corpus.
 
-    A rerun with unchanged inputs and data config leaves the dir as it is.
+    A rerun with unchanged inputs and data config leaves the dir as it is. A data dir that ``mtkit distill`` wrote
+    is replaced only with ``force``.
 
     Args:
         data_cfg: the config's ``data`` section.
-        force: rebuild even when the dir is up to date.
+        force: rebuild even when the dir is up to date, or holds a distilled training set.
         init_from: a run dir (``model.init_from``) whose tokenizer encodes the corpus; none trains new
             SentencePiece models.
+        tokenizer: the tokenizer that encodes the corpus (instead of ``init_from``'s; ``mtkit distill`` gives
+            the teacher's).
+        extra: entries added to the manifest (``mtkit distill``: ``distillation``).
 
     Returns:
         The data dir's manifest.
 
     Raises:
-        MtkitError: a missing input, a bad data config, a non-data dir in the way, or no training pair left.
+        MtkitError: a missing input, a bad data config, a foreign (or, without ``force``, distilled) dir in the
+            way, or no training pair left.
     """
-    tokenizer = Tokenizer.from_run(init_from) if init_from else None
+    tokenizer = tokenizer or (Tokenizer.from_run(init_from) if init_from else None)
     started = time.perf_counter()
     out_dir = Path(data_cfg.dir)
     if data_cfg.hf is None and "train" not in data_cfg.splits and not data_cfg.multilingual:
@@ -69,20 +87,21 @@ def prepare(data_cfg, *, force: bool = False, init_from: Optional[str] = None) -
             raise MtkitError(f"data.directions[{i}] ({direction.name}): no splits; give its files or drop it")
     if data_cfg.src_lang == data_cfg.tgt_lang and not data_cfg.multilingual:
         raise MtkitError(f"data.src_lang and data.tgt_lang are both {data_cfg.src_lang!r}; they must differ")
-    inputs = _input_files(data_cfg)
+    inputs = input_files(data_cfg)
     fingerprint = _inputs_fingerprint(data_cfg, inputs, tokenizer.fingerprint() if tokenizer else None)
     if not force:
         current = current_manifest(out_dir, fingerprint)
         if current is not None:
             print(f"{out_dir}: up to date (inputs and data config unchanged); use --force to rebuild")
             return current
+        check_not_distilled(out_dir)
     check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_builds(out_dir)
     build_dir = new_build(out_dir)
     try:
         os.chmod(build_dir, 0o777 & ~current_umask())  # mkdtemp makes it private; the data dir should not be
-        manifest = _build(data_cfg, build_dir, fingerprint, tokenizer)
+        manifest = _build(data_cfg, build_dir, fingerprint, tokenizer, extra or {})
         fsync_tree(build_dir)
         replace_dir(build_dir, out_dir)
     except BaseException:
@@ -113,7 +132,7 @@ class SplitStats:
         )
 
 
-def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer]) -> dict:
+def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer], extra: dict) -> dict:
     if cfg.multilingual:
         src, tgt = "src", "tgt"  # file names: train.src.bin ... (the manifest says MULTILINGUAL)
         sources, described = open_directions(cfg)
@@ -182,7 +201,7 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
             f"{describe(described['train'])}: no training pairs left after the subword filters "
             f"({_filter_summary(train_stats)}); raise data.max_tokens or data.max_length_ratio"
         )
-    extra = manifest_entry(cfg) if cfg.multilingual else {}
+    extra = {**(manifest_entry(cfg) if cfg.multilingual else {}), **extra}
 
     manifest = {
         "version": FORMAT_VERSION,
@@ -378,8 +397,18 @@ def _subword_filter(src_len: np.ndarray, tgt_len: np.ndarray, cfg, stats: SplitS
 
 
 # ------------------------------------------------------------------------------------------- inputs
-def _input_files(cfg) -> list[Path]:
-    """Every input file (checked to exist), for the fingerprint; errors name the config key."""
+def input_files(cfg) -> list[Path]:
+    """Every input file of a ``data`` section, checked to exist.
+
+    Args:
+        cfg: the config's ``data`` section.
+
+    Returns:
+        The files of every split (and of ``data.hf``), in the config's order.
+
+    Raises:
+        MtkitError: a file that is missing or a directory, naming its config key.
+    """
     files = []
     keyed = [(f"data.splits.{split}", spec) for split, spec in cfg.splits.items()]
     keyed += [
