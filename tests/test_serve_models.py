@@ -11,6 +11,7 @@ each answer is compared exactly with ``mtkit.load(run).translate`` by hand.
 - Memory: ``--max-models 1`` under concurrent requests unloads and reloads, on the one model thread, with the answers
   of models that stay loaded; a model whose weights break after start is a 503 with the reason, shown in
   ``/v1/models``, while the other serves.
+- A models file: paths relative to it, an entry's decoding over the command line's; --preload.
 - Bad input, each one line: unknown language, unreachable pair, two unnamed models for one pair, a models file with
   an unknown key, missing, not YAML, a model path that does not exist.
 - libretranslatepy against a real uvicorn serving two models: languages(), detect(), translate(q, "auto", target).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -157,6 +159,26 @@ def test_a_many_to_many_run_serves_its_trained_directions():
         ],
     )
     assert data_directions(data) == ((("en", "de"), ("de", "en")), True)
+
+
+def test_a_models_file_reads_relative_paths_and_its_decoding_wins(runs, tmp_path):
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    models = folder / "models.yaml"
+    relative = os.path.relpath(runs["en-de"], folder)
+    models.write_text(
+        yaml.safe_dump([{"path": relative}, {"path": relative, "name": "b", "decoding": {"beam_size": 1}}])
+    )
+    first, second = read_models_file(models, options={"beam_size": 3, "threads": 1})
+    assert first.path.resolve() == second.path.resolve() == runs["en-de"].resolve()
+    assert (first.name, first.named, second.name, second.named) == ("run", False, "b", True)
+    assert first.options == {"beam_size": 3, "threads": 1} and first.beam_size == 3  # the command line's
+    assert second.options == {"beam_size": 1, "threads": 1} and second.beam_size == 1  # the entry's own wins
+
+
+def test_preload_loads_the_first_max_models(runs):
+    pool = ModelPool([model_spec(runs[name], name=name) for name in ("en-de", "de-en")], max_models=1)
+    assert pool.preload() == [] and [m["loaded"] for m in pool.status()] == [True, False]
 
 
 # ---------------------------------------------------------------------------------------------- routing
