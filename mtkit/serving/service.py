@@ -162,15 +162,6 @@ class TranslationService:
                 except MtkitError as err:
                     raise ApiError(422, f"text item {number}: {err}") from None
 
-    def admit(self, lines: list) -> None:
-        """Accept ``lines`` within the request bounds, each segment's instructions checked by the default model.
-
-        Raises:
-            ApiError: 413 for too many sentences or characters, 422 for a segment the model cannot follow.
-        """
-        self.check_bounds(lines)
-        self.check_lines(self.model, lines)
-
     async def resident(self, name: str, disconnected: Optional[Disconnected] = None):
         """The model ``name``, loaded on the model thread first if it is not in memory: the load queues as a
         batch does, and a request for a model that is loading waits for it (with no timeout).
@@ -260,6 +251,7 @@ class TranslationService:
         """
         loop = asyncio.get_running_loop()
         results = asyncio.gather(*[asyncio.wrap_future(item.future) for item in items])
+        results.add_done_callback(_read)  # a cancelled gather holds its CancelledError: read, it is not logged
         gone = asyncio.ensure_future(disconnected() if disconnected else loop.create_future())
         expired = asyncio.ensure_future(self._sleep(timeout) if timeout is not None else loop.create_future())
         try:
@@ -278,6 +270,11 @@ class TranslationService:
         if gone in done:  # nobody reads the answer; the status is for the logs and /metrics
             raise ApiError(499, "the client closed the connection before its translations were ready")
         raise ApiError(504, f"no translation within {timeout:g} s; retry later or send fewer sentences")
+
+
+def _read(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _unavailable(err: ModelUnavailable) -> ApiError:
