@@ -7,7 +7,7 @@ training split, in a data dir `mtkit train` reads.
 - The n-best selection keeps the hypothesis closest to the reference, on hand-made n-best lists (a teacher that
   returns given lists), with and without the references kept too.
 - Chunks and resume: interrupted after a chunk, a rerun goes on from the next one; kill -9 then a rerun gives
-  the arrays of an uninterrupted run, byte for byte (slow: three processes).
+  the arrays of an uninterrupted run, byte for byte (three processes).
 - Refusals, one line and nothing written: a vocabulary the config pins otherwise, a missing teacher, an unfinished
   distillation asked again with another selection or teacher, a data dir prepare wrote; prepare in turn refuses to
   replace a distilled dir without --force.
@@ -327,7 +327,6 @@ def test_prepare_refuses_to_replace_a_distilled_dir_without_force(student, toy_r
 
 
 # ---------------------------------------------------------------------------------------------- kill -9
-@pytest.mark.slow
 def test_kill_9_then_rerun_gives_the_arrays_of_an_uninterrupted_run(student, toy_run_workdir, tmp_path):
     """A distill killed after its first chunk, then run again, writes the same arrays as one run straight through."""
     run = toy_run_workdir / "run"

@@ -246,9 +246,11 @@ STUDENTS = {
 }
 
 
-@pytest.mark.parametrize("student", list(STUDENTS))
-@pytest.mark.parametrize("positions", ["sinusoidal", "rope"])
-@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize(
+    "student, positions, norm",
+    [(s, "sinusoidal", norm) for s in ("deep-shallow", "ssru") for norm in ("pre", "post")]
+    + [("ssru-deep-shallow", "sinusoidal", "post"), ("ssru-deep-shallow", "rope", "pre")],
+)
 def test_student_decoders_cache_equals_full_forward(student, positions, norm):
     model = tiny(positions, norm, **STUDENTS[student])
     src, tgt = batch()
