@@ -96,7 +96,8 @@ def check_exportable(model_cfg, where: str) -> None:
 
 # ------------------------------------------------------------------------------------------ the spec
 def _np(tensor):
-    return tensor.detach().to("cpu").float().contiguous().numpy()
+    # a copy: CTranslate2's quantization may write into the arrays it is given, which would otherwise be the model's
+    return tensor.detach().to("cpu").float().contiguous().numpy().copy()
 
 
 def _linear(spec, linear) -> None:
