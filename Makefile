@@ -35,4 +35,4 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) work runs .pytest_cache
+	rm -rf $(VENV) .venv-argos work runs .pytest_cache

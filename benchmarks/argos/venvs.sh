@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The virtual environments of Argos Translate and LibreTranslate that tests/test_argos.py and
-# benchmarks/argos/bench.sh install mtkit's packages into, each with the exact versions of its requirements file:
+# scripts/bench_argos.py install mtkit's packages into, each with the exact versions of its requirements file:
 #
 #   benchmarks/argos/venvs.sh [DIR]      (DIR defaults to .venv-argos in the checkout, which git ignores)
 #

@@ -125,7 +125,15 @@ def metadata(source: str, target: str, target_prefix: str) -> dict:
 
 
 def readme(meta: dict, export_meta: dict) -> str:
-    """The package's README.md (Argos Translate shows it as the package's description)."""
+    """The package's README.md (Argos Translate shows it as the package's description).
+
+    Args:
+        meta: the package's ``metadata.json`` (``metadata``).
+        export_meta: what ``ct2_export.convert`` returned for its model.
+
+    Returns:
+        The Markdown text.
+    """
     return (
         f"# {meta['from_name']} -> {meta['to_name']} ({meta['from_code']} -> {meta['to_code']})\n\n"
         f"A Transformer trained with mtkit {__version__}, update {export_meta['update']}, exported for Argos "

@@ -9,7 +9,14 @@ VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5  # the wire types mtkit meets (gro
 
 
 def varint(value: int) -> bytes:
-    """``value`` as a base-128 varint; a negative int64 takes ten bytes, as protobuf writes it."""
+    """Encode a base-128 varint.
+
+    Args:
+        value: an integer; a negative one is taken as an int64 (ten bytes, as protobuf writes it).
+
+    Returns:
+        The bytes.
+    """
     value &= (1 << 64) - 1
     out = bytearray()
     while True:
@@ -20,18 +27,42 @@ def varint(value: int) -> bytes:
 
 
 def int_field(field: int, value: int) -> bytes:
-    """A varint field (int32, int64, enum, bool)."""
+    """Encode a varint field (int32, int64, enum, bool).
+
+    Args:
+        field: the field number.
+        value: its value.
+
+    Returns:
+        The key and the value, as written in a message.
+    """
     return varint(field << 3 | VARINT) + varint(value)
 
 
 def bytes_field(field: int, value: bytes | str) -> bytes:
-    """A length-delimited field: a string (UTF-8), bytes or an embedded message."""
+    """Encode a length-delimited field: a string (UTF-8), bytes or an embedded message.
+
+    Args:
+        field: the field number.
+        value: a str (written as UTF-8) or bytes.
+
+    Returns:
+        The key, the length and the bytes, as written in a message.
+    """
     data = value.encode("utf-8") if isinstance(value, str) else value
     return varint(field << 3 | LENGTH) + varint(len(data)) + data
 
 
 def int_fields(field: int, values: Iterable[int]) -> bytes:
-    """A repeated varint field, one entry per value (unpacked, which every reader accepts)."""
+    """Encode a repeated varint field, one entry per value (unpacked, which every reader accepts).
+
+    Args:
+        field: the field number.
+        values: its values, in order.
+
+    Returns:
+        The entries, as written in a message.
+    """
     return b"".join(int_field(field, v) for v in values)
 
 
