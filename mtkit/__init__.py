@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Union
 from mtkit.errors import MtkitError
 from mtkit.inference.results import Hypothesis, Translation
 from mtkit.inference.segments import Segment
+from mtkit.version import __version__
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from mtkit.inference.api import TranslationModel
 
-__version__ = "0.1.0"
 __all__ = ["Hypothesis", "MtkitError", "Segment", "Translation", "load", "__version__"]
 
 

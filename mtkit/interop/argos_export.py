@@ -31,11 +31,12 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from mtkit import __version__
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_dir
 from mtkit.interop import ct2_export, protobuf_wire, sentence_rules
+from mtkit.text.names import language_name
+from mtkit.version import __version__
 
 PACKAGE_VERSION = "1.0"
 # Argos Translate leaves CTranslate2's length limits at their defaults: inputs cut at 1,024 subwords (EOS included),
@@ -106,8 +107,6 @@ def metadata(source: str, target: str, target_prefix: str) -> dict:
     Returns:
         The JSON object as a dict.
     """
-    from mtkit.serving.languages import language_name
-
     meta = {
         "package_version": PACKAGE_VERSION,
         "argos_version": ARGOS_VERSION,

@@ -1,20 +1,8 @@
-"""The languages a model translates: its codes, read from its run without loading its weights, and their English
-names."""
+"""The languages a model translates: its codes, read from its run without loading its weights."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish",
-    "fr": "French", "it": "Italian", "ja": "Japanese", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
-    "ro": "Romanian", "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
-}  # fmt: skip
-
-
-def language_name(code: str) -> str:
-    """The English name of language ``code``; the code itself for one not in ``LANGUAGE_NAMES``."""
-    return LANGUAGE_NAMES.get(code, code)
 
 
 def run_config(path: Path):

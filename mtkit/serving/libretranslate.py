@@ -17,10 +17,10 @@ from mtkit.serving.auth import ApiKey
 from mtkit.serving.detection import text_to_detect
 from mtkit.serving.dispatch import Dispatcher
 from mtkit.serving.errors import ApiError, error_responses
-from mtkit.serving.languages import language_name
 from mtkit.serving.routing import Router
 from mtkit.serving.schemas import RequestOptions
 from mtkit.serving.service import client_gone
+from mtkit.text.names import language_name
 
 
 def _fields(pairs: dict[str, list]) -> dict:
