@@ -5,8 +5,8 @@
 - ``/translate`` reads its fields from the query string, a form or JSON alike; ``/frontend/settings`` tells the
   server's real limits, formats and languages.
 - schemathesis, with every check, finds no request whose answer breaks ``/openapi.json``: a request the schema
-  accepts is answered 2xx, one it refuses 4xx, every status and body as documented. It runs against a stand-in
-  model (upper-cased "translations"), as fast as the server around it.
+  accepts is answered 2xx, one it refuses 4xx, every status and body as documented. It runs against two stand-in
+  models (upper-cased "translations", en-de and de-en), as fast as the server around it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from mtkit.errors import MtkitError  # noqa: E402
 from mtkit.flags import ServeLimits  # noqa: E402
 from mtkit.inference.options import Options as DecodingOptions  # noqa: E402
 from mtkit.inference.results import Hypothesis, Translation  # noqa: E402
-from mtkit.serving.app import create_app  # noqa: E402
+from mtkit.serving.app import create_app, create_models_app  # noqa: E402
 from mtkit.serving.languages import run_languages  # noqa: E402
+from mtkit.serving.models import ModelSpec  # noqa: E402
+from mtkit.serving.pool import ModelPool  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 EXAMPLES = 100  # schemathesis's test cases per operation and phase
@@ -168,7 +170,14 @@ def test_schemathesis_finds_no_failure(tmp_path):
         encoding="utf-8",
     )
     limits = ServeLimits(max_sentences=4, max_chars=2000, max_body_bytes=1 << 20, timeout=DEADLINE)
-    with uvicorn_server(create_app(Upper(), ("en", "de"), limits=limits)) as (_server, port):
+    # two stand-ins, en-de and de-en, loaded on first use: the schema's source, target and model fields, routing
+    # and detection are held too
+    specs = [
+        ModelSpec(name, None, (pair,), named=True, batch_size=16, beam_size=4)
+        for name, pair in (("en-de", ("en", "de")), ("de-en", ("de", "en")))
+    ]
+    pool = ModelPool(specs, load=lambda spec: Upper())
+    with uvicorn_server(create_models_app(pool, limits=limits)) as (_server, port):
         command = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run"]
         command += [f"http://127.0.0.1:{port}/openapi.json", "--max-examples", str(EXAMPLES)]
         command += ["--seed", "1", "--workers", "1", "--no-color", "--generation-database", "none"]

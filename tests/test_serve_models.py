@@ -260,6 +260,29 @@ def test_auto_detects_and_routes_each_item(client, loaded):
     assert one["translatedText"] == loaded["de-en"].translate(german[0]) and one["detectedLanguage"]["language"] == "de"
 
 
+def test_a_text_already_in_the_target_language_stays_as_it_is(client, loaded):
+    # as Argos Translate and LibreTranslate answer: source auto detected as the target, or the same code given
+    english, german = val_sentences("en"), val_sentences("de")
+    answer = client.post("/translate", json={"q": [english[0], german[0]], "source": "auto", "target": "en"}).json()
+    assert answer["translatedText"] == [english[0], loaded["de-en"].translate(german[0])]
+    found = translate(client, german[1], source="de", target="de", model="de-en")["translations"][0]
+    assert found["text"] == german[1] and found["route"] == []
+
+
+def test_a_named_model_detects_among_its_own_sources(client, loaded):
+    # English text sent to the de-en model with no source: the model reads German only, so no detection runs
+    english = val_sentences("en")[0]
+    found = translate(client, english, model="de-en")["translations"][0]
+    assert found["text"] == loaded["de-en"].translate(english) and "detected_language" not in found
+    assert found["route"] == route("de-en:de-en")
+
+
+def test_an_empty_target_is_no_language(client):
+    assert_error(client.post("/v1/translate", json={"text": "a", "target": ""}), 400, "unknown language ''")
+    item = client.post("/v1/translate", json={"text": [{"text": "a", "target": ""}], "target": "de"})
+    assert_error(item, 422, "text item 1", "target ''")
+
+
 def test_a_document_in_auto_goes_the_route_of_its_language(client, loaded, tmp_path):
     source = tmp_path / "notes.txt"
     source.write_text("\n\n".join(val_sentences("de")) + "\n", encoding="utf-8")

@@ -153,11 +153,19 @@ def create_models_app(
             raise ApiError(422, str(err)) from None
         if body.options.format == "html" and body.instructed():
             raise ApiError(422, "format html takes plain texts: prefix, constraints and avoid apply to plain text")
+        if body.options.format == "html" and (body.options.nbest or 1) > 1:  # refused with no text too
+            raise ApiError(
+                422, f"format html gives one translation per line; nbest must be 1, not {body.options.nbest}"
+            )
         for code in (body.target, None if body.source in AUTO else body.source):  # checked with no text too
             if code is not None:
                 router.check_language(code)
         router.check_model(body.model)
-        targets = [(line.target if isinstance(line, Segment) else None) or body.target for line in lines]
+        own = [line.target if isinstance(line, Segment) else None for line in lines]
+        for code in own:
+            if code is not None:
+                router.check_language(code)
+        targets = [code if code is not None else body.target for code in own]
         results, plan = await dispatcher.run(
             lines, body.source, targets, body.options, lambda: client_gone(request), model=body.model
         )
@@ -191,7 +199,7 @@ def create_models_app(
                 html,
                 alignments,
                 sources=list(router.sources),
-                models=list(pool.specs),
+                models={name: spec.directions for name, spec in pool.specs.items()},
             )
         return app.openapi_schema
 

@@ -5,7 +5,7 @@ the server accepts (the characters of all sentences together excepted: no JSON S
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from pydantic import BaseModel
 
@@ -145,7 +145,10 @@ def _bound_texts(schema: Any, chars: int, most: int = 0) -> None:
 
 
 _NOTHING = {"anyOf": [{"type": "null"}, {"type": "array", "items": {"anyOf": [{"type": "null"}, {"maxItems": 0}]}}]}
-_PLAIN = {"properties": {"prefix": {"enum": [None, ""]}, "constraints": {"maxItems": 0}, "avoid": {"maxItems": 0}}}
+_PLAIN = {  # a text item without instructions ("type": an array would match a schema of properties alone)
+    "type": "object",
+    "properties": {"prefix": {"enum": [None, ""]}, "constraints": {"maxItems": 0}, "avoid": {"maxItems": 0}},
+}
 # format html takes plain texts, one translation each: no instructions, no n-best list
 HTML_TAKES = {
     "if": {
@@ -179,7 +182,7 @@ def tighten(
     alignments: bool = True,
     *,
     sources: Optional[list[str]] = None,
-    models: Optional[list[str]] = None,
+    models: Optional[dict[str, Sequence[tuple[str, str]]]] = None,
 ) -> None:
     """Write this server's bounds, languages and models into ``POST /v1/translate``'s schemas of ``document``.
 
@@ -191,7 +194,8 @@ def tighten(
         html: whether the models translate HTML.
         alignments: whether the models give alignments.
         sources: the languages the server reads (None: any string).
-        models: the names of its models (None: any string).
+        models: its models' names and directions (None: any name); a request naming a model keeps to its
+            languages.
     """
     schemas = document["components"]["schemas"]
     most = most_sentences(limits)
@@ -199,7 +203,8 @@ def tighten(
     for props in (request, segment):
         target = props["target"]
         target["anyOf"] = [{"type": "string", "enum": targets}, {"type": "null"}]
-    for name, values in (("source", None if sources is None else ["auto", *sources]), ("model", models)):
+    names = None if models is None else list(models)
+    for name, values in (("source", None if sources is None else ["auto", *sources]), ("model", names)):
         if values is not None:
             request[name]["anyOf"] = [{"type": "string", "enum": values}, {"type": "null"}]
     _bound_texts(request["text"], limits.max_chars, most)
@@ -216,4 +221,15 @@ def tighten(
         options["format"]["enum"] = ["text"]
     if not alignments:
         options["alignments"]["const"] = False
-    schemas["TranslateRequest"].update(HTML_TAKES)
+    rules = [HTML_TAKES, *(_model_keeps(name, pairs) for name, pairs in (models or {}).items())]
+    schemas["TranslateRequest"]["allOf"] = rules
+
+
+def _model_keeps(name: str, pairs: Sequence[tuple[str, str]]) -> dict:
+    """A request naming model ``name`` reads and writes its languages only."""
+    sources = list(dict.fromkeys(s for s, _ in pairs))
+    targets = list(dict.fromkeys(t for _, t in pairs))
+    return {
+        "if": {"properties": {"model": {"const": name}}, "required": ["model"]},
+        "then": {"properties": {"source": {"enum": [None, "auto", *sources]}, "target": {"enum": [None, *targets]}}},
+    }

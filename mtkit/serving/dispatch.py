@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 from typing import Optional, Sequence
 
+from mtkit.inference.results import Hypothesis, Translation
 from mtkit.inference.segments import Segment
 from mtkit.serving.detection import Detection
 from mtkit.serving.errors import ApiError
@@ -48,15 +49,20 @@ class Dispatcher:
         self.service, self.router = service, router
         self.detection = Detection(router.languages)  # /detect: among every language the server reads or writes
         self.source_detection = Detection(router.sources)
+        self._model_detection: dict[tuple[str, ...], Detection] = {}  # a requested model's sources -> their detector
 
-    def detect_sources(self, texts: Sequence[str]) -> list[dict]:
-        """Each text's source language among the server's sources: ``{"confidence", "language"}``.
+    def detect_sources(self, texts: Sequence[str], candidates: Optional[tuple[str, ...]] = None) -> list[dict]:
+        """Each text's source language among ``candidates`` (default: the server's sources):
+        ``{"confidence", "language"}``.
 
         Raises:
             ApiError: 400 where no detector can tell the server's sources apart (give the source instead).
         """
+        detection = self.source_detection
+        if candidates is not None and candidates != self.router.sources:
+            detection = self._model_detection.setdefault(candidates, Detection(candidates))
         try:
-            return [self.source_detection.detect(text)[0] for text in texts]
+            return [detection.detect(text)[0] for text in texts]
         except ApiError as err:
             raise ApiError(400, f"source auto: {err.message}; give the source language") from None
 
@@ -67,8 +73,8 @@ class Dispatcher:
 
         Args:
             texts: the texts.
-            source: their source language; ``auto`` (or None, "") to detect each text's where the server reads
-                several, the one source where it reads one.
+            source: their source language; ``auto`` (or None, "") to detect each text's where the server (or the
+                requested model) reads several, the one source where it reads one.
             targets: each text's target language; None for the one its source translates into.
             model: the model that must translate them, or None for each pair's default.
 
@@ -78,14 +84,18 @@ class Dispatcher:
         router = self.router
         router.check_model(model)
         detected = None
+        # a requested model's own sources where it reads fewer than the server
+        candidates = (
+            router.sources if model is None else tuple(dict.fromkeys(s for s, _ in router.specs[model].directions))
+        )
         if source not in AUTO:
             sources = [source] * len(texts)
-        elif len(router.sources) == 1:
-            sources = [router.sources[0]] * len(texts)
+        elif len(candidates) == 1:
+            sources = [candidates[0]] * len(texts)
         else:
-            detected = self.detect_sources(texts)
+            detected = self.detect_sources(texts, candidates)
             sources = [d["language"] for d in detected]
-        routes = [router.route(s, t or router.default_target(s), model) for s, t in zip(sources, targets)]
+        routes = [router.route(s, t or router.default_target(s, model), model) for s, t in zip(sources, targets)]
         return Plan(routes, detected)
 
     async def run(
@@ -168,6 +178,8 @@ class Dispatcher:
     ) -> tuple[list[int], list]:
         """``lines`` through the legs of ``route``; returns (their indexes in the request, their results)."""
         indexes = list(range(len(lines))) if indexes is None else indexes
+        if not route:  # the source is the target language: each text as it is
+            return indexes, [_unchanged(text_of(line)) for line in lines]
         numbers = [i + 1 for i in indexes]
         loop = asyncio.get_running_loop()
         texts: Optional[list[str]] = None
@@ -194,6 +206,11 @@ class Dispatcher:
             if not last:
                 texts = [result.text for result in results]
         return indexes, results
+
+
+def _unchanged(text: str) -> Translation:
+    """A text's own "translation" into its language: itself (none for a blank text, as a model answers)."""
+    return Translation(text, (), (Hypothesis(text, ()),) if text.strip() else ())
 
 
 def _own(line, text: Optional[str]):

@@ -26,7 +26,7 @@ class Leg:
     target: str
 
 
-Route = tuple[Leg, ...]  # one leg, or two through a pivot language
+Route = tuple[Leg, ...]  # one leg, two through a pivot language, or none: the source is the target language
 
 
 class Router:
@@ -113,13 +113,17 @@ class Router:
         if model is not None and model not in self.specs:
             raise ApiError(400, f"unknown model {model!r}; this server has {', '.join(self.specs)}")
 
-    def default_target(self, source: str) -> str:
-        """The target of a request that names none: the one language ``source`` translates into.
+    def default_target(self, source: str, model: Optional[str] = None) -> str:
+        """The target of a request that names none: the one language ``source`` translates into (with ``model``:
+        the one that model translates it into).
 
         Raises:
             ApiError: 400 where it translates into several (or none), naming them.
         """
-        targets = self.targets_of(source)
+        if model is None:
+            targets = self.targets_of(source)
+        else:
+            targets = [t for s, t in self.specs[model].directions if s == source]
         if len(targets) != 1:
             raise ApiError(400, f"no target given; {source} translates into {', '.join(targets)}: choose one")
         return targets[0]
@@ -133,7 +137,8 @@ class Router:
             model: the model that must translate it (one that serves the pair), or None for the pair's default.
 
         Returns:
-            One leg, or two through a pivot.
+            One leg, or two through a pivot; none where ``source`` is ``target`` (the text stays as it is, as
+            Argos Translate and LibreTranslate answer).
 
         Raises:
             ApiError: 400 for an unknown language or model, a pair no route reaches, or a model that does not serve
@@ -142,6 +147,8 @@ class Router:
         self.check_language(source)
         self.check_language(target)
         self.check_model(model)
+        if source == target:
+            return ()
         if model is not None:
             if (source, target) not in self.specs[model].directions:
                 served = ", ".join("-".join(d) for d in self.specs[model].directions)

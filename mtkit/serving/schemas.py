@@ -16,6 +16,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from mtkit.errors import MtkitError
 from mtkit.inference.segments import with_parallel
 
 # a phrase holds a character that is not whitespace (str.isspace's), as mtkit.inference.segments requires
@@ -126,7 +127,10 @@ class TranslateRequest(BaseModel):
         items = [x.model_dump() for x in self.text]
         lists = {"prefix": self.prefix, "constraints": self.constraints, "avoid": self.avoid}
         for i, item in enumerate(items):
-            item["target"] = item["target"] or self.target
+            if item["target"] == "":
+                raise MtkitError(f"text item {i + 1}: target '' is no language; leave it out for the request's")
+            if item["target"] is None:
+                item["target"] = self.target
             for key, values in lists.items():  # the sentence's own instruction wins
                 if values is not None and i < len(values) and values[i] is not None and not item[key]:
                     item[key] = values[i]
