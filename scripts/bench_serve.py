@@ -20,119 +20,19 @@ run on the same machine and take some of its CPU.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gzip
-import json
 import os
 import shlex
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchlib import describe, read_gz
+from benchlib import RssSampler, batch_totals, describe, free_port, load, percentile, read_gz, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-class RssSampler(threading.Thread):
-    """The resident set size of process ``pid`` (MiB), sampled every ``every`` seconds."""
-
-    def __init__(self, pid: int, every: float = 0.25):
-        super().__init__(daemon=True)
-        self.path, self.every = Path(f"/proc/{pid}/status"), every
-        self.samples: list[tuple[float, float]] = []  # (monotonic time, MiB)
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                for line in self.path.read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        self.samples.append((time.monotonic(), int(line.split()[1]) / 1024))
-            except OSError:
-                return
-            self.stopped.wait(self.every)
-
-    def peak(self, since: float = 0.0, until: float = float("inf")) -> float:
-        return max((mib for t, mib in self.samples if since <= t <= until), default=float("nan"))
-
-
-def load(port: int, sentences: list[str], clients: int, seconds: float | None = None) -> dict:
-    """``clients`` keep-alive connections send ``sentences`` one per request (each once, or round and round for
-    ``seconds``), each sending the next sentence when its answer has come. The clients are coroutines of one event
-    loop writing HTTP/1.1 by hand, not a thread each: on a 2-core machine the clients share the server's CPU."""
-    return asyncio.run(_load(port, sentences, clients, seconds))
-
-
-async def _load(port: int, sentences: list[str], clients: int, seconds: float | None) -> dict:
-    position = 0
-    latencies: list[float] = []
-    answers: dict[int, str] = {}
-    errors: list[str] = []
-    deadline = None if seconds is None else time.monotonic() + seconds
-
-    def next_index() -> int | None:
-        nonlocal position
-        if deadline is None and position >= len(sentences):
-            return None
-        if deadline is not None and time.monotonic() >= deadline:
-            return None
-        position += 1
-        return (position - 1) % len(sentences)
-
-    async def exchange(reader, writer, body: bytes) -> tuple[int, bytes]:
-        writer.write(
-            b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split()[1])
-        length = next(int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:"))
-        return status, await reader.readexactly(length)
-
-    async def client() -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        while (i := next_index()) is not None:
-            body = json.dumps({"text": sentences[i]}).encode()
-            start = time.perf_counter()
-            try:
-                status, payload = await asyncio.wait_for(exchange(reader, writer, body), 120)
-                elapsed = time.perf_counter() - start
-                translations = json.loads(payload).get("translations") if status == 200 else None
-                if status != 200 or not isinstance(translations, list) or len(translations) != 1:
-                    raise ValueError(f"status {status}: {payload[:200]!r}")
-            except (OSError, ValueError, StopIteration, asyncio.IncompleteReadError, asyncio.TimeoutError) as err:
-                errors.append(f"{type(err).__name__}: {err}")
-                writer.close()
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                continue
-            latencies.append(elapsed)
-            answers[i] = translations[0]["text"]
-        writer.close()
-
-    start = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    wall = time.perf_counter() - start
-    return {"wall": wall, "latencies": latencies, "answers": answers, "errors": errors, "done": len(latencies)}
 
 
 def offline(run: Path, sentences: list[str], beam: int, threads: int, lone: int) -> dict:
@@ -163,33 +63,6 @@ def cli_seconds(run: Path, source: Path, beam: int, threads: int) -> float:
             check=True,
         )
     return time.perf_counter() - start
-
-
-def batch_totals(port: int) -> tuple[float, float, float]:
-    """(sentences, batches, seconds the model was busy) of the server so far, from its /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("mtkit_"))
-    names = ("mtkit_batch_sentences_sum", "mtkit_batch_sentences_count", "mtkit_model_busy_seconds")
-    return tuple(float(values.get(name, 0)) for name in names)  # type: ignore[return-value]
-
-
-def start_server(run: Path, port: int, beam: int, threads: int, extra: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "mtkit", "serve", str(run), "--port", str(port), "--beam-size", str(beam)]
-    cmd += ["--threads", str(threads), *extra]
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"mtkit serve exited with {server.returncode}: {server.stderr.read()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                if response.status == 200:
-                    return server
-        except OSError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit("mtkit serve did not answer /health within 120 s")
 
 
 def main() -> None:
@@ -223,7 +96,7 @@ def main() -> None:
     print(f"in-process translate([sentence]), {len(base['singles'])} sentences: p50 {lone_p50:.1f} ms")
 
     port = free_port()
-    server = start_server(args.run, port, args.beam_size, args.threads, args.server_arg)
+    server = start_server([args.run], port, args.beam_size, args.threads, args.server_arg)
     rss = RssSampler(server.pid)
     rss.start()
     rows = []
@@ -271,12 +144,7 @@ def main() -> None:
             print(f"server RSS growth from the first minute to the last: {peaks[-1] - peaks[0]:+.0f} MiB")
     finally:
         rss.stopped.set()
-        server.send_signal(signal.SIGTERM)
-        try:
-            code = server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            code = "killed after 60 s"
+        code = stop_server(server)
     print(f"\nserver stopped on SIGTERM with exit status {code}; peak RSS {rss.peak():.0f} MiB")
     by_clients = dict(rows)
     if 1 in by_clients and by_clients[1]["latencies"]:
