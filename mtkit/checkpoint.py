@@ -136,7 +136,7 @@ def load(path: Path, *, with_train: bool = False, map_location: str = "cpu") -> 
     metadata = read_metadata(path)
     model, tokenizer, train = {}, {}, {}
     try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
+        with safe_open(str(path), framework="np") as f:
             header = f.metadata() or {}
             aliases = json.loads(header.get("aliases", "{}"))
             crc = json.loads(header.get("crc32", "{}"))  # absent in checkpoints written before it existed
@@ -144,7 +144,7 @@ def load(path: Path, *, with_train: bool = False, map_location: str = "cpu") -> 
                 group, _, name = key.partition(".")
                 if group == "train" and not with_train:
                     continue
-                tensor = f.get_tensor(key)
+                tensor = _get_tensor(f, key, path)
                 if key in crc and _crc32(tensor) != crc[key]:
                     raise MtkitError(
                         f"{path}: corrupted checkpoint (tensor '{key}' fails its CRC-32 check); "
@@ -263,6 +263,16 @@ def load_latest(ckpt_dir: Path) -> tuple[Optional[Path], Optional[Bundle], list[
     if errors:
         raise errors[0]
     return None, None, []
+
+
+def _get_tensor(f, key: str, path: Path) -> torch.Tensor:
+    """Tensor ``key`` of ``f`` (a safetensors file opened for numpy) as a torch tensor. Read through numpy: through
+    PyTorch, safetensors 0.8 keeps a few bytes per tensor read for good, which a server that loads models again
+    and again would pile up; bfloat16, which numpy lacks, through PyTorch."""
+    if f.get_slice(key).get_dtype() == "BF16":
+        with safe_open(str(path), framework="pt", device="cpu") as pt:
+            return pt.get_tensor(key)
+    return torch.from_numpy(f.get_tensor(key))
 
 
 def latest_loadable(ckpt_dir: Path) -> Optional[Path]:

@@ -50,6 +50,22 @@ def test_roundtrip_keeps_every_tensor_and_the_metadata(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left behind
 
 
+def test_every_dtype_comes_back_as_it_was_saved(tmp_path):
+    # tensors are read through numpy, bfloat16 (which numpy lacks) through torch
+    path = tmp_path / "ckpt_0000001.safetensors"
+    weights = {
+        "bf16": torch.arange(5.0, dtype=torch.bfloat16) / 3,
+        "fp16": torch.arange(5.0, dtype=torch.float16) / 3,
+        "int": torch.arange(5, dtype=torch.int64),
+        "flag": torch.tensor([True, False]),
+    }
+    ckpt.save(path, ckpt.Bundle({"update": 1}, weights, {}, {}))
+    back = ckpt.load(path).model
+    for name, tensor in weights.items():
+        assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor), name
+    back["fp16"].add_(1)  # writable: not a read-only view of the file
+
+
 def test_tied_weights_are_stored_once_and_come_back_for_both_names(tmp_path):
     shared = torch.randn(5, 3)
     path = tmp_path / "tied.safetensors"
