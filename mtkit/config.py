@@ -387,21 +387,31 @@ def from_dict(tree: dict, where: str = "config") -> Config:
         raise MtkitError(validation_message(err, where)) from None
 
 
-def load(path: str | Path, overrides: list[str] | None = None) -> Config:
-    path = Path(path)
+def read_yaml(path: Path, what: str):
+    """The YAML tree of the file at ``path`` (None for an empty file).
+
+    Raises:
+        MtkitError: one line naming ``path`` (and the line and column of a syntax error) and ``what`` it is, e.g.
+            "config file": it is missing, unreadable or not YAML.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise MtkitError(f"{path}: config file not found") from None
+        raise MtkitError(f"{path}: {what} not found") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
-        raise MtkitError(f"{path}: cannot read config ({err.__class__.__name__})") from None
+        raise MtkitError(f"{path}: cannot read the {what} ({type(err).__name__})") from None
     try:
-        tree = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         pos = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise MtkitError(f"{path}{pos}: YAML syntax error: {problem}") from None
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Config:
+    path = Path(path)
+    tree = read_yaml(path, "config file")
     if tree is None:
         tree = {}
     if not isinstance(tree, dict):

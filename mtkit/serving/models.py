@@ -17,10 +17,9 @@ import typing
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Sequence
 
-import yaml
 from pydantic import AfterValidator, Field, ValidationError, create_model
 
-from mtkit.config import Section
+from mtkit.config import Section, read_yaml
 from mtkit.errors import MtkitError
 from mtkit.inference.options import Options
 from mtkit.serving.languages import data_directions, run_config
@@ -180,19 +179,7 @@ def read_models_file(path: Path, *, engine: str = "torch", options: Optional[dic
             list of models, an unknown key or a bad value, or a model that does not read.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MtkitError(f"{path}: models file not found") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
-        raise MtkitError(f"{path}: cannot read the models file ({type(err).__name__})") from None
-    try:
-        tree = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        pos = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise MtkitError(f"{path}{pos}: YAML syntax error: {problem}") from None
+    tree = read_yaml(path, "models file")
     if not isinstance(tree, list) or not tree:
         raise MtkitError(f"{path}: a models file is a YAML list of models, each a mapping with a path")
     specs = []
