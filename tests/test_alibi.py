@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_transformer import tiny
+from test_transformer import stepped_and_full, tiny
 
 from conftest import TINY_TRANSFORMER, assert_one_line_error, cli, write_toy_splits
 from mtkit.models import BOS, EOS, PAD
@@ -123,17 +123,8 @@ def test_fused_kernel_equals_the_explicit_softmax(causal):
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_cached_steps_equal_the_fused_full_forward(norm):
-    model = alibi_model(norm)
-    src, tgt = long_batch()
-    with torch.no_grad():
-        full = model(src, tgt).log_softmax(-1)
-        mask = src.ne(PAD)
-        state = model.init_state(model.encode(src, mask), mask)
-        steps = []
-        for t in range(tgt.size(1)):
-            log_probs, state, _ = model.step(tgt[:, t], state)
-            steps.append(log_probs)
-    torch.testing.assert_close(torch.stack(steps, 1), full, **TOL)
+    stepped, full = stepped_and_full(alibi_model(norm), *long_batch())
+    torch.testing.assert_close(stepped, full, **TOL)
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])

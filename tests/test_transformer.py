@@ -50,6 +50,19 @@ def batch():
     return src, tgt
 
 
+def stepped_and_full(model, src, tgt) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log-probs of ``tgt`` decoded one cached step at a time, and from one full forward pass."""
+    with torch.no_grad():
+        full = model(src, tgt).log_softmax(-1)
+        mask = src.ne(PAD)
+        state = model.init_state(model.encode(src, mask), mask)
+        steps = []
+        for t in range(tgt.size(1)):
+            log_probs, state, _ = model.step(tgt[:, t], state)
+            steps.append(log_probs)
+    return torch.stack(steps, 1), full
+
+
 @pytest.mark.parametrize("positions", POSITIONS)
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_cached_steps_equal_full_forward(positions, norm):
@@ -253,16 +266,8 @@ STUDENTS = {
 )
 def test_student_decoders_cache_equals_full_forward(student, positions, norm):
     model = tiny(positions, norm, **STUDENTS[student])
-    src, tgt = batch()
-    with torch.no_grad():
-        full = model(src, tgt).log_softmax(-1)
-        mask = src.ne(PAD)
-        state = model.init_state(model.encode(src, mask), mask)
-        steps = []
-        for t in range(tgt.size(1)):
-            log_probs, state, _ = model.step(tgt[:, t], state)
-            steps.append(log_probs)
-    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+    stepped, full = stepped_and_full(model, *batch())
+    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("student", list(STUDENTS))
