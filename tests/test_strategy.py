@@ -7,7 +7,7 @@ import torch
 
 from mtkit.decoding.constraints import ConstrainedStrategy, Guidance, Guide, beam_strategy
 from mtkit.decoding.hypothesis import length_penalty_of
-from mtkit.decoding.strategy import NEG_INF, PlainStrategy
+from mtkit.decoding.strategy import NEG_INF, PlainStrategy, row_topk
 from mtkit.models.base import BOS, EOS, PAD
 
 VOCAB, K = 10, 3
@@ -62,3 +62,30 @@ def test_the_length_penalty_takes_numbers_and_tensors():
         assert from_tensor.dtype == torch.float32
         assert from_tensor.tolist() == pytest.approx([length_penalty_of(int(n), alpha) for n in lengths], rel=1e-6)
     assert length_penalty_of(7, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("width", [8000, 8003, 640, 100])  # 8003: a partial last block; 640 and 100: plain topk
+def test_row_topk_finds_the_values_topk_finds(width):
+    generator = torch.Generator().manual_seed(width)
+    x = torch.randn(50, width, generator=generator)
+    x[:, [PAD, BOS]] = NEG_INF
+    x[3, 7] = x[3].max() + 1  # one row with its best in the first block, one with its best in the last column
+    x[4, -1] = x[4].max() + 1
+    for k in (1, 10):
+        values, columns = row_topk(x, k)
+        expected_values, expected_columns = x.topk(k, dim=1)
+        assert torch.equal(values, expected_values)
+        assert torch.equal(columns, expected_columns)  # no ties in random floats: the same columns too
+        assert torch.equal(x.gather(1, columns), values)
+
+
+def test_row_topk_with_ties_returns_topk_values_at_distinct_columns():
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 4, (30, 8000), generator=generator).float()  # thousands of ties per row
+    x[0] = 0.0
+    x[0, [5, 4000, 7999]] = 2.0  # three winners in three blocks, then 7,997 ties for the rest
+    values, columns = row_topk(x, 10)
+    assert torch.equal(values, x.topk(10, dim=1).values)
+    assert torch.equal(x.gather(1, columns), values)
+    assert all(len(set(row)) == 10 for row in columns.tolist())
+    assert set(columns[0, :3].tolist()) == {5, 4000, 7999}

@@ -38,7 +38,7 @@ from torch import Tensor
 
 from mtkit.decoding.guidance import Guidance, Phrase
 from mtkit.decoding.hypothesis import length_penalty_of
-from mtkit.decoding.strategy import NEG_INF, BeamStrategy, Candidates, PlainStrategy, force_eos
+from mtkit.decoding.strategy import NEG_INF, BeamStrategy, Candidates, PlainStrategy, force_eos, row_topk
 from mtkit.models.base import EOS
 
 
@@ -255,7 +255,7 @@ class ConstrainedStrategy:
     def step(self, t: int, log_probs: Tensor, beam_scores: Tensor) -> Candidates:
         g, k, live = self.guide, self.k, beam_scores.size(0)
         g.ban(log_probs, t)
-        row_log_probs, row_tokens = log_probs.topk(min(2 * k, log_probs.size(1)), dim=1)  # (rows, width)
+        row_log_probs, row_tokens = row_topk(log_probs, min(2 * k, log_probs.size(1)))  # (rows, width)
         if g.has_constraints:  # the next token of every unmet constraint, once per row
             lengths = g.constraints.lengths[g.sent]  # (rows, C)
             position = g.con_state.clamp(max=g.constraints.tokens.size(2) - 1).unsqueeze(2)

@@ -15,7 +15,7 @@ from mtkit.decoding.constraints import Guide
 from mtkit.decoding.hypothesis import Decoded
 from mtkit.decoding.limits import check_common, default_cap
 from mtkit.decoding.search import single_path
-from mtkit.decoding.strategy import NEG_INF
+from mtkit.decoding.strategy import NEG_INF, row_topk
 from mtkit.models.base import Seq2Seq
 
 
@@ -32,7 +32,7 @@ def filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float) -> Tensor:
         (rows, vocab) ``logits`` with every token outside the kept set at -inf.
     """
     if top_k > 0:
-        kth_best = logits.topk(min(top_k, logits.size(1)), dim=1).values[:, -1:]  # (rows, 1)
+        kth_best = row_topk(logits, min(top_k, logits.size(1)))[0][:, -1:]  # (rows, 1)
         logits = logits.masked_fill(logits < kth_best, NEG_INF)
     if top_p < 1.0:
         sorted_logits, order = logits.sort(dim=1, descending=True)  # (rows, vocab)

@@ -7,8 +7,8 @@ what order, which of them continue, each sentence's output limit and its length 
 state of its own. ``PlainStrategy`` below is the unconstrained search; ``constraints.ConstrainedStrategy`` adds
 prefixes, lexical constraints and avoided phrases. ``constraints.beam_strategy`` picks one of them.
 
-The plain step follows fairseq's: one ``topk`` over each beam's vocabulary keeps its ``2 * beam_size`` best tokens,
-a second ``topk`` ranks those (beam, token) pairs by cumulative log-prob, and the best ``beam_size`` non-EOS
+The plain step follows fairseq's: one top-k over each beam's vocabulary (``row_topk``, a blocked pass that finds
+what ``topk`` would) keeps its ``2 * beam_size`` best tokens, a second ``topk`` ranks those (beam, token) pairs by cumulative log-prob, and the best ``beam_size`` non-EOS
 candidates continue.
 """
 
@@ -108,6 +108,40 @@ class BeamStrategy(Protocol):
         ...
 
 
+TOPK_BLOCK = 64  # columns per block of ``row_topk``'s first pass
+
+
+def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest values of each row, best first, and their columns: ``x.topk(k, dim=1)`` in two cheap passes.
+
+    The columns are cut into blocks of ``TOPK_BLOCK``; a block's maximum is found in one vectorised reduction, and the
+    k largest values of a row lie in its k blocks of largest maximum (a block holding one of them has a maximum at
+    least that large, and at most k - 1 other blocks can beat it), so the exact top k are taken among those k blocks'
+    columns and the ragged last columns. The values are exactly ``topk``'s; among equal values the columns may be
+    other equal ones. A narrow ``x`` goes to ``topk`` directly.
+
+    Args:
+        x: (rows, width) floating point, no NaN.
+        k: how many per row, at most ``width``.
+
+    Returns:
+        (values, columns), both (rows, k).
+    """
+    rows, width = x.shape
+    blocks = width // TOPK_BLOCK
+    if blocks < 4 * k:  # too few blocks for the first pass to pay
+        return x.topk(k, dim=1)
+    body = x[:, : blocks * TOPK_BLOCK].view(rows, blocks, TOPK_BLOCK)
+    best_blocks = body.amax(dim=2).topk(k, dim=1).indices  # (rows, k)
+    offsets = torch.arange(TOPK_BLOCK, device=x.device)
+    columns = (best_blocks.unsqueeze(2) * TOPK_BLOCK + offsets).view(rows, k * TOPK_BLOCK)
+    if blocks * TOPK_BLOCK < width:  # the last, partial block is always a candidate
+        rest = torch.arange(blocks * TOPK_BLOCK, width, device=x.device).expand(rows, -1)
+        columns = torch.cat([columns, rest], dim=1)
+    values, picked = x.gather(1, columns).topk(k, dim=1)
+    return values, columns.gather(1, picked)
+
+
 def force_eos(at_limit: Tensor, log_probs: Tensor, row_log_probs: Tensor, row_tokens: Tensor) -> tuple[Tensor, Tensor]:
     """Make EOS the only candidate of the rows at their output limit.
 
@@ -150,7 +184,7 @@ class PlainStrategy:
         # A sentence's 2k best extensions are among the 2k best tokens of each of its beams.
         # Ranking those needs one pass over the vocabulary instead of one over every (beam, token) pair.
         width = min(2 * k, log_probs.size(1))
-        row_log_probs, row_tokens = log_probs.topk(width, dim=1)  # (rows, width)
+        row_log_probs, row_tokens = row_topk(log_probs, width)  # (rows, width)
         if t >= self.first_forced_step:
             at_limit = self.max_len.le(t).repeat_interleave(k).unsqueeze(1)  # (rows, 1)
             row_log_probs, row_tokens = force_eos(at_limit, log_probs, row_log_probs, row_tokens)

@@ -35,7 +35,7 @@ def quantize_rows(x: Tensor, levels: int = ACTIVATION_LEVELS) -> tuple[Tensor, T
     """
     scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(levels)  # (rows, 1)
     # |x| / scale <= levels already (the largest magnitude maps to levels): no clamp, one op less per layer
-    return torch.round(x / scale).to(torch.int8), scale
+    return (x / scale).round_().to(torch.int8), scale
 
 
 class Int8Linear(nn.Module):
@@ -70,8 +70,8 @@ class Int8Linear(nn.Module):
             out = rows.new_zeros(0, self.out_features)
         else:
             q, scale = quantize_rows(rows)
-            out = torch._int_mm(q, self.qweight_t) * self.weight_scale  # (rows, out) float32
-            out.mul_(scale)
+            # int32 -> float32 first, then scaled in place: a mixed-dtype product would cast into a temporary first
+            out = torch._int_mm(q, self.qweight_t).float().mul_(self.weight_scale).mul_(scale)  # (rows, out)
         if self.bias is not None:
             out.add_(self.bias)
         return out.view(*shape[:-1], self.out_features)
