@@ -10,7 +10,7 @@ it calls): source tokenization, the encoder, the decoder's layers per step, the 
 bookkeeping (``encoder_side``), the output projection, the log-softmax, the beam reorders, the search's own
 tensor ops and Python, the engine's batching and the output's detokenization. CPU tensor ops run synchronously,
 so wall time is theirs. ``--ops N`` adds torch.profiler's N most expensive operators (self CPU time) over the
-same run. Each report starts with the date and the CPU.
+same run (``--shapes``: per operator and input shapes). Each report starts with the date and the CPU.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "multi30k")
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--ops", type=int, default=0, help="also print torch.profiler's N costliest operators")
+    parser.add_argument("--shapes", action="store_true", help="with --ops: one row per operator and input shapes")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
@@ -108,7 +109,9 @@ def main() -> None:
 
     start = time.perf_counter()
     if args.ops:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=args.shapes
+        ) as prof:
             translate_stream(model, sources, io.StringIO())
     else:
         translate_stream(model, sources, io.StringIO())
@@ -125,7 +128,8 @@ def main() -> None:
     for name, seconds in sorted(clock.own.items(), key=lambda kv: -kv[1]):
         print(f"{name:<32} {seconds:>8.3f} {100 * seconds / total:>5.1f}% {clock.calls.get(name, 1):>7}")
     if args.ops:
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.ops))
+        table = prof.key_averages(group_by_input_shape=args.shapes)
+        print(table.table(sort_by="self_cpu_time_total", row_limit=args.ops, max_name_column_width=40))
 
 
 if __name__ == "__main__":
