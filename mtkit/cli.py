@@ -197,6 +197,9 @@ def translate(
         None, "--plot-attention", help="Write an attention heatmap PNG per sentence here."
     ),
     engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Say on stderr what computes: engine, device, threads, dtype and why."
+    ),
 ):
     """Translate stdin (or --input) to stdout: one output line per input line, in order.
 
@@ -235,6 +238,7 @@ def translate(
         alignments=alignments,
         plot_attention=plot_attention,
         engine=engine,
+        verbose=verbose,
     )
 
 

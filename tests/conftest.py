@@ -22,6 +22,11 @@ from typing import Optional
 import pytest
 import yaml
 
+# dtype auto: the same answer on every machine (int8 where the x86 kernels exist), nothing cached in the home
+# directory; tests/test_kernels.py measures for real
+os.environ.setdefault("MTKIT_AUTO_DTYPE", "int8")
+os.environ.setdefault("MTKIT_CACHE_DIR", "off")
+
 # A word-for-word "translation" table: the target side is learnable from the source side.
 EN_DE = {
     "a": "ein",

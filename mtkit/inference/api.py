@@ -369,13 +369,12 @@ def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def auto_dtype(device) -> str:
-    """``dtype: auto``: int8 on a CPU whose PyTorch has the x86 int8 kernels (fbgemm / x86: AVX2 and up), float32
-    elsewhere (GPUs, ARM CPUs)."""
+def int8_kernels(device) -> bool:
+    """Whether ``device`` is a CPU whose PyTorch has the x86 int8 kernels (fbgemm / x86: AVX2 and up); elsewhere
+    (GPUs, ARM CPUs) ``dtype: auto`` is float32 without measuring."""
     import torch
 
-    # docs/benchmarks.md (section 2) has what int8 gains over float32 on each CPU kind
-    return "int8" if device.type == "cpu" and torch.backends.quantized.engine in ("x86", "fbgemm") else "float32"
+    return device.type == "cpu" and torch.backends.quantized.engine in ("x86", "fbgemm")
 
 
 def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
@@ -387,7 +386,9 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     from mtkit.decoding.shortlist import Shortlisted, check_model, load_lexicon
     from mtkit.devices import pick_device
     from mtkit.inference.allocator import keep_freed_memory
+    from mtkit.inference.kernels import choose_cpu_dtype
     from mtkit.inference.torch_engine import Ensemble, TorchEngine
+    from mtkit.models.int8 import quantize_int8
 
     first_file = ckpt.resolve(paths[0])
     meta_cfg = cfgmod.from_dict(ckpt.read_metadata(first_file)["config"], str(first_file))
@@ -397,12 +398,21 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     device = pick_device(options.device)
     if device.type == "cpu":
         keep_freed_memory()
-    dtype_name = auto_dtype(device) if options.dtype == "auto" else options.dtype
-    options.check_device(device.type, dtype_name)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.qint8}[
-        dtype_name
-    ]
-    loaded = [ckpt.load_checkpoint(p, device, dtype) for p in paths]
+    choice = None
+    if options.dtype == "auto":  # float weights first: the kernels are timed on their shapes, then int8 if it pays
+        loaded = [ckpt.load_checkpoint(p, device, torch.float32) for p in paths]
+        if int8_kernels(device):
+            choice = choose_cpu_dtype(loaded[0].model)
+            if choice.dtype == "int8":
+                for item in loaded:
+                    item.model = quantize_int8(item.model)
+        dtype_name = choice.dtype if choice is not None else "float32"
+        options.check_device(device.type, dtype_name)
+    else:
+        dtype_name = options.dtype
+        options.check_device(device.type, dtype_name)
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.qint8}
+        loaded = [ckpt.load_checkpoint(p, device, dtype[dtype_name]) for p in paths]
     tokenizer = loaded[0].tokenizer
     for other in loaded[1:]:
         if other.tokenizer.fingerprint() != tokenizer.fingerprint():
@@ -422,6 +432,12 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
             copy_source=meta_cfg.data.joint_vocab,
         )
     engine = TorchEngine(model, tokenizer, options, device)
+    engine.dtype_name = dtype_name
+    engine.dtype_reason = (
+        choice.reason()
+        if choice is not None
+        else f"dtype {options.dtype}" + (" -> float32: no x86 int8 kernels here" if options.dtype == "auto" else "")
+    )
     engine.languages, engine.targets = run_languages(meta_cfg.data)
     engine.target_tag, engine.tag_template = meta_cfg.data.target_tag, meta_cfg.data.tag_template
     return engine

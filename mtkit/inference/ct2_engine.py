@@ -68,6 +68,9 @@ class Ct2Engine(Engine):
         if options.sampling:
             ct2.set_random_seed(options.seed)
 
+    def describe(self) -> str:
+        return f"CTranslate2 on {self.where}, {self.options.threads or 'default'} threads"
+
     def max_length(self, src_len: int, options: Optional[Options] = None) -> int:
         """``search.max_lengths`` for one sentence of ``src_len`` tokens (EOS included)."""
         o = options or self.options

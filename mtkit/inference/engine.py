@@ -62,6 +62,10 @@ class Engine(abc.ABC):
         self.max_chars = max_chars_for(self.max_src)
         self.truncated = 0
 
+    def describe(self) -> str:
+        """One line on what computes and how (``mtkit translate --verbose``)."""
+        return f"{type(self).__name__}, {self.options.device}, dtype {self.options.dtype}"
+
     def encode(self, lines: list[str]) -> list[list[int]]:
         # a line far over the limit is cut before SentencePiece sees it (cost bounded per line) and counts as
         # truncated; see max_chars_for for why that loses nothing but the tail any truncation loses

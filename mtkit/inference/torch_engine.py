@@ -64,6 +64,13 @@ class TorchEngine(Engine):
         self.generator = torch.Generator(device="cpu").manual_seed(options.seed) if options.sampling else None
         self._glue: Optional[torch.Tensor] = None
 
+    dtype_name = "float32"  # what computes (``dtype: auto`` resolved) and why: set by whoever loads the model
+    dtype_reason = ""
+
+    def describe(self) -> str:
+        why = f"; {self.dtype_reason}" if self.dtype_reason else ""
+        return f"torch on {self.device}, {torch.get_num_threads()} threads, {self.dtype_name}{why}"
+
     def glue(self) -> torch.Tensor:
         """(vocab,) bool: the target subwords that continue a word: no leading U+2581, a letter or digit first
         (punctuation may follow a word)."""

@@ -248,6 +248,7 @@ def translate_main(
     input_format: str = "text",
     skip_bad_lines: bool = False,
     target: Optional[str] = None,
+    verbose: bool = False,
     **options,
 ) -> None:
     """``mtkit translate``: ``options`` are ``mtkit.load``'s decoding and sampling options; ``--engine
@@ -264,6 +265,8 @@ def translate_main(
         alignments=alignments or plot_attention is not None,
         **options,
     )
+    if verbose:
+        print(f"mtkit: {model.engine.describe()}", file=sys.stderr, flush=True)
     model.check_format("html" if input_format == "html" else "text")
     if input_format != "jsonl" or target is not None:  # jsonl lines may name their own
         model.check_target(target)
