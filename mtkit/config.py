@@ -257,6 +257,9 @@ class TrainingConfig(Section):
     schedule: Literal["inverse_sqrt", "noam", "cosine", "constant"] = "inverse_sqrt"
     warmup_updates: int = Field(4000, ge=0)
     min_lr: float = Field(0.0, ge=0, description="floor of the cosine schedule")
+    decay_over: Literal["updates", "minutes", "both"] = Field(
+        "updates", description="cosine: decay over max_updates, max_minutes, or whichever runs out first (both)"
+    )
     label_smoothing: float = Field(0.1, ge=0, lt=1)
     clip_norm: float = Field(0.0, ge=0, description="max gradient norm; 0 disables clipping")
     log_every: int = Field(50, ge=1)
@@ -273,10 +276,14 @@ class TrainingConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.schedule == "cosine" and not self.max_updates:
+        if self.decay_over != "updates" and self.schedule != "cosine":
+            raise ValueError(f"training.decay_over {self.decay_over} applies to schedule cosine only")
+        needs = {"updates": ("max_updates",), "minutes": ("max_minutes",), "both": ("max_updates", "max_minutes")}
+        missing = [f"training.{key}" for key in needs[self.decay_over] if not getattr(self, key)]
+        if self.schedule == "cosine" and missing:
             raise ValueError(
-                "training.schedule cosine decays to min_lr at training.max_updates: set "
-                "training.max_updates (or use schedule inverse_sqrt)"
+                f"training.schedule cosine with decay_over {self.decay_over} decays to min_lr at "
+                f"{' and '.join(needs[self.decay_over])}: set {' and '.join(missing)} (or use schedule inverse_sqrt)"
             )
         if self.precision == "fp16" and self.devices == "cpu":  # devices auto: checked once the device is known
             raise ValueError(FP16_NEEDS_CUDA)

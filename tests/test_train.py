@@ -204,6 +204,59 @@ def test_cosine_without_max_updates_is_refused(tmp_path, data_section, run_cli):
     assert_one_line_error(run_cli("train", config), "training.max_updates", "cosine")
 
 
+@pytest.mark.parametrize(
+    "decay_over, update, minutes, progress",
+    [
+        ("updates", 60, 9.0, 0.5),  # the clock is ignored
+        ("minutes", 60, 1.0, 0.25),  # a quarter of max_minutes: whatever the update
+        ("minutes", 1000, 8.0, 1.0),
+        ("both", 60, 1.0, 0.5),  # updates ahead
+        ("both", 20, 3.0, 0.75),  # the clock ahead: a slow machine
+    ],
+)
+def test_cosine_decays_over_updates_minutes_or_whichever_runs_out_first(decay_over, update, minutes, progress):
+    t = schedule(schedule="cosine", lr=1e-3, min_lr=1e-5, warmup_updates=10, max_updates=110, max_minutes=4)
+    t = t.model_copy(update={"decay_over": decay_over})
+    expected = 1e-5 + 0.5 * (1e-3 - 1e-5) * (1 + math.cos(math.pi * progress))
+    assert learning_rate(update, t, d_model=512, elapsed=60 * minutes) == pytest.approx(expected, rel=1e-12)
+    assert learning_rate(5, t, d_model=512, elapsed=60 * minutes) == pytest.approx(1e-3 * 5 / 10)  # warmup first
+
+
+@pytest.mark.parametrize(
+    "training, needles",
+    [
+        ({"schedule": "cosine", "decay_over": "minutes", "max_updates": 10}, ("training.max_minutes", "decay_over")),
+        ({"schedule": "cosine", "decay_over": "both", "max_minutes": 1}, ("training.max_updates", "decay_over both")),
+        ({"schedule": "inverse_sqrt", "decay_over": "minutes", "max_minutes": 1}, ("decay_over", "cosine only")),
+    ],
+)
+def test_decay_over_needs_its_budgets_and_the_cosine_schedule(tmp_path, data_section, run_cli, training, needles):
+    config = make_config(tmp_path, data_section, **training)
+    assert_one_line_error(run_cli("train", config), *needles)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_that_decays_over_minutes_stops_on_time_at_min_lr(tmp_path, data_section, run_cli):
+    config = make_config(
+        tmp_path,
+        data_section,
+        schedule="cosine",
+        decay_over="both",
+        lr=1e-3,
+        min_lr=1e-5,
+        warmup_updates=2,
+        max_updates=1_000_000,  # never reached: the clock ends the run
+        max_minutes=0.05,
+        log_every=1,
+        validate_every=1_000_000,
+    )
+    assert run_cli("train", config).code == 0
+    lrs = [r["lr"] for r in metrics(tmp_path / "run", "train")]
+    assert len(lrs) > 3 and lrs[-1] == pytest.approx(1e-5, rel=1e-9)  # the last update: 100% of the time spent
+    after_warmup = lrs[2:]
+    assert all(a >= b for a, b in zip(after_warmup, after_warmup[1:]))  # falling with the clock
+
+
 # ---------------------------------------------------------------------------- label-smoothed loss
 def hand_loss(rows: list[list[float]], targets: list[int], eps: float) -> tuple[float, float]:
     """(1 - eps) * -log p(y) + eps * mean_v(-log p(v)), summed over rows, with plain log and exp."""

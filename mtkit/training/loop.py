@@ -81,9 +81,9 @@ class Trainer:
         self.stop_signal: Optional[str] = None  # the name of the first SIGINT / SIGTERM received
 
     # -- set-up -------------------------------------------------------------------------------------
-    def lr_at(self, update: int) -> float:
-        """The learning rate of update number ``update`` (from 1)."""
-        return learning_rate(update, self.t, model_width(self.cfg.model))
+    def lr_at(self, update: int, elapsed: float = 0.0) -> float:
+        """The learning rate of update number ``update`` (from 1) after ``elapsed`` training seconds."""
+        return learning_rate(update, self.t, model_width(self.cfg.model), elapsed)
 
     def autocast(self):
         """The autocast context of training.precision (none for fp32)."""
@@ -325,15 +325,17 @@ class Trainer:
             )
         return batches
 
-    def stop_votes(self, run_start: float) -> tuple[float, float]:
-        """This rank's stop votes: (it wants to stop, it got a signal), each 0.0 or 1.0.
+    def stop_votes(self, run_start: float) -> tuple[float, float, float]:
+        """This rank's stop votes: (it wants to stop, it got a signal), each 0.0 or 1.0, and its training seconds.
 
         ``train_step`` sums them over the ranks with the update's losses, so that every rank stops after the same
-        update. ``run_start`` is the ``time.perf_counter()`` the run's training time counts from.
+        update and takes the same learning rate (the ranks' mean time, where the schedule follows the clock).
+        ``run_start`` is the ``time.perf_counter()`` the run's training time counts from.
         """
         t = self.t
-        time_up = t.max_minutes is not None and (time.perf_counter() - run_start) / 60 >= t.max_minutes
-        return 1.0 if (time_up or self.stop_signal) else 0.0, 1.0 if self.stop_signal else 0.0
+        elapsed = time.perf_counter() - run_start
+        time_up = t.max_minutes is not None and elapsed / 60 >= t.max_minutes
+        return 1.0 if (time_up or self.stop_signal) else 0.0, 1.0 if self.stop_signal else 0.0, elapsed
 
     def stop_reason(self, votes: list[float]) -> tuple[Optional[str], bool]:
         """Why to stop after this update (None: go on), and whether a signal asked for it.
@@ -341,7 +343,7 @@ class Trainer:
         Args:
             votes: ``stop_votes`` summed over the ranks (``Step.votes``).
         """
-        stop_votes, signal_votes = votes
+        stop_votes, signal_votes = votes[:2]
         if self.t.max_updates and self.state.update >= self.t.max_updates:
             return f"max_updates={self.t.max_updates}", signal_votes > 0
         if stop_votes > 0:

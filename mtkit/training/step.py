@@ -48,7 +48,7 @@ class Step:
     tgt_tokens: float  # target tokens, summed over every rank
     src_tokens: int  # source tokens of this rank
     padded: int  # positions of this rank's src + tgt tensors, padding included
-    votes: list[float]  # the stop votes, summed over every rank
+    votes: list[float]  # the stop votes and the training seconds, summed over every rank
     lr: float  # the learning rate it used
 
 
@@ -66,7 +66,7 @@ def train_step(
     Args:
         trainer: a ``loop.Trainer``; its model, optimizer, data and state are used, its state is not changed.
         group: this rank's batches of example indices (training.update_freq of them, fewer at an epoch's end).
-        votes: the stop requests of this rank, asked once the batches are done.
+        votes: the stop requests of this rank and its training seconds, asked once the batches are done.
         fused: False (for profiling) computes the logits with ``model.project`` first, then the same loss on them.
 
     Returns:
@@ -130,7 +130,9 @@ def train_step(
     torch._foreach_mul_(grads, d.world_size / max(total_tokens, 1.0))
     if t.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), t.clip_norm)
-    lr = trainer.lr_at(update)
+    # the ranks' mean training time (the third vote), so that a schedule over max_minutes agrees on every rank
+    elapsed = summed_votes[2] / d.world_size if len(summed_votes) > 2 else 0.0
+    lr = trainer.lr_at(update, elapsed)
     for g in optimizer.param_groups:
         g["lr"] = lr
     if scaler:
