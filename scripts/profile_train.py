@@ -28,6 +28,7 @@ def main() -> None:
     ap.add_argument("--profile", type=int, default=6, help="updates under torch.profiler (0: none)")
     ap.add_argument("--rows", type=int, default=15, help="rows of the profiler table")
     ap.add_argument("--unfused", action="store_true", help="logits from the model, then the loss on them")
+    ap.add_argument("--shapes", action="store_true", help="one profiler row per operator and input shapes")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import torch
@@ -63,10 +64,11 @@ def main() -> None:
         f"{faults:.0f} minor page faults/update, {args.threads} threads"
     )
     if args.profile:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=args.shapes) as prof:
             for idx in plan[args.warmup : args.warmup + args.profile]:
                 update(idx)
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+        table = prof.key_averages(group_by_input_shape=args.shapes)
+        print(table.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=40))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""mtkit/inference/allocator.py: glibc's malloc is told once to keep freed memory; MTKIT_MALLOC=default leaves it alone."""
+"""mtkit/memory.py: glibc's malloc is told once to keep freed memory; MTKIT_MALLOC=default leaves it alone."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-CODE = "from mtkit.inference.allocator import keep_freed_memory as k; print(k(), k())"
+CODE = "from mtkit.memory import keep_freed_memory as k; print(k(), k())"
 
 
 def run(env_value):

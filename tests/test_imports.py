@@ -84,7 +84,7 @@ LAYERS = (
     ("mtkit.errors", "mtkit.version"),
     ("mtkit.files", "mtkit.manifest", "mtkit.config", "mtkit.flags"),
     ("mtkit.scoring",),  # sacreBLEU only: no torch, no model
-    ("mtkit.tokenizer", "mtkit.devices", "mtkit.plots", "mtkit.text"),
+    ("mtkit.tokenizer", "mtkit.devices", "mtkit.memory", "mtkit.plots", "mtkit.text"),
     ("mtkit.models",),
     ("mtkit.checkpoint",),
     ("mtkit.data",),

@@ -385,9 +385,9 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     from mtkit import checkpoint as ckpt
     from mtkit.decoding.shortlist import Shortlisted, check_model, load_lexicon
     from mtkit.devices import pick_device
-    from mtkit.inference.allocator import keep_freed_memory
     from mtkit.inference.kernels import choose_cpu_dtype
     from mtkit.inference.torch_engine import Ensemble, TorchEngine
+    from mtkit.memory import keep_freed_memory
     from mtkit.models.int8 import quantize_int8
 
     first_file = ckpt.resolve(paths[0])

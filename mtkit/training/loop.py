@@ -25,6 +25,7 @@ from mtkit.data.batches import ParallelData, direction_sample, make_batches, sha
 from mtkit.errors import MtkitError
 from mtkit.files import RunLock, atomic_write_bytes, atomic_write_text, remove_stale_temps
 from mtkit.manifest import MANIFEST, read_manifest
+from mtkit.memory import keep_freed_memory
 from mtkit.models import build_model
 from mtkit.plots import plot_curves
 from mtkit.tokenizer import Tokenizer
@@ -58,6 +59,8 @@ class Trainer:
             torch.set_num_threads(self.t.threads)
         self.dist = distmod.setup(self.t.devices)
         self.device = self.dist.device
+        if self.device.type == "cpu":
+            keep_freed_memory()
         data_dir = Path(cfg.data.dir)
         if not (data_dir / MANIFEST).is_file():
             raise MtkitError(f"{data_dir}: no prepared data (manifest.json missing); run 'mtkit prepare CONFIG' first")

@@ -1,11 +1,12 @@
-"""Keeping freed memory for reuse, so decoding does not page-fault its way through every step.
+"""Keeping freed memory for reuse, so decoding and training do not page-fault their way through every step.
 
 A decoding step allocates and frees tensors of megabytes: the logits and log-probabilities of every hypothesis
 over the vocabulary (1,000 hypotheses x 8,000 subwords are 32 MB each), the self-attention caches the beams
 reorder. glibc's ``malloc`` maps blocks that large straight from the kernel and unmaps them when they are freed,
 so the next step's block is fresh memory that faults in page by page; its adaptive threshold helps only for sizes
 it has already seen freed, and it trims the heap whenever the free top exceeds a few hundred kilobytes.
-docs/benchmarks.md (section 2) has the decoding speed with and without this module.
+docs/benchmarks.md (section 2) has the decoding speed with and without this module; a training update allocates
+and frees tens of such blocks too (activations and their gradients), and on CPU the trainer calls it as well.
 
 ``keep_freed_memory`` sets three glibc parameters once per process: blocks up to 32 MiB (glibc's largest
 threshold) come from the heap, the heap is trimmed only when more than 1 GiB at its top is free, and it grows
