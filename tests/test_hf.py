@@ -375,6 +375,23 @@ def test_import_refuses_what_mtkit_cannot_represent(workdir, tmp_path, run_cli, 
     assert not (tmp_path / "run").exists()
 
 
+def test_a_marian_model_with_a_narrower_decoder_ffn_imports_and_decodes_as_transformers(tmp_path):
+    """encoder_ffn_dim 64, decoder_ffn_dim 24 (a student's shape): the import keeps both, and greedy decoding
+    gives transformers' tokens."""
+    from mtkit.cli import main
+
+    hf_dir = build_marian(tmp_path / "opus-mt-student", seed=3, decoder_ffn_dim=24)
+    assert main(["import-hf", str(hf_dir), "--out", str(tmp_path / "run")]) == 0
+    loaded = load_checkpoint(tmp_path / "run")
+    assert (loaded.config.model.ffn_dim, loaded.config.model.decoder_ffn_dim) == (64, 24)
+    assert loaded.model.decoder[0].ffn.fc1.out_features == 24 and loaded.model.encoder[0].ffn.fc1.out_features == 64
+    model, tok = MarianMTModel.from_pretrained(hf_dir).eval(), MarianTokenizer.from_pretrained(hf_dir)
+    back = {marian: ours for ours, marian in enumerate(loaded.tokenizer.vocab.marian_ids) if marian is not None}
+    ids, ours = mtkit_greedy(tmp_path / "run", SOURCES)
+    theirs = [[back[t] for t in row] for row in hf_greedy(model, tok, SOURCES)]  # Marian's ids -> mtkit's
+    assert_same_greedy(loaded.model, ids, ours, theirs)
+
+
 def test_import_refuses_missing_files_and_unsafe_pickles(workdir, tmp_path, run_cli):
     hf_dir = copy_marian(workdir, tmp_path)
     (hf_dir / "target.spm").unlink()

@@ -54,7 +54,7 @@ def model_section(hf: dict, where: str) -> dict:
 
     Raises:
         MtkitError: a required key is missing, or a value has no mtkit equivalent: another model_type, an older
-            key off Marian's value (``MARIAN_FIXED``), encoder and decoder heads or ffn sizes that differ, an
+            key off Marian's value (``MARIAN_FIXED``), encoder and decoder heads that differ, an
             unknown activation, separate source and target embeddings with a tied output layer, a decoder
             vocabulary of its own, or d_model not divisible by the heads.
     """
@@ -69,11 +69,12 @@ def model_section(hf: dict, where: str) -> dict:
                 f"{where}: {key} = {json.dumps(hf[key])} cannot be represented (Marian's Transformer has "
                 f"{json.dumps(marian)})"
             )
-    for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if _value(hf, enc, where) != _value(hf, dec, where):
-            raise MtkitError(
-                f"{where}: {enc} = {hf[enc]} and {dec} = {hf[dec]} differ; mtkit's Transformer has one value for both"
-            )
+    enc, dec = "encoder_attention_heads", "decoder_attention_heads"
+    if _value(hf, enc, where) != _value(hf, dec, where):
+        raise MtkitError(
+            f"{where}: {enc} = {hf[enc]} and {dec} = {hf[dec]} differ; mtkit's Transformer has one value for both"
+        )
+    encoder_ffn, decoder_ffn = _value(hf, "encoder_ffn_dim", where), _value(hf, "decoder_ffn_dim", where)
     activation = _value(hf, "activation_function", where)
     if activation not in ACTIVATIONS:
         raise MtkitError(
@@ -102,7 +103,8 @@ def model_section(hf: dict, where: str) -> dict:
         "heads": heads,
         "encoder_layers": _value(hf, "encoder_layers", where),
         "decoder_layers": _value(hf, "decoder_layers", where),
-        "ffn_dim": hf["encoder_ffn_dim"],
+        "ffn_dim": encoder_ffn,
+        "decoder_ffn_dim": decoder_ffn if decoder_ffn != encoder_ffn else None,  # a student's narrower decoder
         "activation": ACTIVATIONS[activation],
         "norm": "post",
         "positions": "sinusoidal",
