@@ -401,13 +401,11 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     choice = None
     if options.dtype == "auto":  # float weights first: the kernels are timed on their shapes, then int8 if it pays
         loaded = [ckpt.load_checkpoint(p, device, torch.float32) for p in paths]
-        if int8_kernels(device):
-            choice = choose_cpu_dtype(loaded[0].model)
-            if choice.dtype == "int8":
-                for item in loaded:
-                    item.model = quantize_int8(item.model)
+        choice = choose_cpu_dtype(loaded[0].model) if int8_kernels(device) else None
         dtype_name = choice.dtype if choice is not None else "float32"
-        options.check_device(device.type, dtype_name)
+        if dtype_name == "int8":
+            for item in loaded:
+                item.model = quantize_int8(item.model)
     else:
         dtype_name = options.dtype
         options.check_device(device.type, dtype_name)
