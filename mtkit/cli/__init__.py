@@ -1,0 +1,46 @@
+"""The `mtkit` command line: thin Typer commands that parse arguments and call one typed function.
+
+torch is imported lazily (inside commands that need it), so `mtkit --help` and `mtkit score` stay fast.
+``base.py`` holds the Typer app and what the commands share; the commands are in ``data_and_training.py``
+(prepare, train, distill), ``translating.py`` (translate, translate-file, score) and ``runs.py`` (average, plot,
+export, import-hf, serve); ``main`` here runs one and turns its outcome into an exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+from mtkit.cli.base import app
+from mtkit.errors import MtkitError
+from mtkit.exits import Interrupted, OutputClosed, interrupted, quiet_broken_pipe
+
+# the command modules register their commands on import, in the order `mtkit --help` lists them
+from mtkit.cli import data_and_training, translating, runs  # noqa: F401  # isort: skip
+
+__all__ = ["app", "main"]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """The console script: run one command and turn every outcome into an exit code.
+
+    Typer runs in its standalone mode, so a usage error (unknown command or option, missing argument, bad value)
+    is a short usage message from Typer itself with exit code 2, whatever click Typer ships with.
+    """
+    try:
+        app(args=argv, prog_name="mtkit")
+    except SystemExit as exc:  # a finished command, --help, --version and usage errors all exit here
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except MtkitError as err:
+        print(f"mtkit: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except (KeyboardInterrupt, Interrupted):
+        interrupted()
+        return 130
+    except (BrokenPipeError, OutputClosed):
+        quiet_broken_pipe()
+        return 0
+    return 0

@@ -1,0 +1,95 @@
+"""The commands that build a model: prepare (the data), train, distill (a teacher's translations as data)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from mtkit.cli.base import SetOption, _command
+
+
+@_command
+def prepare(
+    config: Path = typer.Argument(..., help="Experiment YAML config (its data section is used)."),
+    set_: Optional[List[str]] = SetOption,
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the inputs are unchanged."),
+):
+    """Clean parallel text, train SentencePiece and write binarised token arrays.
+
+    Example: mtkit prepare configs/multi30k-transformer.yaml
+    """
+    from mtkit.config import load
+    from mtkit.data.prepare import prepare as run_prepare
+
+    cfg = load(config, set_ or [])
+    run_prepare(cfg.data, force=force, init_from=cfg.model.init_from)
+
+
+@_command
+def train(
+    config: Optional[Path] = typer.Argument(None, help="Experiment YAML config (not needed with --resume)."),
+    set_: Optional[List[str]] = SetOption,
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this run directory."),
+    force: bool = typer.Option(False, "--force", help="With --resume: accept a config that differs from the run's."),
+    gpus: int = typer.Option(0, "--gpus", help="Launch this many processes on this machine with torchrun (DDP)."),
+):
+    """Train a model on the data `mtkit prepare` wrote; checkpoints land in training.run_dir.
+
+    Examples: mtkit train configs/multi30k-transformer.yaml --set training.max_minutes=20
+              mtkit train --resume runs/multi30k-transformer
+    """
+    from mtkit.training.launch import train_main
+
+    train_main(config=config, overrides=set_ or [], resume=resume, force=force, gpus=gpus)
+
+
+@_command
+def distill(
+    teachers: List[Path] = typer.Argument(
+        ..., help="Teacher: a run dir, checkpoint or CTranslate2 export; several run dirs or checkpoints: an ensemble."
+    ),
+    config: Path = typer.Option(..., "--config", "-c", help="The student's config: its data section is distilled."),
+    set_: Optional[List[str]] = SetOption,
+    select: str = typer.Option(
+        "chrf",
+        "--select",
+        help="chrf or bleu: the n-best hypothesis closest to the reference; top: the teacher's best.",
+    ),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b", help="Default: the teacher's decoding section."),
+    keep_original: bool = typer.Option(
+        False, "--keep-original", help="Keep the references too: each source twice, with the teacher's and its own."
+    ),
+    chunk_size: Optional[int] = typer.Option(
+        None, "--chunk-size", help="Sentences per chunk of the work folder, the most an interrupt loses (2000)."
+    ),
+    engine: str = typer.Option(
+        "auto", "--engine", help="auto (CTranslate2 where it can run the teacher), torch or ctranslate2."
+    ),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+):
+    """Translate the student's training split with a teacher into the student's data dir (docs/distillation.md).
+
+    Example: mtkit distill runs/multi30k-transformer --config configs/multi30k-student.yaml
+             && mtkit train configs/multi30k-student.yaml
+    """
+    from mtkit.inference.teacher import distill_main
+
+    distill_main(
+        teachers,
+        config,
+        set_ or [],
+        select=select,
+        chunk_size=chunk_size,
+        keep_original=keep_original,
+        engine=engine,
+        beam_size=beam_size,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+    )

@@ -1,0 +1,204 @@
+"""The commands that take a trained run further: average its checkpoints, plot its curves, export it, import one
+from Hugging Face, serve runs over HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from mtkit.cli.base import _LIMITS, _OUTPUT, _command
+from mtkit.errors import MtkitError
+from mtkit.flags import check_flags, serve_limits
+
+
+@_command
+def average(
+    run: Path = typer.Argument(..., help="Run directory."),
+    last: int = typer.Option(5, "--last", help="Average the last N checkpoints."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN/checkpoints/average.safetensors"),
+):
+    """Average the weights of the last N checkpoints of a run.
+
+    Example: mtkit average runs/multi30k-transformer --last 5
+    """
+    from mtkit.checkpoint import average_main
+
+    average_main(run, last=last, output=output)
+
+
+@_command
+def plot(run: Path = typer.Argument(..., help="Run directory.")):
+    """Draw the training / validation curves of a run to RUN/curves.png.
+
+    Example: mtkit plot runs/demo
+    """
+    from mtkit.plots import plot_curves
+
+    typer.echo(plot_curves(run))
+
+
+@_command
+def export(
+    run: Path = typer.Argument(..., help="Run directory or checkpoint file (the checkpoint translate would use)."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Directory to write the exported model to (--format argos: the package file)."
+    ),
+    fmt: str = typer.Option(
+        _OUTPUT.export_format,
+        "--format",
+        help='ctranslate2 (needs the extra: pip install "mtkit\\[ct2]"), hf (a MarianMT directory for transformers) '
+        "or argos (an Argos Translate / LibreTranslate package, .argosmodel; needs ctranslate2 too)",
+    ),
+    quantization: Optional[str] = typer.Option(
+        None, "--quantization", "-q", help="int8, int16, float16, bfloat16 (or int8_float32, ...); default float32."
+    ),
+    source: Optional[str] = typer.Option(
+        None, "--source", help="--format argos, a multilingual run with several sources: the package's source."
+    ),
+    target: Optional[str] = typer.Option(
+        None, "--target", help="--format argos, a multilingual run: the package's target (one package per direction)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
+):
+    """Export a trained Transformer for CTranslate2, as a Hugging Face MarianMT directory, or as an Argos Translate
+    package (which LibreTranslate serves), with its tokenizer.
+
+    Examples: mtkit export runs/demo --out runs/demo-ct2 --quantization int8 && mtkit translate runs/demo-ct2
+              mtkit export runs/demo --format hf --out runs/demo-hf
+              mtkit export runs/demo --format argos --out en_de.argosmodel --quantization int8
+    """
+    export_format = check_flags(export_format=fmt).export_format
+    if export_format != "argos" and (source is not None or target is not None):
+        raise MtkitError("--source and --target are for --format argos (one package per direction)")
+    if export_format == "hf":
+        from mtkit.interop.marian_export import export_main as export_hf
+
+        if quantization is not None:
+            raise MtkitError("--quantization is for --format ctranslate2 and argos; --format hf writes float32 weights")
+        export_hf(run=run, out=out, force=force)
+        return
+    if export_format == "argos":
+        from mtkit.interop.argos_export import export_main as export_argos
+
+        export_argos(run=run, out=out, quantization=quantization, force=force, source=source, target=target)
+        return
+    from mtkit.interop.ct2_export import export_main
+
+    export_main(run=run, fmt=fmt, out=out, quantization=quantization, force=force)
+
+
+@_command
+def import_hf(
+    hf_dir: Path = typer.Argument(..., help="A local MarianMT (OPUS-MT) directory written by save_pretrained."),
+    out: Path = typer.Option(..., "--out", "-o", help="The run directory to write."),
+    src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Default: from an opus-mt-SRC-TGT name."),
+    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Default: from an opus-mt-SRC-TGT name."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier run directory in --out."),
+):
+    """Import a Hugging Face MarianMT model as an mtkit run directory (translate, serve, fine-tune with init_from).
+
+    Example: mtkit import-hf opus-mt-en-de --out runs/opus-mt-en-de && echo "Hello." | mtkit translate runs/opus-mt-en-de
+    """
+    from mtkit.interop.marian_import import import_main
+
+    import_main(hf_dir, out, src_lang=src_lang, tgt_lang=tgt_lang, force=force)
+
+
+@_command
+def serve(
+    runs: Optional[List[Path]] = typer.Argument(
+        None, help="Run directories, checkpoint files or CTranslate2 exports (one model each).", show_default=False
+    ),
+    models: Optional[Path] = typer.Option(
+        None, "--models", help="A YAML list of models: path, and optionally name, languages, engine, decoding."
+    ),
+    max_models: Optional[int] = typer.Option(
+        None, "--max-models", help="Models in memory at once; the least recently used is unloaded (default: all)."
+    ),
+    preload: bool = typer.Option(False, "--preload", help="Load the models at start, not on first use."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, "--port"),
+    api_key: Optional[str] = typer.Option(
+        None, "--api-key", envvar="MTKIT_API_KEY", help="Require this key (api_key field or X-API-Key header)."
+    ),
+    cors_origin: Optional[List[str]] = typer.Option(
+        None, "--cors-origin", help="Allow browsers on this origin (repeatable; default: no CORS)."
+    ),
+    max_wait_ms: float = typer.Option(
+        _LIMITS.max_wait * 1000,
+        "--max-wait-ms",
+        help="Gather a batch as large as the last while each next sentence comes within this many ms.",
+    ),
+    max_delay_ms: float = typer.Option(
+        _LIMITS.max_delay * 1000, "--max-delay-ms", help="Hold a batch back at most this long in all."
+    ),
+    queue_size: int = typer.Option(_LIMITS.queue_size, "--queue-size", help="Sentences that may wait; beyond: 503."),
+    timeout: float = typer.Option(
+        _LIMITS.timeout, "--timeout", help="Seconds a request may wait for its translations; then 504."
+    ),
+    max_sentences: int = typer.Option(
+        _LIMITS.max_sentences, "--max-sentences", help="Sentences per request; beyond: 413."
+    ),
+    max_chars: int = typer.Option(_LIMITS.max_chars, "--max-chars", help="Characters per request; beyond: 413."),
+    max_body_bytes: int = typer.Option(
+        _LIMITS.max_body_bytes, "--max-body-bytes", help="Bytes per request body; beyond: 413."
+    ),
+    max_file_bytes: int = typer.Option(
+        _LIMITS.max_file_bytes, "--max-file-bytes", help="Bytes per document sent to /translate_file; beyond: 413."
+    ),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+    access_log: bool = typer.Option(False, "--access-log", help="Log every request (default: /metrics only)."),
+):
+    """Serve models over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, /health, /metrics.
+
+    Each request goes to the model of its language pair (or through a pivot language). Example:
+    mtkit serve runs/en-de runs/de-en --port 8000  (needs the extra: pip install "mtkit\\[serve]")
+    """
+    limits = serve_limits(
+        {
+            "max_sentences": ("--max-sentences", max_sentences),
+            "max_chars": ("--max-chars", max_chars),
+            "max_body_bytes": ("--max-body-bytes", max_body_bytes),
+            "max_file_bytes": ("--max-file-bytes", max_file_bytes),
+            "queue_size": ("--queue-size", queue_size),
+            "max_wait": ("--max-wait-ms", max_wait_ms),
+            "max_delay": ("--max-delay-ms", max_delay_ms),
+            "timeout": ("--timeout", timeout),
+        },
+        max_sentences=max_sentences,
+        max_chars=max_chars,
+        max_body_bytes=max_body_bytes,
+        max_file_bytes=max_file_bytes,
+        queue_size=queue_size,
+        max_wait=max_wait_ms / 1000,
+        max_delay=max_delay_ms / 1000,
+        timeout=timeout,
+    )
+    try:
+        from mtkit.serving.main import serve_main
+    except ImportError as err:
+        raise MtkitError(f'mtkit serve needs {err.name}: pip install "mtkit[serve]"') from None
+
+    if max_models is not None and max_models < 1:
+        raise MtkitError(f"--max-models {max_models}: keep at least one model in memory")
+    serve_main(
+        list(runs or []),
+        models_file=models,
+        max_models=max_models,
+        preload=preload,
+        host=host,
+        port=port,
+        api_key=api_key,
+        cors_origins=list(cors_origin or []),
+        limits=limits,
+        engine=engine,
+        overrides=dict(beam_size=beam_size, batch_size=batch_size, device=device, dtype=dtype, threads=threads),
+        access_log=access_log,
+    )

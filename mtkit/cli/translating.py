@@ -1,0 +1,188 @@
+"""The commands that translate and score: translate (lines), translate-file (documents), score."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from mtkit.cli.base import _OUTPUT, _SAMPLING, _command
+
+
+@_command
+def translate(
+    run: List[Path] = typer.Argument(..., help="Run directory or checkpoint file."),
+    checkpoint: Optional[List[Path]] = typer.Option(None, "--checkpoint", help="Extra checkpoints to ensemble."),
+    input: Optional[Path] = typer.Option(None, "--input", "-i", help="Source file (default: stdin)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output file (default: stdout)."),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
+    length_penalty: Optional[float] = typer.Option(None, "--length-penalty"),
+    max_len_a: Optional[float] = typer.Option(None, "--max-len-a"),
+    max_len_b: Optional[int] = typer.Option(None, "--max-len-b"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
+    batch_tokens: Optional[int] = typer.Option(
+        None, "--batch-tokens", help="Also at most this many source tokens per batch (sentences x the longest)."
+    ),
+    nbest: Optional[int] = typer.Option(None, "--nbest"),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    stopping: Optional[str] = typer.Option(
+        None, "--stopping", help="Beam search: first (OpenNMT-py), beam_full (fairseq) or exact; see decoding.stopping."
+    ),
+    shortlist: Optional[int] = typer.Option(
+        None,
+        "--shortlist",
+        help="Score each sentence over a lexical shortlist "
+        "with this many translations per source subword (0: whole vocabulary).",
+    ),
+    sampling: bool = typer.Option(False, "--sampling", help="Sample instead of beam search."),
+    temperature: float = typer.Option(_SAMPLING.temperature, "--temperature"),
+    top_k: int = typer.Option(_SAMPLING.top_k, "--top-k"),
+    top_p: float = typer.Option(_SAMPLING.top_p, "--top-p"),
+    seed: int = typer.Option(_SAMPLING.seed, "--seed", help="Seed for --sampling."),
+    fmt: str = typer.Option(_OUTPUT.format, "--format", help="text or jsonl"),
+    input_format: str = typer.Option(
+        _OUTPUT.input_format,
+        "--input-format",
+        help='text; jsonl: one {"text", "prefix", "constraints", "avoid"} object per line (docs/decoding.md); '
+        "html: one HTML fragment per line, its tags kept around the words they enclose (docs/documents.md).",
+    ),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Target language of a multilingual model (jsonl lines may carry their own)."
+    ),
+    split_sentences: bool = typer.Option(
+        True,
+        "--split-sentences/--no-split-sentences",
+        help="Cut each line into sentences, translate them, and join them with the line's own whitespace.",
+    ),
+    skip_bad_lines: bool = typer.Option(
+        False, "--skip-bad-lines", help="jsonl input: a bad line gets an empty output line and a warning, not an error."
+    ),
+    alignments: bool = typer.Option(False, "--alignments", help="jsonl: include cross-attention weights."),
+    plot_attention: Optional[Path] = typer.Option(
+        None, "--plot-attention", help="Write an attention heatmap PNG per sentence here."
+    ),
+    engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Say on stderr what computes: engine, device, threads, dtype and why."
+    ),
+):
+    """Translate stdin (or --input) to stdout: one output line per input line, in order.
+
+    Example: echo "A man is riding a bike." | mtkit translate runs/demo
+    Example: echo '{"text": "A man is riding a bike.", "prefix": "Ein"}' | mtkit translate runs/demo --input-format jsonl
+    Example: echo 'A <b>man</b> is riding a <i>red</i> bike.' | mtkit translate runs/demo --input-format html
+    """
+    from mtkit.inference.translate import translate_main
+
+    translate_main(
+        paths=list(run) + list(checkpoint or []),
+        input=input,
+        output=output,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_size=batch_size,
+        batch_tokens=batch_tokens,
+        nbest=nbest,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        stopping=stopping,
+        shortlist=shortlist,
+        sampling=sampling,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        fmt=fmt,
+        input_format=input_format,
+        target=target,
+        split_sentences=split_sentences,
+        skip_bad_lines=skip_bad_lines,
+        alignments=alignments,
+        plot_attention=plot_attention,
+        engine=engine,
+        verbose=verbose,
+    )
+
+
+@_command
+def translate_file(
+    run: Path = typer.Argument(..., help="Run directory, checkpoint or export dir."),
+    source: Path = typer.Argument(..., help="The document: .txt, .md, .html, .docx, .srt, .po, .xliff."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where the translated document goes (written whole)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="The document's format (default: from its name)."),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    max_bytes: int = typer.Option(50 * 1024 * 1024, "--max-bytes", help="Refuse larger documents."),
+    engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+):
+    """Translate a document, keeping its structure and formatting: only its text changes (docs/documents.md).
+
+    Example: mtkit translate-file runs/demo report.docx --out report.de.docx
+    """
+    from mtkit.inference.translate import translate_file_main
+
+    translate_file_main(
+        path=run,
+        source=source,
+        out=out,
+        fmt=fmt,
+        max_bytes=max_bytes,
+        engine=engine,
+        beam_size=beam_size,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+    )
+
+
+@_command
+def score(
+    refs: List[Path] = typer.Argument(..., help="One or more reference files."),
+    hyps: Optional[List[Path]] = typer.Option(
+        None,
+        "--hyps",
+        "-i",
+        help="Hypotheses file (default or -: stdin); repeat to compare systems, the first the baseline.",
+    ),
+    metrics: List[str] = typer.Option(["bleu", "chrf", "ter"], "--metric", "-m", help="bleu, chrf, ter (repeatable)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    tokenize: Optional[str] = typer.Option(None, "--tokenize", help="sacreBLEU tokenizer for BLEU (default 13a)."),
+    lowercase: bool = typer.Option(False, "--lowercase", "-lc"),
+    paired_bs: bool = typer.Option(False, "--paired-bs", help="Paired bootstrap resampling test (with a 95% CI)."),
+    paired_ar: bool = typer.Option(False, "--paired-ar", help="Paired approximate randomisation test."),
+    paired_bs_n: Optional[int] = typer.Option(None, "--paired-bs-n", help="Bootstrap resamples (default 1000)."),
+    paired_ar_n: Optional[int] = typer.Option(None, "--paired-ar-n", help="Randomisation trials (default 10000)."),
+    seed: str = typer.Option(
+        "12345", "--seed", envvar="SACREBLEU_SEED", help="Seed of the paired tests, as sacreBLEU's ('none': unseeded)."
+    ),
+):
+    """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER); compare systems with paired tests.
+
+    Examples: mtkit translate runs/demo < test.en | mtkit score test.de
+              mtkit score test.de -i base.de -i new.de --paired-bs
+    """
+    from mtkit.scoring.score import score_main
+
+    score_main(
+        refs=refs,
+        hyps=hyps,
+        metrics=metrics,
+        json_out=json_out,
+        tokenize=tokenize,
+        lowercase=lowercase,
+        paired_bs=paired_bs,
+        paired_ar=paired_ar,
+        paired_bs_n=paired_bs_n,
+        paired_ar_n=paired_ar_n,
+        seed=seed,
+    )
