@@ -8,10 +8,13 @@ it has already seen freed, and it trims the heap whenever the free top exceeds a
 docs/benchmarks.md (section 2) has the decoding speed with and without this module; a training update allocates
 and frees tens of such blocks too (activations and their gradients), and on CPU the trainer calls it as well.
 
-``keep_freed_memory`` sets three glibc parameters once per process: blocks up to 32 MiB (glibc's largest
-threshold) come from the heap, the heap is trimmed only when more than 1 GiB at its top is free, and it grows
-64 MiB at a time. The cost: the process keeps the memory of its largest batch resident after the batch (RSS stays
-at its peak instead of falling back between batches). ``MTKIT_MALLOC=default`` leaves glibc's defaults; on other
+``keep_freed_memory`` sets four glibc parameters once per process: no block is mapped on its own (every one
+comes from the heap, whatever its size: a model with a 32,000-subword vocabulary decodes 1,000 hypotheses over
+128 MB of logits a step, past the 32 MiB that glibc's largest mmap threshold would keep), the heap is trimmed only
+when more than 1 GiB at its top is free, and it grows 64 MiB at a time. docs/benchmarks.md (section 17) has the
+output layer's step with and without it. The cost: the process keeps the memory of its largest batch resident after the batch (RSS stays
+at its peak instead of falling back between batches), and with blocks of hundreds of megabytes some more, as a freed
+block is not always where the next large request fits (section 17: 1.2 GiB against 0.6 GiB at 32,000 subwords). ``MTKIT_MALLOC=default`` leaves glibc's defaults; on other
 C libraries (macOS, Windows, musl) nothing is changed.
 """
 
@@ -22,7 +25,7 @@ import os
 import platform
 import sys
 
-M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # glibc's malloc.h
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -2, -3, -4  # glibc's malloc.h
 MMAP_THRESHOLD = 32 << 20  # glibc refuses more (HEAP_MAX_SIZE / 2 on 64-bit)
 TRIM_THRESHOLD = 1 << 30
 TOP_PAD = 64 << 20
@@ -59,5 +62,6 @@ def _tune() -> bool:
             (M_MMAP_THRESHOLD, MMAP_THRESHOLD),
             (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
             (M_TOP_PAD, TOP_PAD),
+            (M_MMAP_MAX, 0),  # no block mapped on its own: freed memory of any size is reused
         )
     )

@@ -10,6 +10,9 @@ Prints the best and median of N calls in microseconds for:
 - the self-attention cache at step t: ``cat`` of the new keys then ``index_select`` for the beams (what the
   decoder does) against a preallocated buffer written in place and reordered into another one (a strided copy);
 - the activations' int8 scale: ``abs().amax()`` against ``aminmax``;
+- the whole output layer of a step (int8 product, scaling, log-softmax, ``row_topk``) with its minor page faults
+  and the process's RSS after: run once as is and once with ``MTKIT_MALLOC=default`` to see what
+  ``mtkit/memory.py`` changes (a 32,000-subword vocabulary makes 128 MB logits);
 and how many rows a beam reorder leaves in place is ``--moves RUN`` (it decodes 300 test sentences).
 Each report starts with the date and the CPU.
 """
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import time
+from pathlib import Path
 
 from benchlib import describe
 
@@ -103,6 +108,17 @@ def main() -> None:
     run("x.abs().amax(dim=1)", lambda: acts.abs().amax(dim=1, keepdim=True))
     run("torch.aminmax(x, dim=1)", lambda: torch.aminmax(acts, dim=1, keepdim=True))
 
+    def output_step():
+        row_topk(layer(x).log_softmax(dim=-1), 10)
+
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    tuned = "glibc's defaults (MTKIT_MALLOC=default)" if not keep_freed_memory() else "freed memory kept"
+    print(f"the output layer's whole step, {tuned}")
+    run("int8 product, scaling, log_softmax, row_topk", output_step)
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / (args.repeats + 1)
+    rss = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+    print(f"  {faults:.0f} minor page faults per step; RSS after {rss} MiB")
+
     if args.moves:
         count_moves(args.moves)
 
@@ -110,7 +126,6 @@ def main() -> None:
 def count_moves(run_dir: str) -> None:
     """Decode 300 test sentences with beam 5 and count the reorder rows whose parent is the row itself."""
     import io
-    from pathlib import Path
 
     import torch
     from benchlib import read_gz
