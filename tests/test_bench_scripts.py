@@ -1,10 +1,12 @@
 """The benchmark scripts run end to end from a checkout: `scripts/bench_train.py` trains a
 tiny model for a few seconds on the toy corpus and scores the shipped test_2016_flickr (data/multi30k), then
 reports again with --reuse; `scripts/bench_translate.py` times and scores that run; `scripts/bench_positions.py`
-trains a tiny model 3 updates with each position scheme on data prepared once and prints its table. The
-figures are checked against what they are computed from: BLEU and chrF against sacreBLEU on hypotheses the test
-reads or writes itself, rates against the counts and seconds printed beside them, training figures against the
-run's metrics.jsonl and the test's own clock. Timings are never held to a speed.
+trains a tiny model 3 updates with each position scheme on data prepared once and prints its table;
+`scripts/bench_distill.py` trains a tiny teacher for a few seconds, distils the toy corpus with it, trains a student
+on that and on the original data, and decodes, sizes and tabulates each model. The figures are checked against
+what they are computed from: BLEU and chrF against sacreBLEU on hypotheses the test reads or writes itself, rates
+against the counts and seconds printed beside them, training figures against the run's metrics.jsonl and the test's
+own clock. Timings are never held to a speed.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.slow  # processes, training runs, benchmark scripts
 ROOT = Path(__file__).resolve().parent.parent
 TEST_EN = ROOT / "data" / "multi30k" / "test_2016_flickr.en.gz"
 TEST_DE = ROOT / "data" / "multi30k" / "test_2016_flickr.de.gz"
+VAL_DE = ROOT / "data" / "multi30k" / "val.de.gz"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 
@@ -296,3 +299,80 @@ def test_bench_constraints_meets_every_constraint_and_prefix(bench_run, tmp_path
         line = re.search(rf"^{name}\s+BLEU.*\s{NUMBER} sent/s\s+\({NUMBER} s\)$", out, re.MULTILINE)
         assert line and rate_matches(float(line.group(1)), 12, float(line.group(2))), out
     assert re.search(r"^prefix \(first 1-3 reference words\): 12/12 outputs start with it", out, re.MULTILINE), out
+
+
+def test_bench_distill_distils_trains_both_students_and_tabulates_what_it_decoded(tmp_path):
+    splits = write_toy_splits(tmp_path)
+    training = {"devices": "cpu", "batch_tokens": 600, "lr": 2e-3, "warmup_updates": 4, "log_every": 1}
+    training |= {"validate_every": 1000, "valid_max_sentences": 10, "keep_last": 2, "average_last": 2, "save_every": 5}
+    decoding = {"max_len_a": 1.0, "max_len_b": 4, "batch_size": 250}
+    student_model = {**TINY_TRANSFORMER, "encoder_layers": 2, "decoder_layers": 1, "decoder_ffn_dim": 32}
+    configs = {}
+    for name, model in (("teacher", TINY_TRANSFORMER), ("student", student_model)):
+        tree = {  # the student's data.dir is its own (the script distils into the work dir): distill accepts it
+            "data": {"dir": str(tmp_path / f"{name}-data"), "vocab_size": 100, "splits": splits},
+            "model": model,
+            "training": {"run_dir": str(tmp_path / f"{name}-unused"), **training},
+            "decoding": decoding,
+        }
+        configs[name] = tmp_path / f"{name}.yaml"
+        configs[name].write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    work = tmp_path / "work"
+    out = run_script(
+        ROOT / "scripts" / "bench_distill.py",
+        *("--teacher-config", configs["teacher"], "--student-config", configs["student"], "--workdir", work),
+        *("--minutes", "0.05", "--limit", "20", "--threads", "1"),
+        cwd=tmp_path,
+    )
+    manifest = json.loads((work / "distilled" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["distillation"]["teachers"][0]["path"].startswith(str(tmp_path / "runs" / "distill-teacher"))
+    refs = {"test": read_gz(TEST_DE)[:20], "val": read_gz(VAL_DE)[:20]}
+    decodes = re.findall(
+        r"^(\S+) (test|val) beam (\d): ([\d.]+) s, ([\d.]+) sent/s, BLEU ([\d.]+) chrF ([\d.]+) \((.+)\)$", out, re.M
+    )
+    assert len(decodes) == 3 * 2 * 2, out  # models x splits x beams
+    cells = {}
+    for key, split, beam, seconds, rate, bleu, chrf, path in decodes:
+        hyps = (tmp_path / path).read_text(encoding="utf-8").splitlines()
+        assert len(hyps) == 20 and rate_matches(float(rate), 20, float(seconds)), (path, rate, seconds)
+        expected = bleu_chrf(hyps, refs[split])
+        assert (float(bleu), float(chrf)) == tuple(float(f"{x:.2f}") for x in expected), (path, expected)
+        cells[key, split, int(beam)] = (rate, "{:.2f} / {:.2f}".format(*expected), expected[0])
+
+    from mtkit.checkpoint import load_checkpoint
+
+    table = [line.strip("|").split("|") for line in out.splitlines() if line.startswith("|")]
+    rows = {row[0].strip(): [cell.strip() for cell in row[1:]] for row in table[2:]}
+    runs = {
+        "teacher": ("teacher", tmp_path / "runs" / "distill-teacher"),
+        "distilled student": ("student-distilled", work / "student-distilled"),
+        "original-data student": ("student-original", work / "student-original"),
+    }
+    assert list(rows) == list(runs), out  # no ensemble, no peer row without --ensemble, --peer
+    steps = {}  # each command's printed seconds, by what it ran
+    for seconds, verb, target in re.findall(r"^\s+([\d.]+) s  \$ mtkit (\w+) (\S+)", out, re.MULTILINE):
+        steps.setdefault(f"{verb} {Path(target).name}", float(seconds))
+    pipelines = {
+        "teacher": ["prepare teacher.yaml", "train teacher.yaml"],
+        "distilled student": [
+            "prepare teacher.yaml",
+            "train teacher.yaml",
+            "distill distill-teacher",
+            "train student.yaml",
+        ],
+        "original-data student": ["prepare teacher.yaml", "train student-original.yaml"],
+    }
+    for name, (key, run) in runs.items():
+        test_bleu, val_bleu, beam5, greedy, params, mib, clock = rows[name]
+        assert (test_bleu, val_bleu) == (cells[key, "test", 5][1], cells[key, "val", 5][1]), (name, cells)
+        assert (beam5, greedy) == (cells[key, "test", 5][0], cells[key, "test", 1][0]), name
+        assert params == f"{load_checkpoint(run).model.num_parameters():,}"
+        assert mib == f"{(work / 'export' / key / 'model.bin').stat().st_size / 2**20:.2f}"
+        minutes = sum(steps[step] for step in pipelines[name]) / 60
+        assert clock.endswith(" min") and abs(float(clock.split()[0]) - minutes) <= 0.06, (name, clock, steps)
+    student, teacher = float(rows["distilled student"][2]), float(rows["teacher"][2])
+    ratio = figure(r"^distilled student / teacher, default decoding \(beam 5 / beam 5\), sentences/s: " + NUMBER, out)
+    assert (student - 0.05) / (teacher + 0.05) - 0.005 <= ratio <= (student + 0.05) / (teacher - 0.05) + 0.005
+    delta = cells["student-distilled", "test", 5][2] - cells["teacher", "test", 5][2]
+    assert abs(figure(r"^distilled student test BLEU - teacher's: \+?" + NUMBER, out) - delta) <= 0.006
+    assert "onmt_translate" not in out
