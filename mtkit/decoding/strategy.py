@@ -8,8 +8,8 @@ state of its own. ``PlainStrategy`` below is the unconstrained search; ``constra
 prefixes, lexical constraints and avoided phrases. ``constraints.beam_strategy`` picks one of them.
 
 The plain step follows fairseq's: one top-k over each beam's vocabulary (``row_topk``, a blocked pass that finds
-what ``topk`` would) keeps its ``2 * beam_size`` best tokens, a second ``topk`` ranks those (beam, token) pairs by cumulative log-prob, and the best ``beam_size`` non-EOS
-candidates continue.
+what ``topk`` would) keeps its ``2 * beam_size`` best tokens, a second ``topk`` ranks those (beam, token) pairs by
+cumulative log-prob, and the best ``beam_size`` non-EOS candidates continue.
 """
 
 from __future__ import annotations
