@@ -1,7 +1,8 @@
 """``dtype: auto`` on an x86 CPU: int8 or float32, chosen by timing both on this machine.
 
-What int8 buys over float32 is not a property of the instruction set: docs/benchmarks.md (section 2) has beam-5
-decoding 2.2x faster in int8 on an AMD EPYC with AVX-512 and 1.18x on an Intel Xeon with AVX-512 VNNI. So
+What int8 buys over float32 is not a property of the instruction set: beam-5 decoding ran 2.2x faster in int8 on
+an AMD EPYC with AVX-512 (docs/benchmarks.md, section 2) and was reported 1.18x on an Intel Xeon with AVX-512 VNNI
+(section 17). So
 ``choose_cpu_dtype`` times the products a decoding step runs: every linear layer outside the encoder (the encoder
 runs once per sentence, the decoder once per token) and the output projection, at ``ROWS`` rows (a beam-5 batch of
 about 100 sentences), in float32 (``F.linear``) and in int8 (``Int8Linear``: the activations' quantization, the
@@ -162,7 +163,8 @@ def measure(shapes: list[tuple[int, int, bool]]) -> tuple[float, float]:
 
     best = {"float32": float("inf"), "int8": float("inf")}
     with torch.inference_mode():
-        run_float(), run_int8()  # warm-up: first calls set kernels up
+        run_float()  # warm-up: first calls set kernels up
+        run_int8()
         for _ in range(REPEATS):
             for name, run in (("float32", run_float), ("int8", run_int8)):
                 start = time.perf_counter()
