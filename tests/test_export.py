@@ -472,6 +472,56 @@ def test_options_the_engine_cannot_honour_are_refused(run_dir, exported, run_cli
         ((exported, "--dtype", "int4"), ("--dtype 'int4'",)),
     ):
         assert_one_line_error(run_cli("translate", *args, stdin="a dog\n"), *needles)
+    assert_one_line_error(
+        run_cli("translate", run_dir, "--search", "ctranslate2", stdin="a dog\n"), "--search ctranslate2", "--engine"
+    )
+    assert_one_line_error(run_cli("translate", exported, "--search", "fast", stdin="a dog\n"), "search")
+
+
+@needs_ct2
+@pytest.mark.parametrize("nbest", [1, 2])
+def test_search_ctranslate2_is_ctranslate2s_own_beam_search(loaded, exported, test_lines, nbest):
+    """--search ctranslate2: the hypotheses, their order and their scores are those of one translate_batch call
+    with the same beam, length penalty and the batch's longest limit, each cut at its own limit; log-probs are
+    the model's own (teacher-forced) when shown."""
+    import ctranslate2
+
+    from mtkit.interop.ct2_export import read_export
+
+    meta, tokenizer = read_export(exported)
+    options = Options(
+        engine="ctranslate2",
+        search="ctranslate2",
+        beam_size=4,
+        nbest=nbest,
+        length_penalty=0.6,
+        batch_size=1000,
+        device="cpu",
+        dtype=None,
+        threads=1,
+        scores=True,
+    )
+    engine = Ct2Engine(exported, tokenizer, options, max_positions=meta["max_positions"])
+    ids = engine.encode(test_lines)
+    found = engine.translate_ids(ids)
+    limits = [engine.max_length(len(x) + 1) for x in ids]
+    translator = ctranslate2.Translator(str(exported), device="cpu", intra_threads=1)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # one batch: the engine's order does not matter
+    direct = translator.translate_batch(
+        [[engine.src_vocab[t] for t in ids[i]] for i in order],
+        beam_size=4,
+        num_hypotheses=nbest,
+        length_penalty=0.6,
+        max_decoding_length=max(limits),
+        return_scores=True,
+        suppress_sequences=engine.banned,
+    )
+    for i, result in zip(order, direct):
+        want = [[engine.tgt_ids[p] for p in pieces[: limits[i]]] for pieces in result.hypotheses]
+        assert [h.tokens for h in found[i]] == want
+        assert [h.score for h in found[i]] == pytest.approx(result.scores, rel=1e-4)  # padding moves the last bits
+        for h in found[i]:  # the model's own numbers, from a teacher-forced pass
+            assert len(h.token_log_probs) == len(h.tokens) + 1 and h.log_prob == pytest.approx(sum(h.token_log_probs))
 
 
 # ------------------------------------------------------------------------ N lines in = N lines out

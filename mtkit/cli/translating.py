@@ -31,6 +31,11 @@ def translate(
     stopping: Optional[str] = typer.Option(
         None, "--stopping", help="Beam search: first (OpenNMT-py), beam_full (fairseq) or exact; see decoding.stopping."
     ),
+    search: Optional[str] = typer.Option(
+        None,
+        "--search",
+        help="--engine ctranslate2: mtkit (ranked as the torch engine ranks) or ctranslate2 (its own beam search).",
+    ),
     shortlist: Optional[int] = typer.Option(
         None,
         "--shortlist",
@@ -92,6 +97,7 @@ def translate(
         dtype=dtype,
         threads=threads,
         stopping=stopping,
+        search=search,
         shortlist=shortlist,
         sampling=sampling,
         temperature=temperature,

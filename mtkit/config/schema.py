@@ -305,11 +305,18 @@ class DecodingConfig(Section):
         "is finished (OpenNMT-py); beam_full = once beam_size hypotheses finished (fairseq); exact = only when "
         "no live beam can beat the n-best (slower with a length penalty)",
     )
+    search: Literal["mtkit", "ctranslate2"] = Field(
+        "mtkit",
+        description="the CTranslate2 engine's beam search: mtkit = ranked as the torch engine ranks (GNMT length "
+        "penalty on the model's log-probs, each sentence's own output limit); ctranslate2 = CTranslate2's own "
+        "(score / length ** length_penalty, one call per batch, CTranslate2's scores)",
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = Field(
         "auto",
-        description="int8 (CPU): linear layers with int8 weights, activations quantized per row; auto = int8 on a "
-        "CPU with PyTorch's x86 int8 kernels, else float32 (docs/benchmarks.md has what int8 gains on each CPU kind)",
+        description="int8 (CPU): linear layers with int8 weights, activations quantized per row; auto = int8 where "
+        "PyTorch's x86 int8 kernels run the model's products at least 1.2x faster than float32 on this CPU (timed "
+        "once per machine: mtkit/inference/kernels.py), else float32",
     )
     threads: Optional[int] = Field(None, ge=1)
     shortlist: int = Field(

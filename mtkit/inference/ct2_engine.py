@@ -23,6 +23,7 @@ class Ct2Engine(Engine):
     ``ceil(max_len_a * src_len + max_len_b)`` tokens (``src_len`` with EOS, capped at max_positions - 1).
     Scores are log-probabilities over the GNMT penalty, ranked as the torch engine ranks them. Beam search
     stops a sentence once ``beam_size`` hypotheses finished (``stopping: beam_full``, the only rule here).
+    ``search: ctranslate2`` runs CTranslate2's own beam search instead (``_native``): its ranking, its scores.
     Hypotheses carry no attention, and constraints are refused (CTranslate2 has no constrained decoding).
     A prefix is CTranslate2's ``target_prefix``; avoided phrases are its ``suppress_sequences``.
     With ``options.scores`` or an n-best list, the kept hypotheses are rescored by a teacher-forced pass: their
@@ -110,6 +111,8 @@ class Ct2Engine(Engine):
         """The n-best hypotheses of each source, each under its own output limit (and after its prefix, without
         the suppressed sequences)."""
         suppress = self.banned if suppress is None else suppress
+        if o.search == "ctranslate2" and not o.sampling:
+            return self._native(o, sources, limits, prefixes, suppress)
         found = self._candidates(o, sources, max(limits), prefixes, suppress)
         again: dict[int, list[int]] = {}  # limit -> sources whose beam search must run again under it
         for s, limit in enumerate(limits):
@@ -188,6 +191,48 @@ class Ct2Engine(Engine):
                     ]
                 )
         return found
+
+    def _native(
+        self,
+        o: Options,
+        sources: list[list[str]],
+        limits: list[int],
+        prefixes: Optional[list[list[str]]],
+        suppress: list[list[str]],
+    ) -> list[list]:
+        """CTranslate2's own beam search (``search: ctranslate2``): one call under the batch's longest limit, its
+        length penalty (score / length ** length_penalty) ranking and stopping the hypotheses, each output then cut
+        at its own limit. ``score`` is CTranslate2's; with ``options.scores`` or an n-best list, ``log_prob`` and
+        ``token_log_probs`` are the model's own (a teacher-forced pass), else NaN and empty."""
+        out = self._run(
+            self.translator.translate_batch,
+            sources,
+            prefixes,
+            max_batch_size=o.batch_size,
+            beam_size=o.beam_size,
+            num_hypotheses=o.nbest,
+            length_penalty=o.length_penalty,
+            max_decoding_length=max(limits),
+            min_decoding_length=0,
+            max_input_length=0,
+            return_scores=True,
+            suppress_sequences=suppress,
+        )
+        results = [
+            [
+                Decoded([self.tgt_ids.get(p, UNK) for p in pieces[:limit]], score, math.nan, [])
+                for pieces, score in zip(result.hypotheses, result.scores)
+            ]
+            for result, limit in zip(out, limits)
+        ]
+        if _exact_scores(o):
+            forced = [len(p) for p in prefixes] if prefixes is not None else [0] * len(sources)
+            kept = [(s, h) for s, hyps in enumerate(results) for h in hyps]
+            targets = [[self.tgt_vocab[t] for t in h.tokens] for _, h in kept]
+            scored = self._score(o, [sources[s] for s, _ in kept], targets, [forced[s] for s, _ in kept])
+            for (_, h), (log_prob, token_log_probs) in zip(kept, scored):
+                h.log_prob, h.token_log_probs = log_prob, token_log_probs
+        return results
 
     @staticmethod
     def _entry(pieces: list[str], score: float, ct2_penalty: float, limit: int):

@@ -40,6 +40,7 @@ class Options:
     max_len_b: int = _DECODING.max_len_b
     nbest: int = _DECODING.nbest
     stopping: str = _DECODING.stopping
+    search: str = _DECODING.search  # the CTranslate2 engine's: ranked as mtkit ranks, or CTranslate2's own
     batch_size: int = _DECODING.batch_size
     batch_tokens: Optional[int] = _DECODING.batch_tokens
     chunk_size: int = _DECODING.chunk_size
@@ -113,8 +114,14 @@ class Options:
                     f"--dtype {self.dtype!r}: the ctranslate2 engine computes in one of "
                     f"{', '.join(CT2_COMPUTE_TYPES)} (default: the exported type)"
                 )
-        elif self.device != "auto" and self.dtype != "auto":  # auto: checked once the device is known
-            self.check_device(self.device, self.dtype)
+        else:
+            if self.search != "mtkit":
+                raise MtkitError(
+                    f"--search {self.search} is the CTranslate2 engine's own beam search: add --engine ctranslate2 "
+                    "(or translate an export dir), or drop --search"
+                )
+            if self.device != "auto" and self.dtype != "auto":  # auto: checked once the device is known
+                self.check_device(self.device, self.dtype)
 
     def check_device(self, device_type: str, dtype: str) -> None:
         """Raise ``MtkitError`` if the torch engine cannot compute in ``dtype`` on a ``device_type`` device (the
