@@ -50,35 +50,31 @@ def batch():
     return src, tgt
 
 
-def stepped_and_full(model, src, tgt) -> tuple[torch.Tensor, torch.Tensor]:
-    """The log-probs of ``tgt`` decoded one cached step at a time, and from one full forward pass."""
+def stepped_and_full(model, src, tgt, on_attention=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log-probs of ``tgt`` decoded one cached step at a time, and from one full forward pass; with
+    ``on_attention``, each step's attention over the source is handed to it."""
     with torch.no_grad():
         full = model(src, tgt).log_softmax(-1)
         mask = src.ne(PAD)
         state = model.init_state(model.encode(src, mask), mask)
         steps = []
         for t in range(tgt.size(1)):
-            log_probs, state, _ = model.step(tgt[:, t], state)
+            log_probs, state, attn = model.step(tgt[:, t], state, need_attention=on_attention is not None)
             steps.append(log_probs)
+            if on_attention is not None:
+                on_attention(attn)
     return torch.stack(steps, 1), full
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_cached_steps_equal_full_forward(positions, norm):
-    model = tiny(positions, norm)
-    src, tgt = batch()
-    with torch.no_grad():
-        full = model(src, tgt).log_softmax(-1)
-        mask = src.ne(PAD)
-        state = model.init_state(model.encode(src, mask), mask)
-        steps = []
-        for t in range(tgt.size(1)):
-            log_probs, state, attn = model.step(tgt[:, t], state, need_attention=True)
-            steps.append(log_probs)
-            assert torch.allclose(attn.sum(-1), torch.ones(3), atol=1e-5)
-            assert attn[1, 5:].abs().max() == 0  # no attention on padding
-    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+    def check(attn):
+        assert torch.allclose(attn.sum(-1), torch.ones(3), atol=1e-5)
+        assert attn[1, 5:].abs().max() == 0  # no attention on padding
+
+    stepped, full = stepped_and_full(tiny(positions, norm), *batch(), on_attention=check)
+    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
