@@ -226,12 +226,9 @@ class Ct2Engine(Engine):
             for result, limit in zip(out, limits)
         ]
         if _exact_scores(o):
-            forced = [len(p) for p in prefixes] if prefixes is not None else [0] * len(sources)
-            kept = [(s, h) for s, hyps in enumerate(results) for h in hyps]
-            targets = [[self.tgt_vocab[t] for t in h.tokens] for _, h in kept]
-            scored = self._score(o, [sources[s] for s, _ in kept], targets, [forced[s] for s, _ in kept])
-            for (_, h), (log_prob, token_log_probs) in zip(kept, scored):
-                h.log_prob, h.token_log_probs = log_prob, token_log_probs
+            self._rescore(
+                o, sources, results, [len(p) for p in prefixes] if prefixes is not None else [0] * len(sources)
+            )
         return results
 
     @staticmethod
@@ -291,15 +288,21 @@ class Ct2Engine(Engine):
             hyps.sort(key=lambda h: h.score, reverse=True)
             results.append(hyps[: o.nbest])
         if exact:
-            kept = [(s, h) for s, hyps in enumerate(results) for h in hyps]
-            targets = [[self.tgt_vocab[t] for t in h.tokens] for _, h in kept]
-            scored = self._score(o, [sources[s] for s, _ in kept], targets, [forced[s] for s, _ in kept])
-            for (s, h), (log_prob, token_log_probs) in zip(kept, scored):
-                h.log_prob, h.token_log_probs = log_prob, token_log_probs
-                h.score = log_prob / length_penalty_of(len(h.tokens) + 1 - forced[s], o.length_penalty)
-            for hyps in results:
+            self._rescore(o, sources, results, forced)
+            for s, hyps in enumerate(results):
+                for h in hyps:
+                    h.score = score_of(s, h.tokens, h.log_prob)
                 hyps.sort(key=lambda h: h.score, reverse=True)
         return results
+
+    def _rescore(self, o: Options, sources: list[list[str]], results: list[list], forced: list[int]) -> None:
+        """Give every hypothesis in ``results`` the model's own log-prob and token log-probs (a teacher-forced pass),
+        in place; ``forced``: each source's prefix length, whose tokens cost nothing."""
+        kept = [(s, h) for s, hyps in enumerate(results) for h in hyps]
+        targets = [[self.tgt_vocab[t] for t in h.tokens] for _, h in kept]
+        scored = self._score(o, [sources[s] for s, _ in kept], targets, [forced[s] for s, _ in kept])
+        for (_, h), (log_prob, token_log_probs) in zip(kept, scored):
+            h.log_prob, h.token_log_probs = log_prob, token_log_probs
 
     def _run(self, method, *args, **kwargs):
         """A CTranslate2 call; its runtime failures (a missing CUDA library, out of memory) become one line."""
