@@ -14,8 +14,8 @@ comes from the heap, whatever its size: a model with a 32,000-subword vocabulary
 when more than 1 GiB at its top is free, and it grows 64 MiB at a time. docs/benchmarks.md (section 17) has the
 output layer's step with and without it. The cost: the process keeps the memory of its largest batch resident
 after the batch (RSS stays at its peak instead of falling back between batches), and with blocks of hundreds of
-megabytes some more, as a freed block is not always where the next large request fits (section 17: 1.2 GiB against
-0.6 GiB at 32,000 subwords). ``MTKIT_MALLOC=default`` leaves glibc's defaults; on other C libraries (macOS,
+megabytes some more, as a freed block is not always where the next large request fits (docs/benchmarks.md,
+section 17, has how much). ``MTKIT_MALLOC=default`` leaves glibc's defaults; on other C libraries (macOS,
 Windows, musl) nothing is changed.
 """
 

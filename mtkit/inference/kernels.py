@@ -1,8 +1,7 @@
 """``dtype: auto`` on an x86 CPU: int8 or float32, chosen by timing both on this machine.
 
-What int8 buys over float32 is not a property of the instruction set: beam-5 decoding ran about 2x faster in int8
-on an AMD EPYC with AVX-512 (docs/benchmarks.md, section 2) and was reported 1.18x on an Intel Xeon with AVX-512
-VNNI (section 17). So ``choose_cpu_dtype`` times the products a decoding step runs: every linear layer outside the encoder (the encoder
+What int8 buys over float32 is not a property of the instruction set: it differs between CPUs that have the same
+one (docs/benchmarks.md, sections 2 and 17). So ``choose_cpu_dtype`` times the products a decoding step runs: every linear layer outside the encoder (the encoder
 runs once per sentence, the decoder once per token) and the output projection, at ``ROWS`` rows (a beam-5 batch of
 about 100 sentences), in float32 (``F.linear``) and in int8 (``Int8Linear``: the activations' quantization, the
 integer product and the scaling back). int8 is chosen when those products run at least ``INT8_MIN_GAIN`` times
