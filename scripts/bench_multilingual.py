@@ -19,29 +19,26 @@ Printed, on test_2016_flickr (or --split), beam 5 (--beam-size), 2 threads:
 Equal total training time: one multilingual model for 3 x T minutes against three bilingual models for T minutes
 each. Training speed differs between the two (the multilingual vocabulary is larger) and a wall-clock cap would
 cut the cosine schedule short, so each run gets the updates that T minutes buy at its own speed, measured on a
-quiet machine with 300-update runs (--rate), and max_updates set to that (the schedule then ends where the budget
-does). T = 20, with R_bi and R_multi the rates --rate printed, the budgets are U60 = 3600 x R_multi and
-U20 = 1200 x R_multi updates for the multilingual runs, B20 = 1200 x R_bi for each bilingual one:
+quiet machine with 300-update runs, and max_updates set to that (the schedule then ends where the budget does).
+With R_bi and R_multi those rates, the multilingual runs get U60 = 180 x T x R_multi and U20 = 60 x T x R_multi
+updates, each bilingual one (configs/multi30k-demo.yaml into de, fr, cs) B20 = 60 x T x R_bi.
 
-    mtkit prepare configs/multi30k-multilingual.yaml
-    mtkit train configs/multi30k-demo.yaml --set training.max_updates=300 --set training.validate_every=100000 \\
-        --set training.run_dir=runs/cal-bi                     # and the same with the multilingual config
-    mtkit train configs/multi30k-multilingual.yaml --set training.run_dir=runs/multi-60 \\
-        --set training.max_updates=U60 --set training.max_minutes=600        # runs/multi-20: U20
-    for L in de fr cs; do
-      S="--set data.tgt_lang=$L --set data.dir=work/multi30k-en$L --set training.run_dir=runs/bi-en-$L"
-      for s in train:train valid:val test:test_2016_flickr; do
-        S="$S --set data.splits.${s%%:*}.tgt=data/multi30k/${s##*:}.$L.gz"
-      done
-      mtkit prepare configs/multi30k-demo.yaml $S
-      mtkit train configs/multi30k-demo.yaml $S --set training.max_updates=B20 --set training.max_minutes=600
-    done
+    python scripts/bench_multilingual.py --train DIR [--minutes 20]
+
+prepares the data of every run in DIR/data, measures the two rates (DIR/rates.json; the machine must be quiet for
+these 2 x 300 updates, and only for them), then trains DIR/bi-en-de, bi-en-fr, bi-en-cs, multi-60, multi-20 and
+many (configs/multi30k-many-to-many.yaml as it is) to their update budgets, one after the other. Rerun after an
+interrupt, it continues where it stopped: prepared data is kept, a calibration is measured again from its start,
+a run with a checkpoint goes on with `mtkit train --resume` (bit-exact) and a finished one is left as it is. At the
+end it prints the command of the report (1 and 2 above), which runs in one quiet sitting.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -68,15 +65,87 @@ def timed(fn):
     return out, time.perf_counter() - started
 
 
+def rate(run) -> tuple[float, int, int]:
+    """(updates per second, first update, last update) from a run's metrics.jsonl: update 50 to its last logged
+    update, so without the start-up."""
+    rows = [json.loads(line) for line in Path(run, "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r.get("kind") == "train"]
+    first = next(r for r in rows if r["update"] >= 50)
+    last = rows[-1]
+    return (last["update"] - first["update"]) / (last["elapsed"] - first["elapsed"]), first["update"], last["update"]
+
+
 def rates(runs: list[str]) -> None:
     print("\n0. Training speed (update 50 to the last logged update)")
     for run in runs:
-        rows = [json.loads(line) for line in Path(run, "metrics.jsonl").read_text().splitlines()]
-        rows = [r for r in rows if r.get("kind") == "train"]
-        first = next(r for r in rows if r["update"] >= 50)
-        last = rows[-1]
-        rate = (last["update"] - first["update"]) / (last["elapsed"] - first["elapsed"])
-        print(f"{run}: {rate:.3f} updates/s ({first['update']}-{last['update']}); 20 min = {1200 * rate:.0f} updates")
+        r, first, last = rate(run)
+        print(f"{run}: {r:.3f} updates/s ({first}-{last}); 20 min = {1200 * r:.0f} updates")
+
+
+def mtkit_cli(*args) -> None:
+    """One ``mtkit`` command in a process of its own, printed first; a failure ends the script with its code."""
+    print("$ mtkit " + " ".join(map(str, args)), flush=True)
+    code = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], cwd=ROOT).returncode
+    if code:
+        sys.exit(code)
+
+
+def sets(overrides: list[str]) -> list[str]:
+    return [x for o in overrides for x in ("--set", o)]
+
+
+def bilingual_overrides(lang: str, data: Path) -> list[str]:
+    """configs/multi30k-demo.yaml from English into ``lang`` (the four-way Multi30k files), its data in ``data``."""
+    out = [f"data.tgt_lang={lang}", f"data.dir={data}"]
+    for key, split in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr")):
+        out.append(f"data.splits.{key}.tgt=data/multi30k/{split}.{lang}.gz")
+    return out
+
+
+def train_all(args) -> None:
+    """``--train DIR``: every run of the comparison trained (or continued) to its update budget."""
+    top = args.train.resolve()
+    demo, multi = "configs/multi30k-demo.yaml", "configs/multi30k-multilingual.yaml"
+    many = "configs/multi30k-many-to-many.yaml"
+    data = {lang: bilingual_overrides(lang, top / "data" / f"en-{lang}") for lang in ("de", "fr", "cs")}
+    data["multi"], data["many"] = [f"data.dir={top / 'data' / 'multi'}"], [f"data.dir={top / 'data' / 'many'}"]
+    configs = {"de": demo, "fr": demo, "cs": demo, "multi": multi, "many": many}
+    for key, config in configs.items():  # a no-op on prepared, unchanged data
+        mtkit_cli("prepare", config, *sets(data[key] + args.set))
+    # the end is the update budget alone: no wall-clock cap, the cosine schedule decays over the updates
+    by_updates = ["training.decay_over=updates", "training.max_minutes=null"]
+
+    rates_file = top / "rates.json"
+    if not rates_file.exists():
+        measured = {}
+        for key, over in (("bi", data["de"]), ("multi", data["multi"])):
+            run = top / f"cal-{key}"
+            shutil.rmtree(run, ignore_errors=True)  # a rate is measured in one go
+            steps = [f"training.max_updates={args.calibrate_updates}", "training.validate_every=100000000"]
+            steps += [f"training.run_dir={run}", *by_updates, *args.set]
+            mtkit_cli("train", demo if key == "bi" else multi, *sets(over + steps))
+            measured[key] = rate(run)[0]
+        info = {"updates_per_second": measured, "machine": describe(), "when": time.strftime("%Y-%m-%d %H:%M UTC")}
+        rates_file.write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    measured = json.loads(rates_file.read_text(encoding="utf-8"))["updates_per_second"]
+    seconds = 60 * args.minutes
+    runs = [(f"bi-en-{lang}", demo, data[lang], round(seconds * measured["bi"])) for lang in ("de", "fr", "cs")]
+    runs += [("multi-60", multi, data["multi"], round(3 * seconds * measured["multi"]))]
+    runs += [("multi-20", multi, data["multi"], round(seconds * measured["multi"]))]
+    runs += [("many", many, data["many"], None)]  # its config's budget
+    print(f"rates {measured} (updates/s, {rates_file}); budgets: " + ", ".join(f"{n} {u}" for n, _, _, u in runs))
+    for name, config, over, updates in runs:
+        run = top / name
+        if (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()):
+            mtkit_cli("train", "--resume", run)
+            continue
+        budget = [f"training.max_updates={updates}"] if updates else []
+        mtkit_cli("train", config, *sets(over + [f"training.run_dir={run}", *budget, *by_updates, *args.set]))
+    print(
+        "\nall trained; the report, on a quiet machine:\n"
+        f"python scripts/bench_multilingual.py --multi {top}/multi-60 {top}/multi-20 "
+        f"--bilingual de={top}/bi-en-de fr={top}/bi-en-fr cs={top}/bi-en-cs --many {top}/many"
+    )
 
 
 def one_to_many(args) -> None:
@@ -144,9 +213,16 @@ def main() -> int:
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--train", type=Path, metavar="DIR", help="train (or continue) every run of the comparison")
+    parser.add_argument("--minutes", type=float, default=20, help="with --train: T, a bilingual run's budget")
+    parser.add_argument("--calibrate-updates", type=int, default=300, help="with --train: updates timed per rate")
+    parser.add_argument("--set", action="append", default=[], help="with --train: extra overrides for every run")
     args = parser.parse_args()
-    if not args.multi and not args.many and not args.rate:
-        parser.error("give --rate, --multi or --many")
+    if not args.multi and not args.many and not args.rate and not args.train:
+        parser.error("give --train, --rate, --multi or --many")
+    if args.train:
+        train_all(args)
+        return 0
     import torch
 
     torch.set_num_threads(args.threads)
