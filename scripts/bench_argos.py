@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -32,7 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "argos"))
 
+from argos_offline import offline_env  # noqa: E402
 from benchlib import describe, read_gz  # noqa: E402
 
 ARGOS_JOB = """
@@ -48,32 +49,6 @@ seconds = time.perf_counter() - start
 open(job["output"], "w", encoding="utf-8").write("".join(line.replace("\\n", " ") + "\\n" for line in out))
 print(json.dumps({"seconds": seconds}))
 """
-
-
-def offline_env(home: Path, threads: int) -> dict:
-    """A tool's process with folders of its own and its HTTP(S) proxy on a closed port: downloads fail at once."""
-    closed = "http://127.0.0.1:9"
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    env.update(
-        HOME=str(home),
-        XDG_DATA_HOME=str(home / "data"),
-        XDG_CACHE_HOME=str(home / "cache"),
-        XDG_CONFIG_HOME=str(home / "config"),
-        ARGOS_PACKAGES_DIR=str(home / "packages"),
-        ARGOS_PACKAGE_INDEX=(home / "index").as_uri() + "/",
-        ARGOS_DEVICE_TYPE="cpu",
-        ARGOS_INTRA_THREADS=str(threads),
-        http_proxy=closed,
-        https_proxy=closed,
-        HTTP_PROXY=closed,
-        HTTPS_PROXY=closed,
-        no_proxy="",
-        NO_PROXY="",
-        PYTHONWARNINGS="ignore",
-    )
-    (home / "index").mkdir(parents=True, exist_ok=True)
-    (home / "index" / "index.json").write_text("[]\n", encoding="utf-8")  # a package index with nothing in it
-    return env
 
 
 def run(command: list, **kwargs) -> subprocess.CompletedProcess:

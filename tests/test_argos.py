@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -27,6 +28,9 @@ import pytest
 import yaml
 
 from conftest import SUBPROCESS_ENV, TINY_TRANSFORMER, assert_one_line_error, cli, prepare_and_train, write_toy_splits
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "argos"))
+from argos_offline import offline_env as tool_env  # noqa: E402
 
 try:
     import ctranslate2
@@ -274,27 +278,8 @@ def argos_reference(folder: Path, sentences: list[list[str]], compute_type: str)
 
 # ----------------------------------------------------------------------------------- the real tools
 def offline_env(home: Path) -> dict:
-    """A process of Argos Translate or LibreTranslate with folders of its own, and no way out: its HTTP(S) proxy is
-    a closed local port, so that any download fails at once."""
-    closed = "http://127.0.0.1:9"
-    env = {k: v for k, v in SUBPROCESS_ENV.items() if not k.lower().endswith("_proxy")}
-    env.update(
-        HOME=str(home),
-        XDG_DATA_HOME=str(home / "data"),
-        XDG_CACHE_HOME=str(home / "cache"),
-        XDG_CONFIG_HOME=str(home / "config"),
-        ARGOS_PACKAGES_DIR=str(home / "packages"),
-        ARGOS_DEVICE_TYPE="cpu",
-        ARGOS_INTRA_THREADS="1",
-        http_proxy=closed,
-        https_proxy=closed,
-        HTTP_PROXY=closed,
-        HTTPS_PROXY=closed,
-        no_proxy="",
-        NO_PROXY="",
-        PYTHONWARNINGS="ignore",
-    )
-    return env
+    """benchmarks/argos/argos_offline.py's environment, on the tests' own (one thread)."""
+    return tool_env(home, threads=1, base=SUBPROCESS_ENV)
 
 
 @pytest.fixture(scope="module")
