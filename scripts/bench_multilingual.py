@@ -125,7 +125,11 @@ def train_all(args) -> None:
             steps += [f"training.run_dir={run}", *by_updates, *args.set]
             mtkit_cli("train", demo if key == "bi" else multi, *sets(over + steps))
             measured[key] = rate(run)[0]
-        info = {"updates_per_second": measured, "machine": describe(), "when": time.strftime("%Y-%m-%d %H:%M UTC")}
+        info = {
+            "updates_per_second": measured,
+            "machine": describe(),
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        }
         rates_file.write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
     measured = json.loads(rates_file.read_text(encoding="utf-8"))["updates_per_second"]
     seconds = 60 * args.minutes
