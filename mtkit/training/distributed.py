@@ -110,9 +110,16 @@ def barrier(d: Dist) -> None:
         dist.barrier()
 
 
-def teardown(d: Dist) -> None:
-    """End the process group, if one was started."""
+def teardown(d: Dist, wait: bool = False) -> None:
+    """End the process group, if one was started. ``wait`` (a run that ended well on this rank): first wait for
+    every rank, so that none tears down its connections while another still uses them (under load, a rank that left
+    early was aborted at exit by the transport); a rank whose peers are gone does not wait."""
     if d.enabled and dist.is_initialized():
+        if wait:
+            try:
+                dist.barrier()
+            except RuntimeError:  # a peer failed or left: nothing to wait for
+                pass
         dist.destroy_process_group()
 
 

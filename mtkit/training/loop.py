@@ -196,8 +196,10 @@ class Trainer:
             if self.dist.is_main:
                 remove_stale_temps(self.ckpt_dir)
                 remove_stale_temps(self.run_dir)
+            finished = False
             try:
                 self._run()
+                finished = True
             except RuntimeError as err:
                 if not (self.dist.enabled and distmod.peer_lost(err)):
                     raise
@@ -211,7 +213,7 @@ class Trainer:
                 for s, h in handlers.items():
                     if h is not None:
                         signal.signal(s, h)
-                distmod.teardown(self.dist)
+                distmod.teardown(self.dist, wait=finished)
 
     def _install_signal_handlers(self):
         """A first SIGINT / SIGTERM asks the loop to save and stop after the update; a second one stops at once."""
