@@ -24,15 +24,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
-from benchlib import describe, read_gz
+from benchlib import describe, mtkit_timed, read_gz, sets
 
 ROOT = Path(__file__).resolve().parent.parent
 SPLITS = {"test": "test_2016_flickr", "val": "val"}
@@ -41,20 +39,12 @@ LOG: list[tuple[str, float]] = []  # (command, seconds)
 
 
 def sh(args: list, check: bool = True) -> tuple[int, float]:
-    """``mtkit ARGS`` in a process of its own: (exit status, seconds)."""
-    line = "mtkit " + " ".join(shlex.quote(str(a)) for a in args)
-    print(f"$ {line}", flush=True)
-    start = time.perf_counter()
-    code = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)]).returncode
-    seconds = time.perf_counter() - start
+    """``mtkit ARGS`` in a process of its own, logged for the report: (exit status, seconds)."""
+    line, code, seconds = mtkit_timed(args)
     LOG.append((line, seconds))
     if code and check:  # mtkit already printed its one-line reason
         sys.exit(code)
     return code, seconds
-
-
-def sets(overrides: list[str]) -> list[str]:
-    return [x for o in overrides for x in ("--set", o)]
 
 
 def load_yaml(path) -> dict:

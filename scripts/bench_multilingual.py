@@ -38,13 +38,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import describe, read_gz  # noqa: E402
+from benchlib import describe, mtkit_timed, read_gz, sets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,15 +82,10 @@ def rates(runs: list[str]) -> None:
 
 
 def mtkit_cli(*args) -> None:
-    """One ``mtkit`` command in a process of its own, printed first; a failure ends the script with its code."""
-    print("$ mtkit " + " ".join(map(str, args)), flush=True)
-    code = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], cwd=ROOT).returncode
+    """One ``mtkit`` command, printed first; a failure ends the script with its code."""
+    code = mtkit_timed(list(args), cwd=ROOT)[1]
     if code:
         sys.exit(code)
-
-
-def sets(overrides: list[str]) -> list[str]:
-    return [x for o in overrides for x in ("--set", o)]
 
 
 def bilingual_overrides(lang: str, data: Path) -> list[str]:

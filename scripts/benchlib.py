@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import json
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -23,6 +24,20 @@ def read_gz(path: Path) -> list[str]:
     """The lines of a gzipped UTF-8 text file (e.g. data/multi30k/test_2016_flickr.en.gz)."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return f.read().splitlines()
+
+
+def sets(overrides: list[str]) -> list[str]:
+    """``--set`` flags for each ``KEY=VALUE`` override."""
+    return [x for o in overrides for x in ("--set", o)]
+
+
+def mtkit_timed(args: list, cwd: Union[Path, None] = None) -> tuple[str, int, float]:
+    """``mtkit ARGS`` in a process of its own, its command line printed first: (that line, exit status, seconds)."""
+    line = "mtkit " + " ".join(shlex.quote(str(a)) for a in args)
+    print(f"$ {line}", flush=True)
+    start = time.perf_counter()
+    code = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], cwd=cwd).returncode
+    return line, code, time.perf_counter() - start
 
 
 def cpu_name_and_flags() -> tuple[str, set[str]]:
