@@ -132,13 +132,13 @@ class Vocab:
         """Ids of each line's pieces; a leading language tag (``>>deu<<``) is one token, as in Marian."""
         out = []
         for line, line_pieces in zip(lines, pieces):
-            tag = _language_tag(line)
+            tag = _leading_tag(line)
             head = [self.ids.get(tag, UNK)] if tag else []
             out.append(head + [self.ids.get(p, UNK) for p in line_pieces])
         return out
 
 
-def _language_tag(line: str) -> str:
+def _leading_tag(line: str) -> str:
     end = line.find("<<") if line.startswith(">>") else -1
     return line[: end + 2] if end != -1 else ""
 
@@ -329,7 +329,7 @@ def _encode(
     if not lines:
         return []
     if vocab is not None:  # SentencePiece cuts the text after any language tag; the vocabulary numbers the pieces
-        texts = [line[len(_language_tag(line)) :] for line in lines]
+        texts = [line[len(_leading_tag(line)) :] for line in lines]
         sampling = dict(enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1) if alpha > 0 else {}
         return vocab.lookup(lines, sp.encode(texts, out_type=str, **({"num_threads": _threads()} | sampling)))
     if alpha > 0:
@@ -341,7 +341,7 @@ def _encode(
     return _tag_first(sp, lines, out)
 
 
-LANGUAGE_TAG = re.compile(r"<2[^<>\s]+>|>>[^<>\s]+<<")  # a multilingual model's language token (config.language_tag)
+LANGUAGE_TAG = re.compile(r"<2[^<>\s]+>|>>[^<>\s]+<<")  # a multilingual model's language token (languages.language_tag)
 
 
 def _tag_first(sp: spm.SentencePieceProcessor, lines: Sequence[str], out: list[list[int]]) -> list[list[int]]:

@@ -376,3 +376,43 @@ def test_bench_distill_distils_trains_both_students_and_tabulates_what_it_decode
     delta = cells["student-distilled", "test", 5][2] - cells["teacher", "test", 5][2]
     assert abs(figure(r"^distilled student test BLEU - teacher's: \+?" + NUMBER, out) - delta) <= 0.006
     assert "onmt_translate" not in out
+
+
+def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_lines(bench_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    _, run_dir, _, _, _ = bench_run
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(read_gz(TEST_EN)[:30]) + "\n", encoding="utf-8")
+    work = tmp_path / "work"
+    out = run_script(
+        ROOT / "scripts" / "bench_ct2_engine.py",
+        run_dir,
+        *("--input", source, "--repeat", "2", "--threads", "1", "--out", work),
+        cwd=tmp_path,
+    )
+    summaries = re.findall(
+        rf"^(float32|int8) beam (\d): (mtkit|--search ctranslate2) fastest {NUMBER} s against {NUMBER} s, "
+        rf"ratio {NUMBER}; lines equal to the script's (\d+)/(\d+)$",
+        out,
+        re.MULTILINE,
+    )
+    assert [(c, b, n) for c, b, n, *_ in summaries] == [
+        (c, b, n)
+        for c in ("float32", "int8")
+        for b, names in (("5", ("mtkit", "--search ctranslate2")), ("1", ("mtkit",)))
+        for n in names
+    ], out
+    for compute, beam, name, fastest, direct, ratio, same, total in summaries:
+        runs = re.findall(rf"^{compute} beam {beam} run \d: (.*)$", out, re.MULTILINE)
+        assert len(runs) == 2, out
+        seconds = {
+            who: [float(re.search(rf"{re.escape(who)} {NUMBER} s", run).group(1)) for run in runs]
+            for who in (name, "ct2_direct.py")
+        }
+        assert float(fastest) == min(seconds[name]) and float(direct) == min(seconds["ct2_direct.py"])
+        assert abs(float(ratio) - float(direct) / float(fastest)) <= 0.01
+        slug = {"mtkit": "mtkit", "--search ctranslate2": "search"}[name]
+        mine = (work / f"out-{compute}-{beam}-{slug}.txt").read_text(encoding="utf-8").splitlines()
+        script = (work / f"out-{compute}-{beam}-direct.txt").read_text(encoding="utf-8").splitlines()
+        assert len(mine) == len(script) == int(total) == 30
+        assert int(same) == sum(a == b for a, b in zip(mine, script))

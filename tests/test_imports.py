@@ -81,7 +81,7 @@ def find_cycle(graph: dict[str, set[str]]):
 # The layers, lowest first: a module may import its own layer and those below it, never one above. A name
 # stands for the module and, for a package, everything in it.
 LAYERS = (
-    ("mtkit.errors", "mtkit.version"),
+    ("mtkit.errors", "mtkit.version", "mtkit.languages"),
     ("mtkit.files", "mtkit.manifest", "mtkit.config", "mtkit.flags"),
     ("mtkit.scoring",),  # sacreBLEU only: no torch, no model
     ("mtkit.tokenizer", "mtkit.devices", "mtkit.memory", "mtkit.plots", "mtkit.text"),

@@ -9,6 +9,8 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mtkit.languages import language_tag  # noqa: F401  (a config name too: mtkit.config.language_tag)
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -33,12 +35,6 @@ class Direction(Section):
     @property
     def name(self) -> str:
         return f"{self.src_lang}-{self.tgt_lang}"
-
-
-def language_tag(lang: str, template: str = "<2{lang}>") -> str:
-    """The token that asks a multilingual model for target language ``lang``: ``<2de>`` (or, with Marian's
-    template ``>>{lang}<<``, ``>>deu<<``)."""
-    return template.replace("{lang}", lang)
 
 
 class HFDataset(Section):

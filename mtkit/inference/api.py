@@ -18,17 +18,15 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
 
-from mtkit import config as cfgmod
-from mtkit.config import language_tag
 from mtkit.errors import MtkitError
-from mtkit.flags import check_flags
 from mtkit.inference import paragraphs
 from mtkit.inference.engine import Engine
-from mtkit.inference.languages import run_languages, with_first, without_first
-from mtkit.inference.options import Options
+from mtkit.inference.languages import with_first, without_first
+from mtkit.inference.options import Options, check_flags
 from mtkit.inference.results import Hypothesis, Translation
 from mtkit.inference.segments import Segment, with_parallel
 from mtkit.interop import ct2_export as ct2
+from mtkit.languages import language_tag, run_languages
 
 if TYPE_CHECKING:
     from mtkit.inference.ct2_engine import Ct2Engine
@@ -358,11 +356,15 @@ def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
             model_dir = tmp / "model"
             ct2.convert(path, model_dir, None)
         meta, tokenizer = ct2.read_export(model_dir)
-        embedded = cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)")
-        options = Options.build(embedded.decoding, **overrides)
+        facts = meta.get("runtime")
+        if facts is None:  # written before exports recorded it: from the embedded config, through the schema
+            from mtkit import config as cfgmod
+
+            facts = ct2.runtime_facts(cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)"))
+        options = Options.build(facts["decoding"], **overrides)
         engine = Ct2Engine(model_dir, tokenizer, options, max_positions=meta["max_positions"])
-        engine.languages, engine.targets = run_languages(embedded.data)
-        engine.target_tag, engine.tag_template = embedded.data.target_tag, embedded.data.tag_template
+        engine.languages, engine.targets = tuple(facts["languages"]), tuple(facts["targets"])
+        engine.target_tag, engine.tag_template = facts["target_tag"], facts["tag_template"]
         return engine
     finally:
         if tmp is not None:
@@ -383,6 +385,7 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     import torch
 
     from mtkit import checkpoint as ckpt
+    from mtkit import config as cfgmod
     from mtkit.decoding.shortlist import Shortlisted, check_model, load_lexicon
     from mtkit.devices import pick_device
     from mtkit.inference.kernels import choose_cpu_dtype

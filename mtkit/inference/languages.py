@@ -1,5 +1,5 @@
-"""The languages of a loaded model: its source and target codes, a multilingual model's targets, and the
-language token that its decoder reads first (``target_tag: decoder``), forced and then taken off the outputs."""
+"""The language token that a multilingual model's decoder reads first (``target_tag: decoder``): forced before any
+prefix, then taken off the outputs. A model's codes and targets are ``mtkit.languages.run_languages``."""
 
 from __future__ import annotations
 
@@ -22,12 +22,3 @@ def without_first(hyp: Decoded) -> Decoded:
     return dataclasses.replace(
         hyp, tokens=list(hyp.tokens[1:]), token_log_probs=list(hyp.token_log_probs[1:]), attention=attention
     )
-
-
-def run_languages(data) -> tuple[tuple[str, str], tuple[str, ...]]:
-    """(source, target) codes of a run's ``data`` section, and a multilingual run's targets (() otherwise). A
-    multilingual run's source is its directions' one source language, or "" where they have several."""
-    if not data.multilingual:
-        return (data.src_lang, data.tgt_lang), ()
-    sources = {d.src_lang for d in data.directions}
-    return (sources.pop() if len(sources) == 1 else "", "mul"), tuple(data.targets)

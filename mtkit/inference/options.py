@@ -11,15 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from pydantic import ValidationError
-
-from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
-from mtkit.flags import SamplingOptions, check_flags
+from mtkit.inference import plain_fields
 from mtkit.interop.ct2_export import QUANTIZATIONS as CT2_COMPUTE_TYPES
 
-_DECODING = cfgmod.DecodingConfig()  # the schema holds the defaults; Options repeats none of them
-_SAMPLING = SamplingOptions()
+# The schema's defaults (mtkit/config/schema.py, mtkit/flags.py) as plain_fields holds them: Options repeats none
+# of them, and neither pydantic nor the schema is imported unless a value needs its verdict (a fast start-up).
+_DECODING = {name: field["default"] for name, field in plain_fields.DECODING.items()}
+_SAMPLING = {name: field["default"] for name, field in plain_fields.SAMPLING.items()}
 
 ALIGNMENTS_NEED_TORCH = "alignments (--alignments, --plot-attention) need the torch engine (--engine torch)"
 
@@ -34,39 +33,40 @@ class Options:
     """
 
     engine: str = "torch"
-    beam_size: int = _DECODING.beam_size
-    length_penalty: float = _DECODING.length_penalty
-    max_len_a: float = _DECODING.max_len_a
-    max_len_b: int = _DECODING.max_len_b
-    nbest: int = _DECODING.nbest
-    stopping: str = _DECODING.stopping
-    search: str = _DECODING.search  # the CTranslate2 engine's: ranked as mtkit ranks, or CTranslate2's own
-    batch_size: int = _DECODING.batch_size
-    batch_tokens: Optional[int] = _DECODING.batch_tokens
-    chunk_size: int = _DECODING.chunk_size
+    beam_size: int = _DECODING["beam_size"]
+    length_penalty: float = _DECODING["length_penalty"]
+    max_len_a: float = _DECODING["max_len_a"]
+    max_len_b: int = _DECODING["max_len_b"]
+    nbest: int = _DECODING["nbest"]
+    stopping: str = _DECODING["stopping"]
+    search: str = _DECODING["search"]  # the CTranslate2 engine's: ranked as mtkit ranks, or CTranslate2's own
+    batch_size: int = _DECODING["batch_size"]
+    batch_tokens: Optional[int] = _DECODING["batch_tokens"]
+    chunk_size: int = _DECODING["chunk_size"]
     sampling: bool = False
-    temperature: float = _SAMPLING.temperature
-    top_k: int = _SAMPLING.top_k
-    top_p: float = _SAMPLING.top_p
-    seed: int = _SAMPLING.seed
+    temperature: float = _SAMPLING["temperature"]
+    top_k: int = _SAMPLING["top_k"]
+    top_p: float = _SAMPLING["top_p"]
+    seed: int = _SAMPLING["seed"]
     scores: bool = False  # fill score, log_prob and token_log_probs (CTranslate2: a rescoring pass)
     alignments: bool = False  # fill each hypothesis's cross-attention
     split_sentences: bool = True  # cut each line into sentences, translate them, join them with its whitespace
-    device: str = _DECODING.device
-    dtype: Optional[str] = _DECODING.dtype  # None: the engine's own default (CTranslate2: the exported type)
-    threads: Optional[int] = _DECODING.threads
-    shortlist: int = _DECODING.shortlist
-    shortlist_frequent: int = _DECODING.shortlist_frequent
+    device: str = _DECODING["device"]
+    dtype: Optional[str] = _DECODING["dtype"]  # None: the engine's own default (CTranslate2: the exported type)
+    threads: Optional[int] = _DECODING["threads"]
+    shortlist: int = _DECODING["shortlist"]
+    shortlist_frequent: int = _DECODING["shortlist_frequent"]
 
     def __post_init__(self):
         self.check()
 
     @classmethod
-    def build(cls, decoding: Optional[cfgmod.DecodingConfig] = None, **overrides) -> "Options":
+    def build(cls, decoding=None, **overrides) -> "Options":
         """The options of a run's ``decoding`` section with ``overrides`` applied.
 
         Args:
-            decoding: the run's ``decoding`` section (default: the schema's defaults).
+            decoding: the run's ``decoding`` section, a ``config.DecodingConfig`` or its ``model_dump()`` (default:
+                the schema's defaults).
             **overrides: any field of ``Options``; None keeps the section's value.
 
         Returns:
@@ -79,7 +79,9 @@ class Options:
         unknown = sorted(set(given) - _FIELD_NAMES)
         if unknown:
             raise MtkitError(f"unknown decoding option(s): {', '.join(unknown)}")
-        section = (decoding or _DECODING).model_dump()
+        section = dict(
+            decoding if isinstance(decoding, dict) else _DECODING if decoding is None else decoding.model_dump()
+        )
         if given.get("engine") == "ctranslate2":
             section["dtype"] = None  # the schema's torch dtypes do not apply: the exported type is the default
         return cls(**{**{k: v for k, v in section.items() if k in _FIELD_NAMES}, **given})
@@ -137,11 +139,54 @@ DTYPE_NEEDS_DEVICE = {
 _FIELD_NAMES = {f.name for f in dataclasses.fields(Options)}
 
 
+def accepts(fields: dict[str, dict], values: dict) -> bool:
+    """Whether the schema surely accepts every value, by its plain fields (``plain_fields``): of its field's type
+    exactly, in its choices and bounds. False leaves the verdict, and the wording of any error, to pydantic."""
+    for name, value in values.items():
+        field = fields.get(name)
+        if field is None:
+            return False
+        if value is None:
+            if field.get("optional"):
+                continue
+            return False
+        kind = field["type"]
+        if kind == "choice":
+            if type(value) is not str or value not in field["choices"]:
+                return False
+            continue
+        if type(value) not in {"int": (int,), "float": (int, float), "str": (str,)}[kind]:
+            return False
+        if not (
+            value >= field.get("ge", value)
+            and value <= field.get("le", value)
+            and ("gt" not in field or value > field["gt"])
+            and ("lt" not in field or value < field["lt"])
+        ):
+            return False
+    return True
+
+
+def check_flags(**values) -> None:
+    """``mtkit.flags.check_flags`` (``--format``, ``--input-format``, ``--engine``), which only a value outside
+    their choices imports."""
+    if not accepts(plain_fields.OUTPUT, values):
+        from mtkit.flags import check_flags as check_with_schema
+
+        check_with_schema(**values)
+
+
 def _check_ranges(options: Options) -> None:
     """Each option the ``decoding`` section has, in the range its schema gives."""
-    values = {name: getattr(options, name) for name in cfgmod.DecodingConfig.model_fields}
+    values = {name: getattr(options, name) for name in plain_fields.DECODING}
     if options.engine == "ctranslate2" or values["dtype"] is None:
         values.pop("dtype")  # checked against CTranslate2's compute types instead
+    if accepts(plain_fields.DECODING, values):
+        return
+    from pydantic import ValidationError
+
+    from mtkit import config as cfgmod
+
     try:
         cfgmod.DecodingConfig.model_validate(values)
     except ValidationError as err:
@@ -150,16 +195,21 @@ def _check_ranges(options: Options) -> None:
 
 def _check_sampling(options: Options) -> None:
     """The sampling flags: each in its range, and set only with ``sampling``."""
-    values = {name: getattr(options, name) for name in SamplingOptions.model_fields}
-    try:
-        SamplingOptions(**values)
-    except ValidationError as err:
-        first = err.errors()[0]
-        name = str(first["loc"][0])
-        message = first["msg"][0].lower() + first["msg"][1:]
-        raise MtkitError(f"--{name.replace('_', '-')} {values[name]!r}: {message}") from None
+    values = {name: getattr(options, name) for name in plain_fields.SAMPLING}
+    if not accepts(plain_fields.SAMPLING, values):
+        from pydantic import ValidationError
+
+        from mtkit.flags import SamplingOptions
+
+        try:
+            SamplingOptions(**values)
+        except ValidationError as err:
+            first = err.errors()[0]
+            name = str(first["loc"][0])
+            message = first["msg"][0].lower() + first["msg"][1:]
+            raise MtkitError(f"--{name.replace('_', '-')} {values[name]!r}: {message}") from None
     if not options.sampling:
-        changed = [name for name, value in values.items() if value != getattr(_SAMPLING, name)]
+        changed = [name for name, value in values.items() if value != _SAMPLING[name]]
         if changed:
             flags = ", ".join("--" + name.replace("_", "-") for name in changed)
             verb = "takes" if len(changed) == 1 else "take"

@@ -20,9 +20,9 @@ from typing import IO, Iterable, Iterator, Optional, Union
 
 from mtkit.errors import MtkitError
 from mtkit.files import atomic_open
-from mtkit.flags import check_flags
 from mtkit.inference import api
 from mtkit.inference.engine import Engine
+from mtkit.inference.options import check_flags
 from mtkit.inference.results import Translation
 from mtkit.inference.segments import Segment, parse_jsonl
 from mtkit.plots import plot_attention

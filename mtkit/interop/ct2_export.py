@@ -27,10 +27,9 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
-from mtkit.flags import check_flags
+from mtkit.languages import run_languages
 from mtkit.tokenizer import BOS, EOS, UNK, Tokenizer
 
 EXPORT_META = "mtkit_export.json"
@@ -316,6 +315,7 @@ def convert(
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise MtkitError(f"--quantization {quantization!r}: use one of {', '.join(QUANTIZATIONS)}")
     from mtkit import checkpoint as ckpt  # torch: only to convert, never to translate an export
+    from mtkit import config as cfgmod
 
     file = ckpt.resolve(Path(checkpoint))
     cfg = cfgmod.from_dict(ckpt.read_metadata(file)["config"], f"{file} (embedded config)")
@@ -337,9 +337,24 @@ def convert(
         "tokenizer": files,
         "tokenizer_fingerprint": loaded.tokenizer.fingerprint(),
         "config": loaded.metadata["config"],
+        "runtime": runtime_facts(cfg),
     }
     (directory / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
+
+
+def runtime_facts(cfg) -> dict:
+    """What translating needs of a run's config (``mtkit_export.json``'s "runtime"), resolved so that loading an
+    export reads no schema: the ``decoding`` section with every default, the (source, target) languages, a
+    multilingual model's targets and how its language token is placed and spelt."""
+    languages, targets = run_languages(cfg.data)
+    return {
+        "decoding": cfg.decoding.model_dump(),
+        "languages": list(languages),
+        "targets": list(targets),
+        "target_tag": cfg.data.target_tag,
+        "tag_template": cfg.data.tag_template,
+    }
 
 
 def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], force: bool) -> Path:
@@ -361,6 +376,8 @@ def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], 
     Raises:
         MtkitError: an unknown format, ``out`` exists (without ``force``, or is not an export), or as ``convert``.
     """
+    from mtkit.flags import check_flags
+
     check_flags(export_format=fmt)
     out = Path(out)
     if out.exists():

@@ -40,7 +40,7 @@ def run_languages(path: Path) -> tuple[str, str]:
     Returns:
         (source, target); a multilingual model's target is ``mul`` (its targets: ``TranslationModel.targets``).
     """
-    from mtkit.inference.languages import run_languages as data_languages
+    from mtkit.languages import run_languages as data_languages
 
     return data_languages(run_config(path).data)[0]
 

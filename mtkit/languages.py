@@ -1,0 +1,20 @@
+"""A model's languages, read from a run's ``data`` section: its language token and its (source, target) codes.
+
+Plain functions over a section already validated (no schema import), so that loading an export stays light."""
+
+from __future__ import annotations
+
+
+def language_tag(lang: str, template: str = "<2{lang}>") -> str:
+    """The token that asks a multilingual model for target language ``lang``: ``<2de>`` (or, with Marian's
+    template ``>>{lang}<<``, ``>>deu<<``)."""
+    return template.replace("{lang}", lang)
+
+
+def run_languages(data) -> tuple[tuple[str, str], tuple[str, ...]]:
+    """(source, target) codes of a run's ``data`` section, and a multilingual run's targets (() otherwise). A
+    multilingual run's source is its directions' one source language, or "" where they have several."""
+    if not data.multilingual:
+        return (data.src_lang, data.tgt_lang), ()
+    sources = {d.src_lang for d in data.directions}
+    return (sources.pop() if len(sources) == 1 else "", "mul"), tuple(data.targets)

@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""`mtkit translate EXPORT` against a plain CTranslate2 + SentencePiece script, as whole processes.
+
+    python scripts/bench_ct2_engine.py RUN [--input FILE] [--repeat 3] [--out DIR]
+
+Exports RUN (a run dir) to CTranslate2 twice, float32 and int8 (DIR/ct2-float32, DIR/ct2-int8; default DIR:
+RUN/ct2-bench), then for each compute type and beam 5 and 1 runs, taking turns --repeat times:
+  mtkit translate EXPORT -b B --threads 2 -i FILE                  (the default search, ranked as mtkit ranks)
+  mtkit translate EXPORT -b B --threads 2 -i FILE --search ctranslate2    (beam 5 only: CTranslate2's own)
+  python scripts/ct2_direct.py EXPORT --beam-size B --threads 2 --batch-size N --max-len-a A --max-len-b B < FILE
+with the run's batch size and output limit, and prints each time, the fastest of each, their ratio (the script's
+time over mtkit's: 1.0 is parity) and how many output lines equal the script's. FILE defaults to
+data/multi30k/test_2016_flickr.en.gz (held out from training), decompressed into DIR.
+
+mtkit's modules are compiled to bytecode first (`python -m compileall`), as `pip install` leaves them: under
+PYTHONDONTWRITEBYTECODE an editable install would otherwise compile them again in every process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import describe  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SLUGS = {"mtkit": "mtkit", "--search ctranslate2": "search", "ct2_direct.py": "direct"}  # output file names
+
+
+def timed(cmd: list[str], stdin_path: Path, out_path: Path) -> float:
+    with open(stdin_path, "rb") as src, open(out_path, "wb") as out:
+        start = time.perf_counter()
+        done = subprocess.run(cmd, stdin=src, stdout=out, stderr=subprocess.PIPE)
+        seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.decode(errors='replace')}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path)
+    parser.add_argument("--input", type=Path, default=ROOT / "data" / "multi30k" / "test_2016_flickr.en.gz")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    work = args.out or args.run / "ct2-bench"
+    work.mkdir(parents=True, exist_ok=True)
+    source = work / "source.txt"
+    opener = gzip.open if args.input.suffix == ".gz" else open
+    with opener(args.input, "rt", encoding="utf-8") as f:
+        source.write_text(f.read(), encoding="utf-8")
+    lines = len(source.read_text(encoding="utf-8").splitlines())
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "mtkit")], check=True, capture_output=True)
+
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {describe()}")
+    print(f"# {args.run}, {lines} lines of {args.input.name}; seconds per whole process, taking turns")
+    for compute in ("float32", "int8"):
+        export = work / f"ct2-{compute}"
+        quantize = [] if compute == "float32" else ["--quantization", "int8"]
+        subprocess.run(
+            [sys.executable, "-m", "mtkit", "export", str(args.run), "--out", str(export), "--force", *quantize],
+            check=True,
+            capture_output=True,
+        )
+        decoding = json.loads((export / "mtkit_export.json").read_text())["runtime"]["decoding"]
+        for beam in (5, 1):
+            mtkit = [sys.executable, "-m", "mtkit", "translate", str(export), "-b", str(beam)]
+            mtkit += ["--threads", str(args.threads)]
+            commands = {"mtkit": mtkit}
+            if beam > 1:
+                commands["--search ctranslate2"] = [*mtkit, "--search", "ctranslate2"]
+            commands["ct2_direct.py"] = [
+                sys.executable,
+                str(ROOT / "scripts" / "ct2_direct.py"),
+                str(export),
+                *("--beam-size", str(beam), "--threads", str(args.threads), "--compute-type", compute),
+                *("--batch-size", str(decoding["batch_size"]), "--max-len-a", str(decoding["max_len_a"])),
+                *("--max-len-b", str(decoding["max_len_b"])),
+            ]
+            times: dict[str, list[float]] = {name: [] for name in commands}
+            for turn in range(args.repeat):
+                for name, cmd in commands.items():
+                    times[name].append(timed(cmd, source, work / f"out-{compute}-{beam}-{SLUGS[name]}.txt"))
+                print(
+                    f"{compute} beam {beam} run {turn + 1}: "
+                    + ", ".join(f"{name} {t[-1]:.3f} s" for name, t in times.items()),
+                    flush=True,
+                )
+            reference = (work / f"out-{compute}-{beam}-direct.txt").read_text(encoding="utf-8").splitlines()
+            best_direct = min(times["ct2_direct.py"])
+            for name in commands:
+                if name == "ct2_direct.py":
+                    continue
+                out = (work / f"out-{compute}-{beam}-{SLUGS[name]}.txt").read_text(encoding="utf-8").splitlines()
+                same = sum(a == b for a, b in zip(out, reference))
+                print(
+                    f"{compute} beam {beam}: {name} fastest {min(times[name]):.3f} s against {best_direct:.3f} s, "
+                    f"ratio {best_direct / min(times[name]):.2f}; lines equal to the script's {same}/{len(reference)}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
