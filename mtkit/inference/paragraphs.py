@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from mtkit.errors import MtkitError
 from mtkit.inference.results import Hypothesis, Translation
 from mtkit.inference.segments import Segment
-from mtkit.text import markup
 from mtkit.text.sentences import Split, split, whole
+
+if TYPE_CHECKING:
+    from mtkit.text import markup  # imported where HTML is read: html.parser is start-up a plain line never needs
 
 FORMATS = ("text", "html")
 
@@ -82,6 +84,8 @@ def plan(segments: list[Segment], lang: str, *, split_sentences: bool, fmt: str 
     attention: list[bool] = []
     for i, segment in enumerate(segments):
         if fmt == "html":
+            from mtkit.text import markup
+
             if not segment.plain:
                 raise MtkitError(f"line {i + 1}: prefix, constraints and avoid apply to plain text, not to HTML")
             parts = []
@@ -165,6 +169,8 @@ def _html(source: str, parts: list, found: Sequence[Translation]) -> Translation
 def aligned_sentence(source: str, translation: Translation) -> markup.AlignedSentence:
     """The units of a translated sentence (words, with punctuation as units of its own) and how much each
     target unit attends to each source unit, from the best hypothesis's subwords and cross-attention."""
+    from mtkit.text import markup
+
     best = translation.best
     if best is None:
         return markup.AlignedSentence((), "", (), None)
