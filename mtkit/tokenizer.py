@@ -304,7 +304,7 @@ def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]], vocab:
     kept = []
     for seq in ids:
         seq = seq.tolist() if hasattr(seq, "tolist") else seq  # numpy arrays / torch tensors
-        kept.append([int(i) for i in seq if NUM_SPECIAL <= int(i) < size])
+        kept.append([i for i in map(int, seq) if NUM_SPECIAL <= i < size])
     if vocab is not None:  # as MarianTokenizer: the word-start marks of pieces the model lacks become spaces too
         pieces = [[vocab.pieces[i] for i in seq if vocab.pieces[i] is not None] for seq in kept]
         return [sp.decode_pieces(seq).replace("\u2581", " ").strip() for seq in pieces]

@@ -9,7 +9,8 @@ RUN/ct2-bench), then for each compute type and beam 5 and 1 runs, taking turns -
   mtkit translate EXPORT -b B --threads 2 -i FILE --search ctranslate2    (beam 5 only: CTranslate2's own)
   python scripts/ct2_direct.py EXPORT --beam-size B --threads 2 --batch-size N --max-len-a A --max-len-b B < FILE
 with the run's batch size and output limit, and prints each time, the fastest of each, their ratio (the script's
-time over mtkit's: 1.0 is parity) and how many output lines equal the script's. FILE defaults to
+time over mtkit's: 1.0 is parity) and how many output lines equal the script's. First, the start-up: both
+commands (float32, greedy) over an empty input and over its first 5 lines, the fastest of 2 x --repeat. FILE defaults to
 data/multi30k/test_2016_flickr.en.gz (held out from training), decompressed into DIR.
 
 mtkit's modules are compiled to bytecode first (`python -m compileall`), as `pip install` leaves them: under
@@ -43,6 +44,24 @@ def timed(cmd: list[str], stdin_path: Path, out_path: Path) -> float:
     return seconds
 
 
+def commands_for(export: Path, compute: str, beam: int, threads: int) -> dict[str, list[str]]:
+    """mtkit translate (and, at beam > 1, with --search ctranslate2) and ct2_direct.py with the same settings."""
+    decoding = json.loads((export / "mtkit_export.json").read_text())["runtime"]["decoding"]
+    mtkit = [sys.executable, "-m", "mtkit", "translate", str(export), "-b", str(beam), "--threads", str(threads)]
+    commands = {"mtkit": mtkit}
+    if beam > 1:
+        commands["--search ctranslate2"] = [*mtkit, "--search", "ctranslate2"]
+    commands["ct2_direct.py"] = [
+        sys.executable,
+        str(ROOT / "scripts" / "ct2_direct.py"),
+        str(export),
+        *("--beam-size", str(beam), "--threads", str(threads), "--compute-type", compute),
+        *("--batch-size", str(decoding["batch_size"]), "--max-len-a", str(decoding["max_len_a"])),
+        *("--max-len-b", str(decoding["max_len_b"])),
+    ]
+    return commands
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path)
@@ -62,30 +81,29 @@ def main() -> None:
 
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {describe()}")
     print(f"# {args.run}, {lines} lines of {args.input.name}; seconds per whole process, taking turns")
+    exports = {}
     for compute in ("float32", "int8"):
-        export = work / f"ct2-{compute}"
+        exports[compute] = export = work / f"ct2-{compute}"
         quantize = [] if compute == "float32" else ["--quantization", "int8"]
         subprocess.run(
             [sys.executable, "-m", "mtkit", "export", str(args.run), "--out", str(export), "--force", *quantize],
             check=True,
             capture_output=True,
         )
-        decoding = json.loads((export / "mtkit_export.json").read_text())["runtime"]["decoding"]
+    head = {"empty input": work / "empty.txt", "5 lines": work / "five.txt"}
+    head["empty input"].write_text("", encoding="utf-8")
+    head["5 lines"].write_text("".join(line + "\n" for line in source.read_text().splitlines()[:5]), encoding="utf-8")
+    for what, path in head.items():
+        commands = commands_for(exports["float32"], "float32", 1, args.threads)
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(2 * args.repeat):
+            for name, cmd in commands.items():
+                times[name].append(timed(cmd, path, work / "out-start.txt"))
+        print(f"start-up, {what}: " + ", ".join(f"{n} {min(t):.3f} s" for n, t in times.items()), flush=True)
+    for compute, export in exports.items():
         for beam in (5, 1):
-            mtkit = [sys.executable, "-m", "mtkit", "translate", str(export), "-b", str(beam)]
-            mtkit += ["--threads", str(args.threads)]
-            commands = {"mtkit": mtkit}
-            if beam > 1:
-                commands["--search ctranslate2"] = [*mtkit, "--search", "ctranslate2"]
-            commands["ct2_direct.py"] = [
-                sys.executable,
-                str(ROOT / "scripts" / "ct2_direct.py"),
-                str(export),
-                *("--beam-size", str(beam), "--threads", str(args.threads), "--compute-type", compute),
-                *("--batch-size", str(decoding["batch_size"]), "--max-len-a", str(decoding["max_len_a"])),
-                *("--max-len-b", str(decoding["max_len_b"])),
-            ]
-            times: dict[str, list[float]] = {name: [] for name in commands}
+            commands = commands_for(export, compute, beam, args.threads)
+            times = {name: [] for name in commands}
             for turn in range(args.repeat):
                 for name, cmd in commands.items():
                     times[name].append(timed(cmd, source, work / f"out-{compute}-{beam}-{SLUGS[name]}.txt"))

@@ -390,6 +390,8 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
         *("--input", source, "--repeat", "2", "--threads", "1", "--out", work),
         cwd=tmp_path,
     )
+    for what in ("empty input", "5 lines"):
+        assert re.search(rf"^start-up, {what}: mtkit {NUMBER} s, ct2_direct.py {NUMBER} s$", out, re.MULTILINE), out
     summaries = re.findall(
         rf"^(float32|int8) beam (\d): (mtkit|--search ctranslate2) fastest {NUMBER} s against {NUMBER} s, "
         rf"ratio {NUMBER}; lines equal to the script's (\d+)/(\d+)$",

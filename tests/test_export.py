@@ -614,3 +614,36 @@ def test_an_export_without_its_runtime_facts_reads_them_from_its_config(exported
         (new.engine.languages, new.engine.targets) == (old.engine.languages, old.engine.targets) == (("en", "de"), ())
     )
     assert new.translate(test_lines[:20]) == old.translate(test_lines[:20])
+
+
+@needs_ct2
+def test_greedy_decodes_without_the_ban_and_again_with_it_where_an_output_holds_pad_or_bos(exported, test_lines):
+    """Unscored greedy decoding asks CTranslate2 for no suppressed sequences (they cost it 3%); a sentence whose
+    output holds PAD or BOS is decoded again with them banned, so the outputs are those of banning throughout."""
+    from types import SimpleNamespace
+
+    model = mtkit.load(exported, beam_size=1, threads=1)
+    expected = model.translate(test_lines[:6])
+    real, calls = model.engine.translator, []
+
+    class Spoiler:
+        """The real translator, but the first sentence of an unbanned call comes back with a PAD in it."""
+
+        def translate_batch(self, sources, prefixes=None, **kwargs):
+            calls.append((len(sources), kwargs["suppress_sequences"]))
+            out = real.translate_batch(sources, prefixes, **kwargs)
+            if kwargs["suppress_sequences"] is None:
+                out = [SimpleNamespace(hypotheses=[["<pad>", *out[0].hypotheses[0]]], scores=[]), *out[1:]]
+            return out
+
+    model.engine.translator = Spoiler()
+    assert model.translate(test_lines[:6]) == expected
+    banned = model.engine.banned
+    assert [seq[0] for seq in banned] == ["<pad>", "<s>"]
+    unbanned = [n for n, suppress in calls if suppress is None]
+    assert sum(unbanned) == len([line for line in test_lines[:6] if line.strip()])
+    assert [(n, suppress) for n, suppress in calls if suppress is not None] == [(1, banned)] * len(unbanned)
+    beam = mtkit.load(exported, beam_size=2, threads=1)  # beam search (and scores) keep the ban in every call
+    beam.engine.translator, calls[:] = Spoiler(), []
+    beam.translate(test_lines[:6])
+    assert calls and all(suppress == banned for _, suppress in calls)

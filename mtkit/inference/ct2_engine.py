@@ -167,19 +167,42 @@ class Ct2Engine(Engine):
             # scores rank several candidates, or are shown (options.scores); a lone greedy or sampled output needs
             # none, and asking CTranslate2 for them cost 3% of greedy decoding
             ranked = kwargs["num_hypotheses"] > 1 or exact
-            out = self._run(
-                self.translator.translate_batch,
-                sources,
-                prefixes,
+            suppress = self.banned if suppress is None else suppress
+            call = dict(
                 max_batch_size=o.batch_size,
                 length_penalty=ct2_penalty,
                 max_decoding_length=limit,
                 min_decoding_length=0,
                 max_input_length=0,
                 return_scores=ranked,
-                suppress_sequences=self.banned if suppress is None else suppress,
                 **kwargs,
             )
+            # Greedy, unscored, with nothing but PAD and BOS banned: the banning costs CTranslate2 3% of the
+            # decoding, and changes an output only where the model's first choice at some step is PAD or BOS. So
+            # decode without it, and again with it the sentences whose output holds either (exactly the outputs
+            # the ban gives: every other step's first choice is the same with or without it).
+            greedy = not o.sampling and o.beam_size == 1 and not ranked and suppress == self.banned
+            out = self._run(
+                self.translator.translate_batch,
+                sources,
+                prefixes,
+                suppress_sequences=None if greedy else suppress,
+                **call,
+            )
+            if greedy:
+                banned = {seq[0] for seq in self.banned}
+                again = [i for i, result in enumerate(out) if banned.intersection(result.hypotheses[0])]
+                if again:
+                    redone = self._run(
+                        self.translator.translate_batch,
+                        [sources[i] for i in again],
+                        [prefixes[i] for i in again] if prefixes is not None else None,
+                        suppress_sequences=suppress,
+                        **call,
+                    )
+                    out = list(out)
+                    for i, result in zip(again, redone):
+                        out[i] = result
             for result in out:
                 # Undo CTranslate2's score / length ** penalty. Two kinds get no usable score (None): an empty
                 # hypothesis under a penalty (-inf), and one cut at the limit, which CTranslate2 ends without
