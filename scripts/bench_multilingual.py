@@ -6,7 +6,8 @@
         --bilingual de=runs/bi-en-de fr=runs/bi-en-fr cs=runs/bi-en-cs
     python scripts/bench_multilingual.py --many runs/multi30k-many
 
-Printed, on test_2016_flickr (or --split), beam 5 (--beam-size), 2 threads:
+Printed, on test_2016_flickr (or --split; --limit N: its first N lines), beam 5 (--beam-size), 2 threads, each
+run's dtype (or --dtype):
 0. With --rate: each run's training speed, updates per second from its metrics.jsonl (update 50 to its last, so
    without the start-up), to turn a time budget into an update budget.
 1. With --multi (runs from English into several languages): BLEU and chrF of each direction from each multilingual
@@ -54,8 +55,9 @@ def scores(hyps: list[str], refs: list[str]) -> tuple[float, float]:
     return sacrebleu.corpus_bleu(hyps, [refs]).score, sacrebleu.corpus_chrf(hyps, [refs]).score
 
 
-def lines(split: str, lang: str) -> list[str]:
-    return read_gz(ROOT / "data" / "multi30k" / f"{split}.{lang}.gz")
+def lines(args, lang: str) -> list[str]:
+    """The ``--split`` of the shipped four-way Multi30k in ``lang`` (its first ``--limit`` lines)."""
+    return read_gz(ROOT / "data" / "multi30k" / f"{args.split}.{lang}.gz")[: args.limit]
 
 
 def timed(fn):
@@ -151,21 +153,21 @@ def one_to_many(args) -> None:
 
     import mtkit
 
-    multis = [mtkit.load(run, beam_size=args.beam_size, threads=args.threads) for run in args.multi]
+    multis = [mtkit.load(run, beam_size=args.beam_size, threads=args.threads, dtype=args.dtype) for run in args.multi]
     bilingual = dict(pair.split("=", 1) for pair in args.bilingual)
-    source = lines(args.split, "en")
+    source = lines(args, "en")
     print(f"\n1. {', '.join(args.multi)} (targets {', '.join(multis[0].targets)}) against bilingual runs, {args.split}")
     print(
         "| direction | " + " | ".join(f"{run} BLEU | chrF" for run in args.multi) + " | bilingual BLEU | chrF | run |"
     )
     print("|---|" + "---:|---:|" * len(multis) + "---:|---:|---|")
     for lang in multis[0].targets:
-        refs = lines(args.split, lang)
+        refs = lines(args, lang)
         row = f"| en-{lang} |"
         for multi in multis:
             row += " {:.2f} | {:.2f} |".format(*scores(multi.translate(source, target=lang), refs))
         if lang in bilingual:
-            model = mtkit.load(bilingual[lang], beam_size=args.beam_size, threads=args.threads)
+            model = mtkit.load(bilingual[lang], beam_size=args.beam_size, threads=args.threads, dtype=args.dtype)
             row += " {:.2f} | {:.2f} |".format(*scores(model.translate(source), refs)) + f" {bilingual[lang]} |"
         else:
             row += " | | |"
@@ -173,7 +175,7 @@ def one_to_many(args) -> None:
     lang = next((t for t in multis[0].targets if t in bilingual), None)
     if lang is None:
         return
-    model = mtkit.load(bilingual[lang], beam_size=args.beam_size, threads=args.threads)
+    model = mtkit.load(bilingual[lang], beam_size=args.beam_size, threads=args.threads, dtype=args.dtype)
     m_times, b_times = [], []
     for _ in range(3):  # taking turns, so that a slower minute of the machine falls on both
         m_times.append(timed(lambda: multis[0].translate(source, target=lang))[1])
@@ -185,18 +187,18 @@ def one_to_many(args) -> None:
 def many_to_many(args) -> None:
     import mtkit
 
-    model = mtkit.load(args.many, beam_size=args.beam_size, threads=args.threads)
+    model = mtkit.load(args.many, beam_size=args.beam_size, threads=args.threads, dtype=args.dtype)
     others = [t for t in model.targets if t != "en"]
     print(f"\n2. {args.many}: zero-shot against pivoting through English, {args.split}")
     print("| direction | zero-shot BLEU | chrF | through en BLEU | chrF |")
     print("|---|---:|---:|---:|---:|")
     for src in others:
-        source = lines(args.split, src)
+        source = lines(args, src)
         english = model.translate(source, target="en")
         for tgt in others:
             if tgt == src:
                 continue
-            refs = lines(args.split, tgt)
+            refs = lines(args, tgt)
             direct = scores(model.translate(source, target=tgt), refs)
             pivot = scores(model.translate(english, target=tgt), refs)
             print(f"| {src}-{tgt} | {direct[0]:.2f} | {direct[1]:.2f} | {pivot[0]:.2f} | {pivot[1]:.2f} |")
@@ -211,6 +213,8 @@ def main() -> int:
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", help="as mtkit translate --dtype (default: each run's, auto)")
+    parser.add_argument("--limit", type=int, help="the first N lines of each split only (smoke tests)")
     parser.add_argument("--train", type=Path, metavar="DIR", help="train (or continue) every run of the comparison")
     parser.add_argument("--minutes", type=float, default=20, help="with --train: T, a bilingual run's budget")
     parser.add_argument("--calibrate-updates", type=int, default=300, help="with --train: updates timed per rate")

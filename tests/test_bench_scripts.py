@@ -418,3 +418,79 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
         script = (work / f"out-{compute}-{beam}-direct.txt").read_text(encoding="utf-8").splitlines()
         assert len(mine) == len(script) == int(total) == 30
         assert int(same) == sum(a == b for a, b in zip(mine, script))
+
+
+def test_bench_multilingual_reports_each_direction_the_speed_and_zero_shot_against_pivoting(tmp_path):
+    """The report of the equal-time comparison, on tiny runs trained a few updates on the first lines of the
+    four-way Multi30k: a one-to-many run (given twice, as the 60- and 20-minute runs), a bilingual en-de run and
+    a many-to-many run. Each printed score is sacreBLEU's of the same model's translations, made here."""
+    import mtkit
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for lang in ("en", "de", "fr", "cs"):
+        for split in ("train", "val"):
+            text = read_gz(ROOT / "data" / "multi30k" / f"{split}.{lang}.gz")[: 300 if split == "train" else 20]
+            (corpus / f"{split}.{lang}").write_text("\n".join(text) + "\n", encoding="utf-8")
+
+    def direction(src: str, tgt: str) -> dict:
+        files = {
+            key: {"src": str(corpus / f"{split}.{src}"), "tgt": str(corpus / f"{split}.{tgt}")}
+            for key, split in (("train", "train"), ("valid", "val"))
+        }
+        return {"src_lang": src, "tgt_lang": tgt, "splits": files}
+
+    training = {"max_updates": 4, "batch_tokens": 400, "lr": 2e-3, "warmup_updates": 2, "log_every": 2}
+    training |= {"validate_every": 1000, "valid_bleu": False, "threads": 1, "devices": "cpu"}
+    datas = {
+        "multi": {"directions": [direction("en", t) for t in ("de", "fr", "cs")], "target_tag": "decoder"},
+        "bi": direction("en", "de"),
+        "many": {"directions": [direction(a, b) for x in ("de", "fr", "cs") for a, b in (("en", x), (x, "en"))]},
+    }
+    for name, data in datas.items():
+        tree = {
+            "data": {"dir": str(tmp_path / f"data-{name}"), "vocab_size": 120, **data},
+            "model": TINY_TRANSFORMER,
+            "training": {"run_dir": str(tmp_path / name), **training},
+            "decoding": {"max_len_a": 1.0, "max_len_b": 4},
+        }
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+        for command in ("prepare", "train"):
+            run_script("-m", "mtkit", command, config, cwd=tmp_path)
+    multi, bi, many = (str(tmp_path / name) for name in ("multi", "bi", "many"))
+    out = run_script(
+        ROOT / "scripts" / "bench_multilingual.py",
+        *("--multi", multi, multi, "--bilingual", f"de={bi}", "--many", many),
+        *("--split", "val", "--limit", "12", "--beam-size", "2", "--threads", "1", "--dtype", "float32"),
+        cwd=tmp_path,
+    )
+    source = {lang: read_gz(ROOT / "data" / "multi30k" / f"val.{lang}.gz")[:12] for lang in ("en", "de", "fr", "cs")}
+    rows = re.findall(rf"^\| en-(\w+) \| {NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER} \|(.*)$", out, re.MULTILINE)
+    assert [row[0] for row in rows] == ["de", "fr", "cs"], out
+    model = mtkit.load(multi, beam_size=2, threads=1, dtype="float32")
+    for lang, bleu, chrf, bleu2, chrf2, _ in rows:
+        expected = bleu_chrf(model.translate(source["en"], target=lang), source[lang])
+        assert (float(bleu), float(chrf)) == (float(bleu2), float(chrf2)) == tuple(float(f"{x:.2f}") for x in expected)
+    bilingual = re.search(rf"^\| en-de \|.*\| {NUMBER} \| {NUMBER} \| {re.escape(bi)} \|$", out, re.MULTILINE)
+    expected = bleu_chrf(mtkit.load(bi, beam_size=2, threads=1, dtype="float32").translate(source["en"]), source["de"])
+    assert bilingual and (float(bilingual.group(1)), float(bilingual.group(2))) == tuple(
+        float(f"{x:.2f}") for x in expected
+    )
+    speed = re.search(
+        rf"^sentences/s on en-de, median of 3: \S+ {NUMBER}, \S+ {NUMBER} \({NUMBER}x\)$", out, re.MULTILINE
+    )
+    assert speed and abs(float(speed.group(3)) - float(speed.group(1)) / float(speed.group(2))) <= 0.01, out
+    zero_shot = re.findall(rf"^\| (\w+)-(\w+) \| {NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER} \|$", out, re.MULTILINE)
+    assert [(a, b) for a, b, *_ in zero_shot] == [
+        (a, b) for a in ("de", "fr", "cs") for b in ("de", "fr", "cs") if a != b
+    ], out
+    many_model = mtkit.load(many, beam_size=2, threads=1, dtype="float32")
+    src, tgt, direct, direct_chrf, pivot, pivot_chrf = zero_shot[0]
+    assert (float(direct), float(direct_chrf)) == tuple(
+        float(f"{x:.2f}") for x in bleu_chrf(many_model.translate(source[src], target=tgt), source[tgt])
+    )
+    english = many_model.translate(source[src], target="en")
+    assert (float(pivot), float(pivot_chrf)) == tuple(
+        float(f"{x:.2f}") for x in bleu_chrf(many_model.translate(english, target=tgt), source[tgt])
+    )
