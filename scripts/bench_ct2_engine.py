@@ -8,8 +8,9 @@ RUN/ct2-bench), then for each compute type and beam 5 and 1 runs, taking turns -
   mtkit translate EXPORT -b B --threads 2 -i FILE                  (the default search, ranked as mtkit ranks)
   mtkit translate EXPORT -b B --threads 2 -i FILE --search ctranslate2    (beam 5 only: CTranslate2's own)
   python scripts/ct2_direct.py EXPORT --beam-size B --threads 2 --batch-size N --max-len-a A --max-len-b B < FILE
-with the run's batch size and output limit, and prints each time, the fastest of each, their ratio (the script's
-time over mtkit's: 1.0 is parity) and how many output lines equal the script's. First, the start-up: both
+with the run's batch size and output limit, each turn starting with the next command, and prints each time, the
+fastest of each, their ratio (the script's time over mtkit's: 1.0 is parity), the median of the turns' own ratios
+(steadier where the machine's speed drifts) and how many output lines equal the script's. First, the start-up: both
 commands (float32, greedy) over an empty input and over its first 5 lines, the fastest of 2 x --repeat. FILE defaults to
 data/multi30k/test_2016_flickr.en.gz (held out from training), decompressed into DIR.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -104,9 +106,11 @@ def main() -> None:
         for beam in (5, 1):
             commands = commands_for(export, compute, beam, args.threads)
             times = {name: [] for name in commands}
+            names = list(commands)
             for turn in range(args.repeat):
-                for name, cmd in commands.items():
-                    times[name].append(timed(cmd, source, work / f"out-{compute}-{beam}-{SLUGS[name]}.txt"))
+                # each turn starts with another command, so none is always first (or always after the same one)
+                for name in names[turn % len(names) :] + names[: turn % len(names)]:
+                    times[name].append(timed(commands[name], source, work / f"out-{compute}-{beam}-{SLUGS[name]}.txt"))
                 print(
                     f"{compute} beam {beam} run {turn + 1}: "
                     + ", ".join(f"{name} {t[-1]:.3f} s" for name, t in times.items()),
@@ -119,9 +123,11 @@ def main() -> None:
                     continue
                 out = (work / f"out-{compute}-{beam}-{SLUGS[name]}.txt").read_text(encoding="utf-8").splitlines()
                 same = sum(a == b for a, b in zip(out, reference))
+                turns = sorted(d / t for d, t in zip(times["ct2_direct.py"], times[name]))
                 print(
                     f"{compute} beam {beam}: {name} fastest {min(times[name]):.3f} s against {best_direct:.3f} s, "
-                    f"ratio {best_direct / min(times[name]):.2f}; lines equal to the script's {same}/{len(reference)}",
+                    f"ratio {best_direct / min(times[name]):.2f} (median of the turns' ratios "
+                    f"{statistics.median(turns):.2f}); lines equal to the script's {same}/{len(reference)}",
                     flush=True,
                 )
 

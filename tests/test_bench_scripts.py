@@ -394,7 +394,7 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
         assert re.search(rf"^start-up, {what}: mtkit {NUMBER} s, ct2_direct.py {NUMBER} s$", out, re.MULTILINE), out
     summaries = re.findall(
         rf"^(float32|int8) beam (\d): (mtkit|--search ctranslate2) fastest {NUMBER} s against {NUMBER} s, "
-        rf"ratio {NUMBER}; lines equal to the script's (\d+)/(\d+)$",
+        rf"ratio {NUMBER} \(median of the turns' ratios {NUMBER}\); lines equal to the script's (\d+)/(\d+)$",
         out,
         re.MULTILINE,
     )
@@ -404,7 +404,7 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
         for b, names in (("5", ("mtkit", "--search ctranslate2")), ("1", ("mtkit",)))
         for n in names
     ], out
-    for compute, beam, name, fastest, direct, ratio, same, total in summaries:
+    for compute, beam, name, fastest, direct, ratio, median, same, total in summaries:
         runs = re.findall(rf"^{compute} beam {beam} run \d: (.*)$", out, re.MULTILINE)
         assert len(runs) == 2, out
         seconds = {
@@ -413,6 +413,8 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
         }
         assert float(fastest) == min(seconds[name]) and float(direct) == min(seconds["ct2_direct.py"])
         assert abs(float(ratio) - float(direct) / float(fastest)) <= 0.01
+        turns = sorted(d / t for d, t in zip(seconds["ct2_direct.py"], seconds[name]))
+        assert abs(float(median) - (turns[0] + turns[1]) / 2) <= 0.01
         slug = {"mtkit": "mtkit", "--search ctranslate2": "search"}[name]
         mine = (work / f"out-{compute}-{beam}-{slug}.txt").read_text(encoding="utf-8").splitlines()
         script = (work / f"out-{compute}-{beam}-direct.txt").read_text(encoding="utf-8").splitlines()
