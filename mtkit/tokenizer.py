@@ -308,9 +308,11 @@ def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]], vocab:
     if vocab is not None:  # as MarianTokenizer: the word-start marks of pieces the model lacks become spaces too
         pieces = [[vocab.pieces[i] for i in seq if vocab.pieces[i] is not None] for seq in kept]
         return [sp.decode_pieces(seq).replace("\u2581", " ").strip() for seq in pieces]
-    # one call per sequence: SentencePiece's batch call starts threads each time, which costs a lone sentence
-    # far more than decoding it (docs/benchmarks.md, section 2)
-    return [sp.decode(seq) for seq in kept]
+    # one call per sequence for a few: SentencePiece's batch call starts threads each time, which costs a lone
+    # sentence far more than decoding it (docs/benchmarks.md, section 2); many pay for them
+    if len(kept) < BATCH_ENCODE_FROM:
+        return [sp.decode(seq) for seq in kept]
+    return sp.decode(kept, num_threads=_threads())
 
 
 def seed_sampling(seed: int) -> None:
@@ -381,4 +383,6 @@ def _piece_table(sp: spm.SentencePieceProcessor, vocab: Optional[Vocab] = None) 
 
 def _pieces(table: list[str], ids: Sequence[int]) -> list[str]:
     size = len(table)
+    if isinstance(ids, list) and (not ids or (min(ids) >= 0 and max(ids) < size)):  # the usual case, at list speed
+        return [table[i] for i in ids]
     return [table[i] if 0 <= i < size else f"<{i}>" for i in map(int, ids)]

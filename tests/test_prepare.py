@@ -17,7 +17,7 @@ from mtkit.data import prepare as datamod
 from mtkit.data.batches import ParallelData
 from mtkit.data.prepare import prepare
 from mtkit.errors import MtkitError
-from mtkit.tokenizer import Tokenizer
+from mtkit.tokenizer import BATCH_ENCODE_FROM, Tokenizer
 
 
 def one_line_error(result, *fragments):
@@ -81,6 +81,10 @@ def test_prepare_writes_layout_and_manifest(tmp_path, toy_config, run_cli):
     assert again.joint and again.fingerprint() == tok.fingerprint()
     assert again.encode_src(refs[:3]) == tok.encode_src(refs[:3])
     assert tok.decode_tgt([[2, *tok.encode_tgt(["Ein Hund ."])[0], 3, 0, 10_000]]) == ["Ein Hund ."]
+    # many sequences are decoded in one threaded call, a few one by one: the same texts, specials dropped alike
+    many = [[2, *ids, 3, 0] for ids in tok.encode_tgt(refs * 10)] + [[], [0, 1]]
+    assert len(many) >= BATCH_ENCODE_FROM
+    assert tok.decode_tgt(many) == [t for seq in many for t in tok.decode_tgt([seq])] == [*refs * 10, "", ""]
 
 
 def test_separate_vocabularies_and_gzip_input(tmp_path, write_parallel, write_config, run_cli):

@@ -173,8 +173,12 @@ class TranslationModel:
             found = self.engine.translate_ids(ids, chunk_guidance if any(chunk_guidance) else None, options)
             if forced:
                 found = [[without_first(h) for h in hyps] for hyps in found]
+            # the hypotheses of sentences without a prefix are detokenised together: one call for the chunk
+            plain = [hyps for segment, hyps in zip(chunk, found) if not _prefix_of(segment)]
+            texts = iter(self.engine.tokenizer.decode_tgt([h.tokens for hyps in plain for h in hyps]))
             for segment, src_ids, hyps in zip(chunk, ids, found):
-                out.append(self._translation(segment, src_ids, hyps, scores, options.alignments))
+                decoded = None if _prefix_of(segment) else [next(texts) for _ in hyps]
+                out.append(self._translation(segment, src_ids, hyps, scores, options.alignments, decoded))
         return out
 
     def translate_file(self, source: PathLike, target: PathLike, *, format: Optional[str] = None):
@@ -251,17 +255,24 @@ class TranslationModel:
             self.check_target(segment.target)
 
     def _translation(
-        self, segment: Segment, src_ids: list[int], hyps: list, scores: bool, alignments: bool
+        self,
+        segment: Segment,
+        src_ids: list[int],
+        hyps: list,
+        scores: bool,
+        alignments: bool,
+        texts: Optional[list[str]] = None,
     ) -> Translation:
+        """``texts``: the hypotheses already detokenised (a sentence without a prefix)."""
         tok = self.engine.tokenizer
-        prefix = segment.prefix if segment.prefix and segment.prefix.strip() else ""
-        if prefix:  # the prefix as given, then the continuation: what follows its subwords
+        prefix = _prefix_of(segment)
+        if texts is None and prefix:  # the prefix as given, then the continuation: what follows its subwords
             forced = len(tok.encode_tgt([" ".join(prefix.split())])[0])
             rest = tok.decode_tgt([h.tokens[forced:] for h in hyps]) if hyps else []
             texts = [
                 prefix + _join(prefix, tok.tgt_pieces(h.tokens[forced : forced + 1]), r) for h, r in zip(hyps, rest)
             ]
-        else:
+        elif texts is None:
             texts = tok.decode_tgt([h.tokens for h in hyps]) if hyps else []
         return Translation(
             source=segment.text,
@@ -280,6 +291,11 @@ class TranslationModel:
                 for h, text in zip(hyps, texts)
             ),
         )
+
+
+def _prefix_of(segment: Segment) -> str:
+    """The segment's prefix, "" where it has none (or only whitespace)."""
+    return segment.prefix if segment.prefix and segment.prefix.strip() else ""
 
 
 def _join(prefix: str, first_piece: list[str], rest: str) -> str:

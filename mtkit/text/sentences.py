@@ -64,6 +64,9 @@ def split(text: str, lang: str, *, line_breaks: bool = True) -> Split:
     Returns:
         The ``Split``; ``Split.join(split.sentences)`` is ``text`` again.
     """
+    code = lang.lower() or "en"
+    if _has_moses_rules(code) and not _MOSES_CANDIDATE.search(text) and not (line_breaks and _LINE_BREAK.search(text)):
+        return whole(text)  # one sentence to the Moses rules (most lines): what the general path below gives it
     sentences: list[str] = []
     gaps: list[str] = []
     pending = ""  # whitespace since the last sentence
