@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """`mtkit translate EXPORT` against a plain CTranslate2 + SentencePiece script, as whole processes.
 
-    python scripts/bench_ct2_engine.py RUN [--input FILE] [--repeat 3] [--out DIR]
+    python scripts/bench_ct2_engine.py RUN [--input FILE] [--repeat 3] [--out DIR] [--inside]
 
 Exports RUN (a run dir) to CTranslate2 twice, float32 and int8 (DIR/ct2-float32, DIR/ct2-int8; default DIR:
 RUN/ct2-bench), then for each compute type and beam 5 and 1 runs, taking turns --repeat times:
@@ -10,7 +10,9 @@ RUN/ct2-bench), then for each compute type and beam 5 and 1 runs, taking turns -
   python scripts/ct2_direct.py EXPORT --beam-size B --threads 2 --batch-size N --max-len-a A --max-len-b B < FILE
 with the run's batch size and output limit, each turn starting with the next command, and prints each time, the
 fastest of each, their ratio (the script's time over mtkit's: 1.0 is parity), the median of the turns' own ratios
-(steadier where the machine's speed drifts) and how many output lines equal the script's. First, the start-up: both
+(steadier where the machine's speed drifts) and how many output lines equal the script's. With --inside, each
+process runs through scripts/ct2_timed.py, and each time is split into CTranslate2's translate_batch calls and the
+rest (start-up, Python, input and output), with the medians of both per command. First, the start-up: both
 commands (float32, greedy) over an empty input and over its first 5 lines, the fastest of 2 x --repeat. FILE defaults to
 data/multi30k/test_2016_flickr.en.gz (held out from training), decompressed into DIR.
 
@@ -64,6 +66,12 @@ def commands_for(export: Path, compute: str, beam: int, threads: int) -> dict[st
     return commands
 
 
+def inside(cmd: list[str], report: Path) -> list[str]:
+    """``cmd`` (a Python program) run through ct2_timed.py, which writes its time in CTranslate2's calls to
+    ``report``."""
+    return [cmd[0], str(ROOT / "scripts" / "ct2_timed.py"), str(report), *cmd[1:]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path)
@@ -71,6 +79,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--inside", action="store_true", help="also split each process's time: CTranslate2's calls and the rest"
+    )
     args = parser.parse_args()
     work = args.out or args.run / "ct2-bench"
     work.mkdir(parents=True, exist_ok=True)
@@ -105,15 +116,39 @@ def main() -> None:
     for compute, export in exports.items():
         for beam in (5, 1):
             commands = commands_for(export, compute, beam, args.threads)
+            if args.inside:
+                commands = {name: inside(cmd, work / f"inside-{SLUGS[name]}.json") for name, cmd in commands.items()}
             times = {name: [] for name in commands}
+            splits: dict[str, list[dict]] = {name: [] for name in commands}
             names = list(commands)
             for turn in range(args.repeat):
                 # each turn starts with another command, so none is always first (or always after the same one)
                 for name in names[turn % len(names) :] + names[: turn % len(names)]:
                     times[name].append(timed(commands[name], source, work / f"out-{compute}-{beam}-{SLUGS[name]}.txt"))
+                    if args.inside:
+                        splits[name].append(json.loads((work / f"inside-{SLUGS[name]}.json").read_text()))
                 print(
                     f"{compute} beam {beam} run {turn + 1}: "
-                    + ", ".join(f"{name} {t[-1]:.3f} s" for name, t in times.items()),
+                    + ", ".join(
+                        f"{name} {t[-1]:.3f} s"
+                        + (
+                            f" (CTranslate2 {splits[name][-1]['ctranslate2']:.3f} s, rest "
+                            f"{t[-1] - splits[name][-1]['ctranslate2']:.3f} s)"
+                            if args.inside
+                            else ""
+                        )
+                        for name, t in times.items()
+                    ),
+                    flush=True,
+                )
+            if args.inside:
+                print(
+                    f"{compute} beam {beam}, medians: "
+                    + ", ".join(
+                        f"{name} CTranslate2 {statistics.median(x['ctranslate2'] for x in splits[name]):.3f} s, "
+                        f"rest {statistics.median(t - x['ctranslate2'] for t, x in zip(times[name], splits[name])):.3f} s"
+                        for name in commands
+                    ),
                     flush=True,
                 )
             reference = (work / f"out-{compute}-{beam}-direct.txt").read_text(encoding="utf-8").splitlines()

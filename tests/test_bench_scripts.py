@@ -387,7 +387,7 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
     out = run_script(
         ROOT / "scripts" / "bench_ct2_engine.py",
         run_dir,
-        *("--input", source, "--repeat", "2", "--threads", "1", "--out", work),
+        *("--input", source, "--repeat", "2", "--threads", "1", "--out", work, "--inside"),
         cwd=tmp_path,
     )
     for what in ("empty input", "5 lines"):
@@ -412,6 +412,14 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
             for who in (name, "ct2_direct.py")
         }
         assert float(fastest) == min(seconds[name]) and float(direct) == min(seconds["ct2_direct.py"])
+        # --inside: each process's time split into CTranslate2's calls and the rest, which add up to it
+        for who in (name, "ct2_direct.py"):
+            for run, whole in zip(runs, seconds[who]):
+                split = rf"{re.escape(who)} {NUMBER} s \(CTranslate2 {NUMBER} s, rest {NUMBER} s\)"
+                ct2, rest = re.search(split, run).groups()[1:]
+                assert 0 < float(ct2) < whole and abs(float(ct2) + float(rest) - whole) <= 0.002
+        medians = re.search(rf"^{compute} beam {beam}, medians: (.*)$", out, re.MULTILINE).group(1)
+        assert re.search(rf"{re.escape(name)} CTranslate2 {NUMBER} s, rest {NUMBER} s", medians), medians
         assert abs(float(ratio) - float(direct) / float(fastest)) <= 0.01
         turns = sorted(d / t for d, t in zip(seconds["ct2_direct.py"], seconds[name]))
         assert abs(float(median) - (turns[0] + turns[1]) / 2) <= 0.01
