@@ -4,6 +4,7 @@
     python scripts/profile_decode.py runs/multi30k-transformer                 # beam 5, the run's options
     python scripts/profile_decode.py runs/multi30k-transformer --beam 1 --ops 25
     python scripts/profile_decode.py runs/multi30k-transformer --set stopping=first --set shortlist=50
+    python scripts/profile_decode.py runs/multi30k-multilingual --target fr
 
 The parts are timed by wrapping the functions ``mtkit translate`` calls (each part's own time, without the parts
 it calls): source tokenization, the encoder, the decoder's layers per step, the Transformer state's per-step
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="a decoding option of mtkit.load, KEY=VALUE")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "multi30k")
     parser.add_argument("--split", default="test_2016_flickr")
+    parser.add_argument("--target", help="the target language of a multilingual run")
     parser.add_argument("--ops", type=int, default=0, help="also print torch.profiler's N costliest operators")
     parser.add_argument("--shapes", action="store_true", help="with --ops: one row per operator and input shapes")
     args = parser.parse_args()
@@ -92,7 +94,8 @@ def main() -> None:
     )
     engine = model.engine
     net = engine.model
-    translate_stream(model, sources[:20], io.StringIO())  # warm-up, untimed
+    into = {"target": args.target} if args.target else {}
+    translate_stream(model, sources[:20], io.StringIO(), **into)  # warm-up, untimed
 
     clock = Clock()
     clock.wrap(engine, "translate_ids", "engine: batching, padding")
@@ -112,15 +115,16 @@ def main() -> None:
         with torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=args.shapes
         ) as prof:
-            translate_stream(model, sources, io.StringIO())
+            translate_stream(model, sources, io.StringIO(), **into)
     else:
-        translate_stream(model, sources, io.StringIO())
+        translate_stream(model, sources, io.StringIO(), **into)
     total = time.perf_counter() - start
     clock.own["detokenize, I/O, the rest"] = total - sum(clock.own.values())
 
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {describe()}")
     print(
-        f"{args.run}: {len(sources)} sentences of {args.split}, beam {args.beam}, {args.dtype}, "
+        f"{args.run}: {len(sources)} sentences of {args.split}{f' into {args.target}' if args.target else ''}, "
+        f"beam {args.beam}, {args.dtype}, "
         f"{args.threads} threads, options {engine.options}"
     )
     print(f"total {total:.2f} s ({len(sources) / total:.1f} sentences/s{', under the profiler' if args.ops else ''})")
