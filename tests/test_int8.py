@@ -11,7 +11,7 @@ from torch import nn
 
 import mtkit
 from conftest import toy_pairs
-from mtkit.inference.api import int8_kernels
+from mtkit.inference.loading import int8_kernels
 from mtkit.models.int8 import Int8Linear, quantize_int8, quantize_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
