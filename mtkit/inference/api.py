@@ -169,10 +169,11 @@ class TranslationModel:
             if forced:
                 found = [[without_first(h) for h in hyps] for hyps in found]
             # the hypotheses of sentences without a prefix are detokenised together: one call for the chunk
-            plain = [hyps for segment, hyps in zip(chunk, found) if not _prefix_of(segment)]
-            texts = iter(self.engine.tokenizer.decode_tgt([h.tokens for hyps in plain for h in hyps]))
-            for segment, src_ids, hyps in zip(chunk, ids, found):
-                decoded = None if _prefix_of(segment) else [next(texts) for _ in hyps]
+            prefixed = [bool(_prefix_of(segment)) for segment in chunk]
+            plain = [h.tokens for hyps, p in zip(found, prefixed) if not p for h in hyps]
+            texts = iter(self.engine.tokenizer.decode_tgt(plain))
+            for segment, src_ids, hyps, p in zip(chunk, ids, found, prefixed):
+                decoded = None if p else [next(texts) for _ in hyps]
                 out.append(self._translation(segment, src_ids, hyps, scores, options.alignments, decoded))
         return out
 
