@@ -273,3 +273,21 @@ def test_a_model_with_marian_tags_exports_to_transformers(tmp_path_factory):
         out = hf_model.generate(**batch, num_beams=1, max_new_tokens=12)
         theirs = tokenizer.batch_decode(out, skip_special_tokens=True)
         assert ours.translate(source, target=target) == theirs
+
+
+def test_profile_decode_profiles_a_multilingual_run_into_one_target(multi_run, tmp_path):
+    """scripts/profile_decode.py --target: the parts of decoding into one language, which add up to the total."""
+    import gzip
+    import re
+
+    with gzip.open(tmp_path / "toy.en.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(s + "\n" for s in sentences(12, 5)))
+    script = Path(__file__).resolve().parents[1] / "scripts" / "profile_decode.py"
+    args = [sys.executable, str(script), str(multi_run), "--target", "rv", "--data", str(tmp_path), "--split", "toy"]
+    done = subprocess.run([*args, "--beam", "2", "--threads", "1"], capture_output=True, text=True, env=SUBPROCESS_ENV)
+    assert done.returncode == 0, done.stderr
+    assert f"{multi_run}: 12 sentences of toy into rv, beam 2" in done.stdout, done.stdout
+    total = float(re.search(r"^total ([\d.]+) s", done.stdout, re.MULTILINE).group(1))
+    parts = dict(re.findall(r"^([a-z][^\n]*?)\s+(-?[\d.]+)\s+-?[\d.]+%\s+\d+$", done.stdout, re.MULTILINE))
+    assert {"decoder layers", "output projection", "encoder"} <= set(parts), done.stdout
+    assert abs(sum(float(v) for v in parts.values()) - total) <= 0.002 * len(parts) + 0.01
