@@ -257,19 +257,17 @@ class TranslationModel:
         hyps: list,
         scores: bool,
         alignments: bool,
-        texts: Optional[list[str]] = None,
+        texts: Optional[list[str]],
     ) -> Translation:
-        """``texts``: the hypotheses already detokenised (a sentence without a prefix)."""
+        """``texts``: the hypotheses detokenised, or None for a sentence with a prefix (detokenised here)."""
         tok = self.engine.tokenizer
-        prefix = _prefix_of(segment)
-        if texts is None and prefix:  # the prefix as given, then the continuation: what follows its subwords
+        if texts is None:  # the prefix as given, then the continuation: what follows its subwords
+            prefix = _prefix_of(segment)
             forced = len(tok.encode_tgt([" ".join(prefix.split())])[0])
             rest = tok.decode_tgt([h.tokens[forced:] for h in hyps]) if hyps else []
             texts = [
                 prefix + _join(prefix, tok.tgt_pieces(h.tokens[forced : forced + 1]), r) for h, r in zip(hyps, rest)
             ]
-        elif texts is None:
-            texts = tok.decode_tgt([h.tokens for h in hyps]) if hyps else []
         return Translation(
             source=segment.text,
             source_tokens=tuple(tok.src_pieces(src_ids)),

@@ -64,8 +64,7 @@ def split(text: str, lang: str, *, line_breaks: bool = True) -> Split:
     Returns:
         The ``Split``; ``Split.join(split.sentences)`` is ``text`` again.
     """
-    code = lang.lower() or "en"
-    if _has_moses_rules(code) and not _MOSES_CANDIDATE.search(text) and not (line_breaks and _LINE_BREAK.search(text)):
+    if _one_moses_sentence(text, lang) and not (line_breaks and _LINE_BREAK.search(text)):
         return whole(text)  # one sentence to the Moses rules (most lines): what the general path below gives it
     sentences: list[str] = []
     gaps: list[str] = []
@@ -148,8 +147,13 @@ def _has_moses_rules(lang: str) -> bool:
     return (Path(spec.origin).parent / "non_breaking_prefixes" / f"{lang}.txt").is_file()
 
 
+def _one_moses_sentence(text: str, lang: str) -> bool:
+    """Whether ``lang`` has Moses rules and ``text`` has no candidate sentence end for them: one sentence, found
+    without loading the splitter."""
+    return _has_moses_rules(lang.lower() or "en") and not _MOSES_CANDIDATE.search(text)
+
+
 def _segment(lang: str, text: str) -> list[str]:
-    lang = lang.lower() or "en"
-    if _has_moses_rules(lang) and not _MOSES_CANDIDATE.search(text):
+    if _one_moses_sentence(text, lang):
         return [text]  # what the Moses rules give such a line (_segmenter)
-    return list(_segmenter(lang)(text))
+    return list(_segmenter(lang.lower() or "en")(text))
