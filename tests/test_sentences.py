@@ -88,3 +88,31 @@ def test_lines_the_moses_rules_would_not_cut_skip_them_and_the_others_do_not():
         "Was?Nichts.",
     ]:
         assert [s.strip() for s in _segment("de", text)] == moses(text), text
+
+
+_WORDS = ["E.S.E.", "U.S.", "A.-B.", "x?E.S.E.", "Nr.", "z.B.", "e.g.", "Dr.", "dog.", "été.", "Été", "...", "Halt.»"]
+_WORDS += ["a", "Der", "the", "1.", "5", "«", "»", "(", ")", '"', "?", "!", "一"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_WORDS), min_size=2, max_size=6), st.sampled_from([" ", "  ", "\t", "\u00a0"]))
+def test_a_line_said_to_stay_whole_is_one_sentence_to_the_moses_rules(words, space):
+    """Lines with a candidate end before a lower-case word or after an acronym skip the splitter: it would not cut
+    them either."""
+    from sentence_splitter import SentenceSplitter
+
+    from mtkit.text.sentences import _moses_may_cut
+
+    text = space.join(words)
+    if not _moses_may_cut(text):
+        assert len(SentenceSplitter(language="de").split(" ".join(text.split()))) <= 1, text
+
+
+def test_acronyms_and_lower_case_words_after_a_full_stop_do_not_load_the_splitter():
+    from mtkit.text.sentences import _moses_may_cut
+
+    assert not _moses_may_cut("A sign that says E.S.E. Electronics.")
+    assert not _moses_may_cut("Tools, e.g. a hammer.")
+    assert _moses_may_cut("A sign. Electronics.")
+    assert _moses_may_cut("U.S.. The end")
+    assert _moses_may_cut('E.S.E. "Quoted"')

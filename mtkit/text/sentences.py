@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -117,10 +118,28 @@ def _sentence_spans(line: str, lang: str) -> list[tuple[int, int]]:
     return spans
 
 
-# Where the Moses rules can end a sentence: after a full stop, question or exclamation mark, and whatever closes
-# it up to the next space, with more text after that space. A line without one is a single sentence to them, so
-# most lines (one sentence each) skip the splitter.
-_MOSES_CANDIDATE = re.compile(r"[.?!]\S*\s+\S")
+# Where the Moses rules can end a sentence: a full stop, question or exclamation mark and the rest of its word
+# (group 1), with more text after the space (group 2: its first character). A line without one is a single
+# sentence to them, so most lines (one sentence each) skip the splitter.
+_MOSES_CANDIDATE = re.compile(r"([.?!]\S*)\s+(?=(\S))")
+# A word the Moses rules never end a sentence after when a letter or digit follows: one that ends in an
+# upper-case acronym ("U.S.", "E.S.E.") with one full stop at its end.
+_ACRONYM = re.compile(r"\.[A-Z\-]+\.\Z")
+
+
+def _moses_may_cut(text: str) -> bool:
+    """Whether the Moses rules could end a sentence inside ``text``: at a candidate (above) followed by neither a
+    lower-case letter (every rule wants an upper-case letter, another script's letter or a digit to start the
+    next sentence, after any opening quote or bracket) nor, after an acronym, a letter or digit (the rules keep
+    acronyms, and no quote or bracket stands between).
+
+    A candidate starts at its word's first mark, so its group 1 holds any acronym the word ends in."""
+    for found in _MOSES_CANDIDATE.finditer(text):
+        kind = unicodedata.category(found.group(2))
+        if kind == "Ll" or (kind[0] in "LN" and _ACRONYM.search(found.group(1))):
+            continue
+        return True
+    return False
 
 
 @lru_cache(maxsize=64)
@@ -133,7 +152,7 @@ def _segmenter(lang: str):
         from sentencex import segment
 
         return lambda text: segment(lang, text)
-    return lambda text: moses(text) if _MOSES_CANDIDATE.search(text) else [text]
+    return lambda text: moses(text) if _moses_may_cut(text) else [text]
 
 
 @lru_cache(maxsize=64)
@@ -150,7 +169,7 @@ def _has_moses_rules(lang: str) -> bool:
 def _one_moses_sentence(text: str, lang: str) -> bool:
     """Whether ``lang`` has Moses rules and ``text`` has no candidate sentence end for them: one sentence, found
     without loading the splitter."""
-    return _has_moses_rules(lang.lower() or "en") and not _MOSES_CANDIDATE.search(text)
+    return _has_moses_rules(lang.lower() or "en") and not _moses_may_cut(text)
 
 
 def _segment(lang: str, text: str) -> list[str]:
