@@ -62,8 +62,8 @@ class Ct2Engine(Engine):
             raise MtkitError(f"CTranslate2 cannot run this model on {device} as {compute_type} ({first})") from None
         self.where = f"{device} as {compute_type}"
         self.max_len_cap = self.max_src
-        self.src_vocab = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
-        self.tgt_vocab = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
+        self.src_vocab = tokenizer.src_pieces(list(range(tokenizer.src_vocab_size)))
+        self.tgt_vocab = tokenizer.tgt_pieces(list(range(tokenizer.tgt_vocab_size)))
         self.tgt_ids = {piece: i for i, piece in enumerate(self.tgt_vocab)}
         self.banned = [[self.tgt_vocab[PAD]], [self.tgt_vocab[BOS]]]
         if options.sampling:
@@ -302,13 +302,15 @@ class Ct2Engine(Engine):
             for (s, c), (log_prob, _) in zip(missing, scored):
                 found[s][c] = (found[s][c][0], log_prob, None)
         results = []
+        piece_id = self.tgt_ids.get
         for s, cands in enumerate(found):
             hyps = [
-                Decoded([self.tgt_ids.get(p, UNK) for p in pieces], score_of(s, pieces, log_prob), log_prob, [])
+                Decoded([piece_id(p, UNK) for p in pieces], score_of(s, pieces, log_prob), log_prob, [])
                 for pieces, log_prob, _ in cands
                 if log_prob is not None  # those left out are below the n-best
             ]
-            hyps.sort(key=lambda h: h.score, reverse=True)
+            if len(hyps) > 1:
+                hyps.sort(key=lambda h: h.score, reverse=True)
             results.append(hyps[: o.nbest])
         if exact:
             self._rescore(o, sources, results, forced)

@@ -20,7 +20,6 @@ It is written to a temporary sibling and renamed into place: whole or not at all
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -389,7 +388,7 @@ def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], 
                 "(choose another --out)"
             )
     out.parent.mkdir(parents=True, exist_ok=True)
-    tag = hashlib.sha1(f"{os.getpid()}{out}".encode()).hexdigest()[:8]
+    tag = f"{os.getpid()}-{os.urandom(4).hex()}"
     tmp = out.with_name(f".{out.name}.{tag}.tmp")
     try:
         meta = convert(run, tmp, quantization)
