@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """`mtkit translate EXPORT` against a plain CTranslate2 + SentencePiece script, as whole processes.
 
-    python scripts/bench_ct2_engine.py RUN [--input FILE] [--repeat 3] [--out DIR] [--inside]
+    python scripts/bench_ct2_engine.py RUN [--input FILE] [--repeat 3] [--out DIR] [--inside] [--cases float32:1 ...]
 
 Exports RUN (a run dir) to CTranslate2 twice, float32 and int8 (DIR/ct2-float32, DIR/ct2-int8; default DIR:
-RUN/ct2-bench), then for each compute type and beam 5 and 1 runs, taking turns --repeat times:
+RUN/ct2-bench), then for each compute type and beam 5 and 1 (or the COMPUTE:BEAM pairs of --cases) runs, taking
+turns --repeat times:
   mtkit translate EXPORT -b B --threads 2 -i FILE                  (the default search, ranked as mtkit ranks)
   mtkit translate EXPORT -b B --threads 2 -i FILE --search ctranslate2    (beam 5 only: CTranslate2's own)
   python scripts/ct2_direct.py EXPORT --beam-size B --threads 2 --batch-size N --max-len-a A --max-len-b B < FILE
@@ -82,6 +83,12 @@ def main() -> None:
     parser.add_argument(
         "--inside", action="store_true", help="also split each process's time: CTranslate2's calls and the rest"
     )
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        default=["float32:5", "float32:1", "int8:5", "int8:1"],
+        help="which COMPUTE:BEAM runs to time (default: all four)",
+    )
     args = parser.parse_args()
     work = args.out or args.run / "ct2-bench"
     work.mkdir(parents=True, exist_ok=True)
@@ -113,8 +120,9 @@ def main() -> None:
             for name, cmd in commands.items():
                 times[name].append(timed(cmd, path, work / "out-start.txt"))
         print(f"start-up, {what}: " + ", ".join(f"{n} {min(t):.3f} s" for n, t in times.items()), flush=True)
+    cases = [(compute, int(beam)) for compute, beam in (case.split(":") for case in args.cases)]
     for compute, export in exports.items():
-        for beam in (5, 1):
+        for beam in (b for c, b in cases if c == compute):
             commands = commands_for(export, compute, beam, args.threads)
             if args.inside:
                 commands = {name: inside(cmd, work / f"inside-{SLUGS[name]}.json") for name, cmd in commands.items()}
