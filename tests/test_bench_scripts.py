@@ -430,6 +430,21 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
         assert int(same) == sum(a == b for a, b in zip(mine, script))
 
 
+def test_bench_ct2_engine_times_only_the_cases_asked_for(bench_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    _, run_dir, _, _, _ = bench_run
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(read_gz(TEST_EN)[:10]) + "\n", encoding="utf-8")
+    out = run_script(
+        ROOT / "scripts" / "bench_ct2_engine.py",
+        run_dir,
+        *("--input", source, "--repeat", "1", "--threads", "1", "--out", tmp_path / "work", "--cases", "int8:1"),
+        cwd=tmp_path,
+    )
+    assert re.findall(r"^(float32|int8) beam (\d) run 1: ", out, re.MULTILINE) == [("int8", "1")], out
+    assert re.findall(r"^(float32|int8) beam (\d): mtkit fastest ", out, re.MULTILINE) == [("int8", "1")], out
+
+
 def test_bench_multilingual_reports_each_direction_the_speed_and_zero_shot_against_pivoting(tmp_path):
     """The report of the equal-time comparison, on tiny runs trained a few updates on the first lines of the
     four-way Multi30k: a one-to-many run (given twice, as the 60- and 20-minute runs), a bilingual en-de run and

@@ -111,7 +111,9 @@ _LINE_BREAKS = str.maketrans({"\n": " ", "\r": " "})
 
 def one_line(text: str) -> str:
     """A hypothesis can never add an output line: CR / LF (were a subword to hold one) become spaces."""
-    return text.translate(_LINE_BREAKS) if "\n" in text or "\r" in text else text  # a search: 10x a translate
+    if "\n" in text or "\r" in text:  # two searches take a tenth of the time of a translate
+        return text.translate(_LINE_BREAKS)
+    return text
 
 
 def format_text(translation: Translation, nbest: int) -> str:
