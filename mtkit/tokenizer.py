@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
@@ -183,8 +184,6 @@ class Tokenizer:
         self._src_bytes, self._tgt_bytes = src_bytes, tgt_bytes
         self._src = _processor(src_bytes, src_name)
         self._tgt = self._src if self._same else _processor(tgt_bytes, tgt_name)
-        self._src_table: Optional[list[str]] = None  # subwords by id, built on first use
-        self._tgt_table: Optional[list[str]] = None
 
     @classmethod
     def from_dir(cls, data_dir: PathLike) -> "Tokenizer":
@@ -259,15 +258,21 @@ class Tokenizer:
         return _decode(self._src, ids, self.vocab)
 
     # ------------------------------------------------------------ inspection
+    @cached_property
+    def _src_table(self) -> list[str]:
+        """Source subwords by id, built on first use."""
+        return _piece_table(self._src, self.vocab)
+
+    @cached_property
+    def _tgt_table(self) -> list[str]:
+        """Target subwords by id: the source's table for one joint model."""
+        return self._src_table if self._same else _piece_table(self._tgt, self.vocab)
+
     def src_pieces(self, ids: Sequence[int]) -> list[str]:
         """Subword strings for one source id list (labels of attention plots)."""
-        if self._src_table is None:
-            self._src_table = self._tgt_table if self._same and self._tgt_table else _piece_table(self._src, self.vocab)
         return _pieces(self._src_table, ids)
 
     def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
-        if self._tgt_table is None:
-            self._tgt_table = self._src_table if self._same and self._src_table else _piece_table(self._tgt, self.vocab)
         return _pieces(self._tgt_table, ids)
 
     def fingerprint(self) -> str:
