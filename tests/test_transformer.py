@@ -113,6 +113,33 @@ def test_reorder_selects_rows():
     torch.testing.assert_close(lp_reordered, lp_all[index])
 
 
+@pytest.mark.parametrize("positions", ["sinusoidal", "relative"])
+def test_cache_grows_past_its_capacity(monkeypatch, positions):
+    from mtkit.models import kv_cache
+
+    monkeypatch.setattr(kv_cache, "INITIAL_CAPACITY", 2)  # 7 positions: the caches double twice, 2 -> 4 -> 8
+    stepped, full = stepped_and_full(tiny(positions), *batch())
+    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
+
+
+def test_a_state_stepped_twice_keeps_both_results():
+    """A step writes its position into the caches in place; stepping the same state again must not overwrite the
+    position the first result holds (and each result must go on as if decoded alone)."""
+    model = tiny()
+    src, tgt = batch()
+    mask = src.ne(PAD)
+    with torch.no_grad():
+        state = model.init_state(model.encode(src, mask), mask)
+        _, state, _ = model.step(tgt[:, 0], state)
+        _, first, _ = model.step(tgt[:, 1], state)
+        _, second, _ = model.step(tgt[:, 2], state)  # another token at the same position
+        lp_first, _, _ = model.step(tgt[:, 3], first)
+        lp_second, _, _ = model.step(tgt[:, 3], second)
+    for prefix, lp in ((tgt[:, [0, 1, 3]], lp_first), (tgt[:, [0, 2, 3]], lp_second)):
+        stepped, _ = stepped_and_full(model, src, prefix)
+        torch.testing.assert_close(lp, stepped[:, -1])
+
+
 def test_relative_distances_are_clipped():
     attn = MultiHeadAttention(16, 2, 0.0, self_attention=True, max_relative=2)
     index = attn.relative_index(0, 6, 6, "cpu")

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mtkit.models import kv_cache
 from mtkit.models.base import PAD, Seq2Seq, State, dropout
 from mtkit.models.positions import ALiBi, Rotary, sinusoidal_table
 from mtkit.models.ssru import SSRU
@@ -185,17 +186,19 @@ class DecoderLayer(nn.Module):
         need_weights: bool = False,
         group: int = 1,
     ):
-        """x (rows, t, d_model) at positions start..; cache_k/v hold positions < start (None in training). With
+        """x (rows, t, d_model) at positions start..; cache_k/v (decoding, t = 1): the time-major caches of
+        kv_cache.py holding positions < start, with room for ``start`` (None in training). With
         ``group`` > 1 (decoding, t = 1) rows come in runs of ``group`` hypotheses of one sentence and mem_k, mem_v,
         src_mask hold one row per sentence (the cross-attention folds each run into its query axis: no copy per beam).
-        Returns x (rows, t, d_model), the self-attention k, v up to here, the cross-attention weights or None. An SSRU
-        keeps its state c_t (rows, 1, d_model) in the place of k and leaves v as it was (empty)."""
+        Returns x (rows, t, d_model), the self-attention k, v up to here (with caches: views of them, written), the
+        cross-attention weights or None. An SSRU keeps its state c_t (rows, 1, d_model) in the place of k and leaves
+        v as it was (empty)."""
         if isinstance(self.self_attn, SSRU):
             h, k, v = *self.self_attn.run(self.r1.inp(x), cache_k), cache_v
         else:
             q, k, v = self.self_attn.project_self(self.r1.inp(x), start)
             if cache_k is not None:
-                k, v = torch.cat([cache_k, k], dim=2), torch.cat([cache_v, v], dim=2)
+                k, v = kv_cache.write(cache_k, start, k), kv_cache.write(cache_v, start, v)
             h = self.self_attn.out(self.self_attn.attend(q, k, v, None, causal=True, q_start=start)[0])
         x = self.r1.add(x, h)
         cq = self.cross_attn.q(self.r2.inp(x))  # (rows, t, d_model)
@@ -218,22 +221,32 @@ class TransformerState(State):
     """Decoder state. Rows are hypotheses; the encoder side is kept once per source sentence.
 
     ``row_source[r]`` says which row of mem_k/mem_v/src_mask hypothesis ``r`` reads, so ``reorder`` (beam search
-    following its beams) only moves the self-attention cache and that index, never the encoder keys and values."""
+    following its beams) only moves the self-attention cache and that index, never the encoder keys and values.
+    A step writes its position into the caches in place, so a state stepped a second time copies them first."""
 
-    self_k: list  # per layer (rows, heads, t, head_dim); an SSRU layer's state c_t (rows, 1, d_model)
+    self_k: list  # per layer: the keys, time-major (capacity, rows, d_model) (kv_cache.py); an SSRU's c_t (rows, 1, d)
     self_v: list
-    mem_k: list  # per layer (sources, heads, src_len, head_dim), computed once
+    mem_k: list  # per layer the keys transposed, (sources, heads, head_dim, src_len), computed once
     mem_v: list
     src_mask: Tensor  # (sources, src_len)
     row_source: Tensor  # (rows,) int64
     step: int  # number of target positions already decoded
+    cached: tuple  # per layer: True where self_k/self_v are caches, False for an SSRU's state
+    stepped: list = dataclasses.field(default_factory=lambda: [False])  # [True] once a step wrote into the caches
+
+    def _caches(self, change) -> dict:
+        """self_k and self_v with ``change(cache)`` applied to the caches and ``change(None, tensor)`` to the rest."""
+        return {
+            name: [change(c) if cached else change(None, c) for c, cached in zip(getattr(self, name), self.cached)]
+            for name in ("self_k", "self_v")
+        }
 
     def reorder(self, index: Tensor) -> "TransformerState":
+        def change(cache, other=None):
+            return kv_cache.reorder(cache, self.step, index) if cache is not None else other.index_select(0, index)
+
         return dataclasses.replace(
-            self,
-            self_k=[k.index_select(0, index) for k in self.self_k],
-            self_v=[v.index_select(0, index) for v in self.self_v],
-            row_source=self.row_source.index_select(0, index),
+            self, **self._caches(change), row_source=self.row_source.index_select(0, index), stepped=[False]
         )
 
     def _per_source(self, index: Tensor) -> dict:
@@ -339,16 +352,19 @@ class Transformer(Seq2Seq):
     def init_state(self, memory: Tensor, src_mask: Tensor) -> TransformerState:
         mem = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
         b, h, hd = memory.size(0), self.cfg.heads, self.cfg.d_model // self.cfg.heads
-        empty = memory.new_zeros(b, h, 0, hd)
-        n = len(self.decoder)
+        empty = memory.new_zeros(b, h, 0, hd)  # an SSRU's state before the first position
+        cached = tuple(not isinstance(layer.self_attn, SSRU) for layer in self.decoder)
         return TransformerState(
-            self_k=[empty] * n,
-            self_v=[empty] * n,
-            mem_k=[k for k, _ in mem],
-            mem_v=[v for _, v in mem],
+            self_k=[kv_cache.new_cache(memory, b, self.cfg.d_model) if c else empty for c in cached],
+            self_v=[kv_cache.new_cache(memory, b, self.cfg.d_model) if c else empty for c in cached],
+            # laid out once here as the attention products read them (keys transposed): strided views of the fused
+            # projection would be copied by every step's products, in every layer
+            mem_k=[k.transpose(-1, -2).contiguous() for k, _ in mem],
+            mem_v=[v.contiguous() for _, v in mem],
             src_mask=src_mask,
             row_source=torch.arange(b, device=memory.device),
             step=0,
+            cached=cached,
         )
 
     def _output_weight(self) -> Tensor:
@@ -361,6 +377,11 @@ class Transformer(Seq2Seq):
     def step_features(self, prev_tokens: Tensor, state: TransformerState, need_attention: bool = False):
         start = state.step
         state, group = state.encoder_side()
+        copy = state.stepped[0]  # stepped before: its caches hold that step's position, the new one goes to copies
+        state.stepped[0] = True
+        state = dataclasses.replace(
+            state, **state._caches(lambda c, other=None: other if c is None else kv_cache.with_room(c, start, copy))
+        )
         x = self._embed(prev_tokens[:, None], self.tgt_embed, start, getattr(self, "tgt_pos", None))
         new_k, new_v, weights = [], [], None
         last = len(self.decoder) - 1
@@ -369,18 +390,18 @@ class Transformer(Seq2Seq):
                 x,
                 state.self_k[i],
                 state.self_v[i],
-                state.mem_k[i],
+                state.mem_k[i].transpose(-1, -2),
                 state.mem_v[i],
                 state.src_mask,
                 start,
                 need_weights=need_attention and i == last,
                 group=group,
             )
-            new_k.append(k)
-            new_v.append(v)
+            new_k.append(state.self_k[i] if state.cached[i] else k)
+            new_v.append(state.self_v[i] if state.cached[i] else v)
             weights = w if w is not None else weights
         hidden = self.decoder_norm(x)[:, 0]  # (rows, d_model)
-        new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1)
+        new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1, stepped=[False])
         return hidden, new_state, (weights[:, 0] if weights is not None else None)
 
     def _decode(
