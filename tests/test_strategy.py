@@ -7,7 +7,7 @@ import torch
 
 from mtkit.decoding.constraints import ConstrainedStrategy, Guidance, Guide, beam_strategy
 from mtkit.decoding.hypothesis import length_penalty_of
-from mtkit.decoding.strategy import NEG_INF, PlainStrategy, row_topk
+from mtkit.decoding.strategy import NEG_INF, PlainStrategy, row_argmax, row_topk
 from mtkit.models.base import BOS, EOS, PAD
 
 VOCAB, K = 10, 3
@@ -77,6 +77,22 @@ def test_row_topk_finds_the_values_topk_finds(width):
         assert torch.equal(values, expected_values)
         assert torch.equal(columns, expected_columns)  # no ties in random floats: the same columns too
         assert torch.equal(x.gather(1, columns), values)
+
+
+@pytest.mark.parametrize("width", [8000, 8003, 100])  # 8003: a partial last block
+def test_row_argmax_is_argmax_ties_included(width):
+    generator = torch.Generator().manual_seed(width)
+    x = torch.randn(60, width, generator=generator)
+    x[:, [PAD, BOS]] = NEG_INF
+    x[3, 7] = x[3].max() + 1  # the best in the first block, in the last column, and in a ragged last column
+    x[4, -1] = x[4].max() + 1
+    x[5, -70] = x[5].max() + 1
+    top = x.max(dim=1, keepdim=True).values
+    x[10:20, width // 3] = top[10:20, 0]  # ties with each row's best, before or after it
+    x[20:30, width - 10] = top[20:30, 0]
+    x[30:40] = torch.randint(0, 3, (10, width), generator=generator).float()  # hundreds of ties a row
+    x[40] = NEG_INF  # nothing finite: column 0, as argmax
+    assert torch.equal(row_argmax(x), x.argmax(dim=1))
 
 
 def test_row_topk_with_ties_returns_topk_values_at_distinct_columns():

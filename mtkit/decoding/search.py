@@ -49,7 +49,7 @@ from torch import Tensor
 from mtkit.decoding.constraints import Guide, beam_strategy, path_guide
 from mtkit.decoding.hypothesis import Decoded, length_penalty_of
 from mtkit.decoding.limits import check_common, default_cap, max_lengths
-from mtkit.decoding.strategy import NEG_INF
+from mtkit.decoding.strategy import NEG_INF, row_argmax
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
 
 Stopping = Literal["exact", "beam_full", "first"]
@@ -119,7 +119,12 @@ def single_path(
     for t in range(num_steps):
         log_probs, state, attention = model.step(prev_tokens, state, need_attention)
         log_probs = log_probs.float()  # (live, vocab)
-        scores, forced_prefix = path.mask(log_probs.index_fill(1, banned, NEG_INF), t)
+        # without a guide the bans go into log_probs itself: a banned token is never chosen, so the chosen tokens'
+        # log-probs read below are the model's (a guide changes scores in place, so it gets its own copy)
+        scores = (
+            log_probs.index_fill_(1, banned, NEG_INF) if guide is None else log_probs.index_fill(1, banned, NEG_INF)
+        )
+        scores, forced_prefix = path.mask(scores, t)
         if t >= first_forced_step:
             forced = live_max_len.le(t).unsqueeze(1)  # (live, 1)
             not_eos = torch.ones_like(scores[0], dtype=torch.bool)
@@ -207,7 +212,7 @@ def greedy(
     return single_path(
         model,
         src,
-        lambda scores: scores.argmax(dim=1),
+        row_argmax,
         copies=1,
         max_len_a=max_len_a,
         max_len_b=max_len_b,
