@@ -287,8 +287,8 @@ def beam_search(
     device = src.device
     batch_size, k = src.size(0), beam_size
     src_mask = src.ne(PAD)  # (batch, src_len)
-    state = model.init_state(model.encode(src, src_mask), src_mask)
-    state = state.reorder(torch.arange(batch_size, device=device).repeat_interleave(k))  # rows: batch * k
+    state = model.init_state(model.encode(src, src_mask), src_mask)  # one row per sentence until the first step
+    beam_rows = torch.arange(batch_size, device=device).repeat_interleave(k)  # (batch * k,) each row's sentence
     strategy = beam_strategy(guide, length_penalty)
     max_len = strategy.start(max_lengths(src_mask, max_len_a, max_len_b, max_len_cap), max_len_cap, k)  # (batch,)
     num_steps = int(max_len.max()) + 1 if batch_size else 0
@@ -313,7 +313,12 @@ def beam_search(
     finished: list[_Finished] = []
 
     for t in range(num_steps):
-        log_probs, state, attention = model.step(prev_tokens, state, need_attention)
+        if t == 0:  # every beam of a sentence starts from the same BOS: one row per sentence, then k copies
+            log_probs, state, attention = model.step(prev_tokens[:batch_size], state, need_attention)
+            log_probs, state = log_probs.index_select(0, beam_rows), state.reorder(beam_rows)
+            attention = attention.index_select(0, beam_rows) if attention is not None else None
+        else:
+            log_probs, state, attention = model.step(prev_tokens, state, need_attention)
         log_probs = log_probs.float()  # (rows, vocab)
         log_probs.index_fill_(1, banned, NEG_INF)
         cands = strategy.step(t, log_probs, beam_scores)  # (live, n) candidates, in the order taken
