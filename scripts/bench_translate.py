@@ -22,6 +22,7 @@ import io
 import math
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -203,6 +204,13 @@ def main() -> None:
         "WORKDIR trained, at the same beams, and print each row's ratio to it",
     )
     parser.add_argument(
+        "--turns",
+        type=int,
+        default=1,
+        help="with --peer: run onmt_translate and every row this many times, taking turns, and print the median "
+        "of each row's ratios (on a machine whose speed drifts)",
+    )
+    parser.add_argument(
         "--direct",
         action="store_true",
         help="ctranslate2: after each row, the same model, batches, beam and limit through the library alone",
@@ -230,63 +238,74 @@ def main() -> None:
         f"{'engine':<12} {'compute':<13} {'beam':>4} {'shortlist':>9} {'seconds':>8} {'sent/s':>8} "
         f"{'tgt tok/s':>10} {'BLEU':>6} {'chrF':>6}"
     )
-    peer = peer_rows(args.peer, args.beams, args.threads, references, args.split) if args.peer else {}
-    signatures, ratios = {}, []
-    for compute_type in compute_types:
-        for shortlist in args.shortlist:
-            for beam in args.beams:
-                row = f"{args.engine:<12} {compute_type:<13} {beam:>4} {'run' if shortlist is None else shortlist:>9}"
-                try:
-                    translator = build(
-                        args.run,
-                        args.engine,
-                        compute_type,
-                        beam,
-                        args.threads,
-                        args.batch_size,
-                        args.stopping,
-                        shortlist,
+    signatures, ratios, peer_ratios = {}, [], {}
+    for turn in range(args.turns):  # with --turns, the peer and every row again, in the same order
+        if args.turns > 1:
+            print(f"== turn {turn + 1} of {args.turns}, {time.strftime('%H:%M:%S')}", flush=True)
+        peer = peer_rows(args.peer, args.beams, args.threads, references, args.split) if args.peer else {}
+        for compute_type in compute_types:
+            for shortlist in args.shortlist:
+                for beam in args.beams:
+                    row = (
+                        f"{args.engine:<12} {compute_type:<13} {beam:>4} {'run' if shortlist is None else shortlist:>9}"
                     )
-                    counter = TokenCounter(translator)
-                except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
-                    print(f"{row}  skipped: {err}", flush=True)
-                    continue
-                translate_stream(translator, sources[: args.warmup], io.StringIO())
-                if args.direct:
-                    direct_ct2(translator, sources[: args.warmup])
-                seconds = direct_seconds = math.inf
-                for _ in range(args.repeat):  # the fastest of the repeats; with --direct, the two take turns
-                    counter.target_tokens = 0
-                    sink = io.StringIO()
-                    start = time.perf_counter()
-                    translate_stream(translator, sources, sink)
-                    seconds = min(seconds, time.perf_counter() - start)
+                    try:
+                        translator = build(
+                            args.run,
+                            args.engine,
+                            compute_type,
+                            beam,
+                            args.threads,
+                            args.batch_size,
+                            args.stopping,
+                            shortlist,
+                        )
+                        counter = TokenCounter(translator)
+                    except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
+                        print(f"{row}  skipped: {err}", flush=True)
+                        continue
+                    translate_stream(translator, sources[: args.warmup], io.StringIO())
                     if args.direct:
+                        direct_ct2(translator, sources[: args.warmup])
+                    seconds = direct_seconds = math.inf
+                    for _ in range(args.repeat):  # the fastest of the repeats; with --direct, the two take turns
+                        counter.target_tokens = 0
+                        sink = io.StringIO()
                         start = time.perf_counter()
-                        direct_hyps = direct_ct2(translator, sources)
-                        direct_seconds = min(direct_seconds, time.perf_counter() - start)
-                hyps = sink.getvalue().split("\n")[:-1]
-                assert len(hyps) == len(sources), (len(hyps), len(sources))
-                scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
-                signatures.update({name: s["signature"] for name, s in scores.items()})
-                print(
-                    f"{row} {seconds:>8.2f} {len(sources) / seconds:>8.1f} {counter.target_tokens / seconds:>10.0f} "
-                    f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}",
-                    flush=True,
-                )
-                if beam in peer:
-                    ratios.append(f"{row.strip()}: {len(sources) / seconds / peer[beam]:.2f}x onmt_translate")
-                if args.direct:
-                    scores = corpus_scores(direct_hyps, [references], metrics=("bleu", "chrf"))
+                        translate_stream(translator, sources, sink)
+                        seconds = min(seconds, time.perf_counter() - start)
+                        if args.direct:
+                            start = time.perf_counter()
+                            direct_hyps = direct_ct2(translator, sources)
+                            direct_seconds = min(direct_seconds, time.perf_counter() - start)
+                    hyps = sink.getvalue().split("\n")[:-1]
+                    assert len(hyps) == len(sources), (len(hyps), len(sources))
+                    scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
+                    signatures.update({name: s["signature"] for name, s in scores.items()})
                     print(
-                        f"{'ct2 direct':<12} {compute_type:<13} {beam:>4} {'':>9} {direct_seconds:>8.2f} "
-                        f"{len(sources) / direct_seconds:>8.1f} {'':>10} {scores['bleu']['score']:>6.2f} "
-                        f"{scores['chrf']['score']:>6.2f}",
+                        f"{row} {seconds:>8.2f} {len(sources) / seconds:>8.1f} {counter.target_tokens / seconds:>10.0f} "
+                        f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}",
                         flush=True,
                     )
-                    ratios.append(f"{row.strip()}: {direct_seconds / seconds:.3f}x CTranslate2 called directly")
+                    if beam in peer:
+                        ratio = len(sources) / seconds / peer[beam]
+                        peer_ratios.setdefault(row.strip(), []).append(ratio)
+                        ratios.append(f"{row.strip()}: {ratio:.2f}x onmt_translate")
+                    if args.direct:
+                        scores = corpus_scores(direct_hyps, [references], metrics=("bleu", "chrf"))
+                        print(
+                            f"{'ct2 direct':<12} {compute_type:<13} {beam:>4} {'':>9} {direct_seconds:>8.2f} "
+                            f"{len(sources) / direct_seconds:>8.1f} {'':>10} {scores['bleu']['score']:>6.2f} "
+                            f"{scores['chrf']['score']:>6.2f}",
+                            flush=True,
+                        )
+                        ratios.append(f"{row.strip()}: {direct_seconds / seconds:.3f}x CTranslate2 called directly")
     for line in ratios:
         print(line)
+    if args.turns > 1:  # each turn's ratio compares runs minutes apart at most: their median is the figure
+        for row, values in peer_ratios.items():
+            listed = ", ".join(f"{v:.2f}" for v in values)
+            print(f"{row}: {statistics.median(values):.2f}x onmt_translate, median of {len(values)} turns ({listed})")
     for name, signature in signatures.items():
         print(f"{name}: {signature}")
 
