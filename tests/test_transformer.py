@@ -115,9 +115,9 @@ def test_reorder_selects_rows():
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "relative"])
 def test_cache_grows_past_its_capacity(monkeypatch, positions):
-    from mtkit.models import kv_cache
+    from mtkit.models import decoder_state
 
-    monkeypatch.setattr(kv_cache, "INITIAL_CAPACITY", 2)  # 7 positions: the caches double twice, 2 -> 4 -> 8
+    monkeypatch.setattr(decoder_state, "INITIAL_CAPACITY", 2)  # 7 positions: the caches double twice, 2 -> 4 -> 8
     stepped, full = stepped_and_full(tiny(positions), *batch())
     torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
 

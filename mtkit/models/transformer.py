@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mtkit.models import kv_cache
-from mtkit.models.base import PAD, Seq2Seq, State, dropout
+from mtkit.models import decoder_state
+from mtkit.models.base import PAD, Seq2Seq, dropout
+from mtkit.models.decoder_state import TransformerState
 from mtkit.models.positions import ALiBi, Rotary, sinusoidal_table
 from mtkit.models.ssru import SSRU
 from mtkit.models.sublayers import FeedForward, Residual
@@ -187,7 +188,7 @@ class DecoderLayer(nn.Module):
         group: int = 1,
     ):
         """x (rows, t, d_model) at positions start..; cache_k/v (decoding, t = 1): the time-major caches of
-        kv_cache.py holding positions < start, with room for ``start`` (None in training). With
+        decoder_state.py holding positions < start, with room for ``start`` (None in training). With
         ``group`` > 1 (decoding, t = 1) rows come in runs of ``group`` hypotheses of one sentence and mem_k, mem_v,
         src_mask hold one row per sentence (the cross-attention folds each run into its query axis: no copy per beam).
         Returns x (rows, t, d_model), the self-attention k, v up to here (with caches: views of them, written), the
@@ -198,7 +199,7 @@ class DecoderLayer(nn.Module):
         else:
             q, k, v = self.self_attn.project_self(self.r1.inp(x), start)
             if cache_k is not None:
-                k, v = kv_cache.write(cache_k, start, k), kv_cache.write(cache_v, start, v)
+                k, v = decoder_state.write(cache_k, start, k), decoder_state.write(cache_v, start, v)
             h = self.self_attn.out(self.self_attn.attend(q, k, v, None, causal=True, q_start=start)[0])
         x = self.r1.add(x, h)
         cq = self.cross_attn.q(self.r2.inp(x))  # (rows, t, d_model)
@@ -214,68 +215,6 @@ class DecoderLayer(nn.Module):
         x = self.r2.add(x, self.cross_attn.out(h))
         x = self.r3.add(x, self.ffn(self.r3.inp(x)))
         return x, k, v, weights
-
-
-@dataclasses.dataclass
-class TransformerState(State):
-    """Decoder state. Rows are hypotheses; the encoder side is kept once per source sentence.
-
-    ``row_source[r]`` says which row of mem_k/mem_v/src_mask hypothesis ``r`` reads, so ``reorder`` (beam search
-    following its beams) only moves the self-attention cache and that index, never the encoder keys and values.
-    A step writes its position into the caches in place, so a state stepped a second time copies them first."""
-
-    self_k: list  # per layer: the keys, time-major (capacity, rows, d_model) (kv_cache.py); an SSRU's c_t (rows, 1, d)
-    self_v: list
-    mem_k: list  # per layer the keys transposed, (sources, heads, head_dim, src_len), computed once
-    mem_v: list
-    src_mask: Tensor  # (sources, src_len)
-    row_source: Tensor  # (rows,) int64
-    step: int  # number of target positions already decoded
-    cached: tuple  # per layer: True where self_k/self_v are caches, False for an SSRU's state
-    stepped: list = dataclasses.field(default_factory=lambda: [False])  # [True] once a step wrote into the caches
-
-    def _caches(self, change) -> dict:
-        """self_k and self_v with ``change(cache)`` applied to the caches and ``change(None, tensor)`` to the rest."""
-        return {
-            name: [change(c) if cached else change(None, c) for c, cached in zip(getattr(self, name), self.cached)]
-            for name in ("self_k", "self_v")
-        }
-
-    def reorder(self, index: Tensor) -> "TransformerState":
-        def change(cache, other=None):
-            return kv_cache.reorder(cache, self.step, index) if cache is not None else other.index_select(0, index)
-
-        return dataclasses.replace(
-            self, **self._caches(change), row_source=self.row_source.index_select(0, index), stepped=[False]
-        )
-
-    def _per_source(self, index: Tensor) -> dict:
-        """The per-source fields for sources ``index``."""
-        return dict(
-            mem_k=[k.index_select(0, index) for k in self.mem_k],
-            mem_v=[v.index_select(0, index) for v in self.mem_v],
-            src_mask=self.src_mask.index_select(0, index),
-        )
-
-    def encoder_side(self) -> tuple["TransformerState", int]:
-        """This state with its per-source fields ready for one step, and ``group``.
-
-        Drops the sources no hypothesis reads any more (finished sentences). If every source has the same number of
-        consecutive rows (beam search, greedy), ``group`` is that number; else the fields are gathered per row (1)."""
-        state = self
-        used, inverse = torch.unique(self.row_source, sorted=True, return_inverse=True)
-        if used.numel() < self.src_mask.size(0):
-            state = dataclasses.replace(self, row_source=inverse, **self._per_source(used))
-        sources, rows = state.src_mask.size(0), state.row_source.numel()
-        group = rows // sources
-        if rows == sources * group and torch.equal(
-            state.row_source, torch.arange(sources, device=state.row_source.device).repeat_interleave(group)
-        ):
-            return state, group
-        # arbitrary order: one row per hypothesis
-        return dataclasses.replace(
-            state, row_source=torch.arange(rows, device=state.row_source.device), **state._per_source(state.row_source)
-        ), 1
 
 
 class Transformer(Seq2Seq):
@@ -355,8 +294,8 @@ class Transformer(Seq2Seq):
         empty = memory.new_zeros(b, h, 0, hd)  # an SSRU's state before the first position
         cached = tuple(not isinstance(layer.self_attn, SSRU) for layer in self.decoder)
         return TransformerState(
-            self_k=[kv_cache.new_cache(memory, b, self.cfg.d_model) if c else empty for c in cached],
-            self_v=[kv_cache.new_cache(memory, b, self.cfg.d_model) if c else empty for c in cached],
+            self_k=[decoder_state.new_cache(memory, b, self.cfg.d_model) if c else empty for c in cached],
+            self_v=[decoder_state.new_cache(memory, b, self.cfg.d_model) if c else empty for c in cached],
             # laid out once here as the attention products read them (keys transposed): strided views of the fused
             # projection would be copied by every step's products, in every layer
             mem_k=[k.transpose(-1, -2).contiguous() for k, _ in mem],
@@ -380,7 +319,8 @@ class Transformer(Seq2Seq):
         copy = state.stepped[0]  # stepped before: its caches hold that step's position, the new one goes to copies
         state.stepped[0] = True
         state = dataclasses.replace(
-            state, **state._caches(lambda c, other=None: other if c is None else kv_cache.with_room(c, start, copy))
+            state,
+            **state._caches(lambda c, other=None: other if c is None else decoder_state.with_room(c, start, copy)),
         )
         x = self._embed(prev_tokens[:, None], self.tgt_embed, start, getattr(self, "tgt_pos", None))
         new_k, new_v, weights = [], [], None
@@ -401,7 +341,7 @@ class Transformer(Seq2Seq):
             new_v.append(state.self_v[i] if state.cached[i] else v)
             weights = w if w is not None else weights
         hidden = self.decoder_norm(x)[:, 0]  # (rows, d_model)
-        new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1, stepped=[False])
+        new_state = dataclasses.replace(state, self_k=new_k, self_v=new_v, step=start + 1, stepped=[False], group=group)
         return hidden, new_state, (weights[:, 0] if weights is not None else None)
 
     def _decode(
