@@ -83,7 +83,7 @@ class TransformerState(State):
     following its beams) only moves the self-attention cache and that index, never the encoder keys and values.
     A step writes its position into the caches in place, so a state stepped a second time copies them first."""
 
-    self_k: list  # per layer: the keys, time-major (capacity, rows, d_model) (py); an SSRU's c_t (rows, 1, d)
+    self_k: list  # per layer: the keys in a cache (capacity, rows, d_model); an SSRU's state c_t (rows, 1, d_model)
     self_v: list
     mem_k: list  # per layer the keys transposed, (sources, heads, head_dim, src_len), computed once
     mem_v: list
@@ -94,20 +94,17 @@ class TransformerState(State):
     stepped: list = dataclasses.field(default_factory=lambda: [False])  # [True] once a step wrote into the caches
     group: Optional[int] = None  # ``encoder_side``'s group, known until the rows are reordered
 
-    def _caches(self, change) -> dict:
-        """self_k and self_v with ``change(cache)`` applied to the caches and ``change(None, tensor)`` to the rest."""
+    def map_caches(self, on_cache, on_state) -> dict:
+        """self_k and self_v with ``on_cache`` applied to the caches and ``on_state`` to the SSRU states."""
         return {
-            name: [change(c) if cached else change(None, c) for c, cached in zip(getattr(self, name), self.cached)]
+            name: [on_cache(x) if cached else on_state(x) for x, cached in zip(getattr(self, name), self.cached)]
             for name in ("self_k", "self_v")
         }
 
     def reorder(self, index: Tensor) -> "TransformerState":
-        def change(cache, other=None):
-            return reorder(cache, self.step, index) if cache is not None else other.index_select(0, index)
-
         return dataclasses.replace(
             self,
-            **self._caches(change),
+            **self.map_caches(lambda c: reorder(c, self.step, index), lambda x: x.index_select(0, index)),
             row_source=self.row_source.index_select(0, index),
             stepped=[False],
             group=None,

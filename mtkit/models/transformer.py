@@ -320,7 +320,7 @@ class Transformer(Seq2Seq):
         state.stepped[0] = True
         state = dataclasses.replace(
             state,
-            **state._caches(lambda c, other=None: other if c is None else decoder_state.with_room(c, start, copy)),
+            **state.map_caches(lambda c: decoder_state.with_room(c, start, copy), lambda x: x),
         )
         x = self._embed(prev_tokens[:, None], self.tgt_embed, start, getattr(self, "tgt_pos", None))
         new_k, new_v, weights = [], [], None

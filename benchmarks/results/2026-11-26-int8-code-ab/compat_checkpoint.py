@@ -23,7 +23,9 @@ while True:
     metadata["mtkit"] = json.dumps(meta)
     save_file(tensors, str(dst), metadata=metadata)
     probe = f"import mtkit; mtkit.load({str(dst.parent.parent.resolve())!r}, dtype='int8')"
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=old, env={"PYTHONPATH": str(old)})
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=old, env={"PYTHONPATH": str(old)}
+    )
     unknown = re.search(r"unknown key '([^']+)'", run.stderr + run.stdout)
     if not unknown:
         break
