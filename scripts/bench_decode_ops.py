@@ -7,8 +7,10 @@
 Prints the best and median of N calls in microseconds for:
 - each beam's top 2k tokens: ``topk`` over the vocabulary against ``row_topk`` (block maxima first);
 - the int8 output projection's scaling: the mixed-dtype product against a cast, then in-place products;
-- the self-attention cache at step t: ``cat`` of the new keys then ``index_select`` for the beams (what the
-  decoder does) against a preallocated buffer written in place and reordered into another one (a strided copy);
+- the self-attention cache at step t: ``cat`` of the new keys then ``index_select`` for the beams (the decoder
+  before 2026-11-26) against a batch-major buffer written in place and reordered into another one (a strided
+  copy), and the time-major cache the decoder keeps (``mtkit/models/decoder_state.py``), with the attention of one
+  query over each layout;
 - the activations' int8 scale: ``abs().amax()`` against ``aminmax``;
 - the whole output layer of a step (int8 product, scaling, log-softmax, ``row_topk``) with its minor page faults
   and the process's RSS after: run once as is and once with ``MTKIT_MALLOC=default`` to see what
@@ -58,6 +60,7 @@ def main() -> None:
 
     from mtkit.decoding.strategy import row_topk
     from mtkit.memory import keep_freed_memory
+    from mtkit.models import decoder_state
     from mtkit.models.int8 import Int8Linear, quantize_rows
 
     torch.set_num_threads(args.threads)
@@ -92,9 +95,9 @@ def main() -> None:
     capacity = 2 * t
     buffer, other = torch.randn(rows, heads, capacity, hd), torch.empty(rows, heads, capacity, hd)
     print("the self-attention keys at one step (values cost the same again)")
-    run("cat([cache, new], dim=2)  (the decoder)", lambda: torch.cat([cache, new], dim=2))
+    run("cat([cache, new], dim=2)  (the decoder before)", lambda: torch.cat([cache, new], dim=2))
     grown = torch.cat([cache, new], dim=2)
-    run("index_select(0, parents) of the grown cache  (the reorder)", lambda: grown.index_select(0, parents))
+    run("index_select(0, parents) of the grown cache  (its reorder)", lambda: grown.index_select(0, parents))
     run("buffer[:, :, t] = new  (in place)", lambda: buffer[:, :, t : t + 1].copy_(new))
 
     def strided_reorder():
@@ -102,6 +105,21 @@ def main() -> None:
 
     run("index_select of buffer[:, :, :t+1] into another buffer", strided_reorder)
     run("index_select of the whole buffer (capacity 2t)", lambda: torch.index_select(buffer, 0, parents, out=other))
+    time_major = torch.randn(capacity, rows, d)
+    run("time-major: write position t in place  (the decoder)", lambda: decoder_state.write(time_major, t, new))
+    run(
+        "time-major: t+1 positions into a new buffer  (its reorder)",
+        lambda: decoder_state.reorder(time_major, t + 1, parents),
+    )
+    query = torch.randn(rows, heads, 1, hd)
+
+    def attention(keys):
+        return (query @ keys.transpose(-1, -2)).softmax(dim=-1) @ keys
+
+    print("one query's attention over t+1 cached positions (keys standing in for the values)")
+    run("over the grown cache (contiguous)", lambda: attention(grown))
+    run("over buffer[:, :, :t+1] (batch-major, strided)", lambda: attention(buffer[:, :, : t + 1]))
+    run("over the time-major cache's view  (the decoder)", lambda: attention(decoder_state.write(time_major, t, new)))
 
     acts = torch.randn(rows, d)
     print("an activation row's int8 scale")
@@ -132,18 +150,18 @@ def count_moves(run_dir: str) -> None:
 
     import mtkit
     from mtkit.inference.translate import translate_stream
-    from mtkit.models import transformer
+    from mtkit.models import decoder_state
 
     counts = {"rows": 0, "in_place": 0}
-    reorder = transformer.TransformerState.reorder
+    reorder = decoder_state.TransformerState.reorder
 
     def counting(state, index):
-        if state.self_k[0].size(2) > 0 and index.numel() == state.row_source.numel():  # a step, not a shrink
+        if state.step > 0 and index.numel() == state.row_source.numel():  # a step, not a shrink or the first copies
             counts["rows"] += index.numel()
             counts["in_place"] += int(index.eq(torch.arange(index.numel())).sum())
         return reorder(state, index)
 
-    transformer.TransformerState.reorder = counting
+    decoder_state.TransformerState.reorder = counting
     root = Path(__file__).resolve().parent.parent
     sources = read_gz(root / "data" / "multi30k" / "test_2016_flickr.en.gz")[:300]
     translate_stream(mtkit.load(run_dir, beam_size=5), sources, io.StringIO())
