@@ -100,13 +100,19 @@ def test_padding_invariance(positions):
     torch.testing.assert_close(in_batch, alone, atol=1e-5, rtol=1e-5)
 
 
-def test_reorder_selects_rows():
-    model = tiny()
+def after_first_step(model):
+    """The toy batch and the decoder state after its first target token."""
     src, tgt = batch()
     mask = src.ne(PAD)
     with torch.no_grad():
         state = model.init_state(model.encode(src, mask), mask)
-        _, state, _ = model.step(tgt[:, 0], state)
+        return src, tgt, model.step(tgt[:, 0], state)[1]
+
+
+def test_reorder_selects_rows():
+    model = tiny()
+    _, tgt, state = after_first_step(model)
+    with torch.no_grad():
         index = torch.tensor([2, 2, 0])
         lp_reordered, _, _ = model.step(tgt[index, 1], state.reorder(index))
         lp_all, _, _ = model.step(tgt[:, 1], state)
@@ -126,11 +132,8 @@ def test_a_state_stepped_twice_keeps_both_results():
     """A step writes its position into the caches in place; stepping the same state again must not overwrite the
     position the first result holds (and each result must go on as if decoded alone)."""
     model = tiny()
-    src, tgt = batch()
-    mask = src.ne(PAD)
+    src, tgt, state = after_first_step(model)
     with torch.no_grad():
-        state = model.init_state(model.encode(src, mask), mask)
-        _, state, _ = model.step(tgt[:, 0], state)
         _, first, _ = model.step(tgt[:, 1], state)
         _, second, _ = model.step(tgt[:, 2], state)  # another token at the same position
         lp_first, _, _ = model.step(tgt[:, 3], first)
