@@ -145,9 +145,9 @@ def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
 def row_argmax(x: Tensor) -> Tensor:
     """Each row's first column of its largest value: ``x.argmax(dim=1)``, through block maxima as ``row_topk``.
 
-    ``argmax`` along a row scans it element by element; the blocks' maxima come from one vectorised reduction (ten
-    times faster over 8,000 columns), the first block holding the row's maximum is found among them, and the first
-    column of that value within it. Ties go to the first column, as ``argmax``'s.
+    ``argmax`` along a row scans it element by element; the blocks' maxima come from one vectorised reduction, the
+    first block holding the row's maximum is found among them, and the first column of that value within it. Ties
+    go to the first column, as ``argmax``'s.
 
     Args:
         x: (rows, width) floating point, no NaN.

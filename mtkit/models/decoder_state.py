@@ -6,7 +6,7 @@ A cache is one float tensor (capacity, rows, d_model): position ``p`` of hypothe
 ``0 .. filled - 1`` written. Time-major, a step's keys are one contiguous block written in place (no copy of the
 positions before it, as concatenating them would make), and following the beams copies whole positions of
 d_model floats into a fresh buffer, one contiguous run per position; attention reads the buffer through a strided
-view, which the batched matrix products take without a copy. docs/benchmarks.md (section 20) has what it saves.
+view, which the batched matrix products take without a copy. docs/benchmarks.md (section 20) has its measurements.
 
 A buffer is shared by the state that wrote a position and the state before it (which never reads that position),
 so a state must not be stepped twice unless it is copied first: ``TransformerState`` keeps that rule.
