@@ -7,6 +7,7 @@
     python scripts/bench_translate.py runs/multi30k-transformer --shortlist 0 20 --compute-type float32 int8
     python scripts/bench_translate.py runs/multi30k-transformer --split val --shortlist 10 20 50   # tune on val
     python scripts/bench_translate.py runs/multi30k-transformer --peer /tmp/mtkit-peer-opennmt  # x onmt_translate
+    python scripts/bench_translate.py runs/multi30k-transformer --peer WORKDIR --turns 5  # median of 5 turns' ratios
 
 Both engines run in this process through the code `mtkit translate` uses (``translate_stream`` over the
 model ``mtkit.load`` returns, on the torch engine or CTranslate2) with the run's decoding options (length penalty, a * len + b output limit,
