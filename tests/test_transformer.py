@@ -390,3 +390,41 @@ def test_student_beam_search_is_batch_invariant():
             assert [h.tokens for h in a] == [h.tokens for h in b]
             for h1, h2 in zip(a, b):
                 assert h1.score == pytest.approx(h2.score, abs=1e-5)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_encode_parts_encodes_each_part_alone_and_decodes_as_each_batch_alone(int8):
+    """Decoding joins length-sorted batches (``decoding.step_rows``) and encodes each of them on its own: each
+    part's memory is its own encoding, cut to its longest source, with zeros beyond; greedy decoding of the joined
+    batch gives what each batch gives alone."""
+    from mtkit.decoding import search
+    from mtkit.models.int8 import quantize_int8
+
+    model = tiny().eval()
+    if int8:
+        quantize_int8(model)
+    g = torch.Generator().manual_seed(3)
+    lengths, sizes = [2, 3, 3, 5, 6, 6, 9], [3, 3, 1]  # shortest first, as the engine sorts them
+    src = torch.full((len(lengths), max(lengths) + 1), PAD)
+    for row, n in enumerate(lengths):
+        src[row, :n] = torch.randint(4, 24, (n,), generator=g)
+        src[row, n] = EOS
+    mask = src.ne(PAD)
+    kwargs = dict(max_len_a=1.0, max_len_b=4, length_penalty=1.0)
+    with torch.inference_mode():
+        memory = model.encode_parts(src, mask, sizes)
+        joined = search.greedy(model, src, parts=sizes, **kwargs)
+        alone, start = [], 0
+        for n in sizes:
+            rows, width = slice(start, start + n), lengths[start + n - 1] + 1
+            assert torch.equal(memory[rows, :width], model.encode(src[rows, :width], mask[rows, :width]))
+            assert not memory[rows, width:].any()
+            alone += search.greedy(model, src[rows, :width], **kwargs)
+            start += n
+    ids = [src[i, : lengths[i] + 1].tolist() for i in range(len(lengths))]
+    diverged = diverged_at_near_ties(model, ids, joined, alone, beam_size=1, nbest=1, stopping="beam_full", **kwargs)
+    for i, (a, b) in enumerate(zip(joined, alone)):
+        if i not in diverged:
+            assert a[0].tokens == b[0].tokens and a[0].score == pytest.approx(b[0].score, abs=1e-5)
+    with pytest.raises(ValueError, match="do not make a batch"):
+        model.encode_parts(src, mask, [3, 3])

@@ -353,28 +353,70 @@ def test_batches_hold_every_sentence_once_within_both_bounds(lengths, batch_size
         assert len(before) == batch_size or (batch_tokens is not None and (len(before) + 1) * widest > batch_tokens)
 
 
-def test_batch_tokens_changes_batches_not_translations(loaded, run_dir, test_lines, capsys, monkeypatch):
-    from mtkit.decoding import search
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 40), max_size=60),
+    batch_size=st.integers(1, 8),
+    step_rows=st.integers(1, 40),
+    beam_size=st.integers(1, 4),
+    sampling=st.booleans(),
+)
+def test_decode_groups_join_whole_batches_within_step_rows(lengths, batch_size, step_rows, beam_size, sampling):
+    from mtkit.inference.engine import batches, decode_groups
 
-    sizes = []
-    real = search.beam_search
+    nbest = 2 if sampling else 1
+    opt = Options(batch_size=batch_size, step_rows=step_rows, beam_size=beam_size, sampling=sampling, nbest=nbest)
+    ids = [[5] * n for n in lengths]
+    want = list(batches(ids, opt))
+    groups = list(decode_groups(ids, opt))
+    assert [i for group, _ in groups for i in group] == [i for batch in want for i in batch]  # the same order
+    it = iter(want)
+    per_sentence = nbest if sampling else beam_size
+    for group, sizes in groups:
+        assert [len(b) for b in (next(it) for _ in sizes)] == sizes and sum(sizes) == len(group)  # whole batches
+        assert len(group) * per_sentence <= step_rows or len(sizes) == 1  # a batch over step_rows goes alone
+    for (before, _), (_, after) in zip(groups, groups[1:]):  # a group closes only when the next batch breaks it
+        assert (len(before) + after[0]) * per_sentence > step_rows
+
+
+def test_batch_tokens_and_step_rows_change_batches_not_translations(loaded, run_dir, test_lines, capsys, monkeypatch):
+    from mtkit.decoding import search
+    from mtkit.models.transformer import Transformer
+
+    encoded, decoded = [], []  # the encoder's batches, and the search's: (rows, width), and the parts it was given
+    real_search, real_encode = search.beam_search, Transformer.encode
+
+    def spy_search(model, src, *a, **kw):
+        decoded.append((src.shape, kw.get("parts")))
+        return real_search(model, src, *a, **kw)
+
+    monkeypatch.setattr(search, "beam_search", spy_search)
     monkeypatch.setattr(
-        search, "beam_search", lambda model, src, *a, **kw: sizes.append(src.shape) or real(model, src, *a, **kw)
+        Transformer, "encode", lambda m, src, mask: encoded.append(src.shape) or real_encode(m, src, mask)
     )
+
+    def translate(*flags):
+        encoded.clear(), decoded.clear()
+        # float32, the model assert_same_translations replays near-ties on (int8: tests/test_int8.py)
+        code, out, err = run_main(["translate", run_dir, "--dtype", "float32", *flags], stdin, capsys, monkeypatch)
+        assert code == 0, err
+        return out
+
     stdin = ("\n".join(test_lines[:30]) + "\n").encode()
-    # float32, the model assert_same_translations replays near-ties on (int8: tests/test_int8.py)
-    code, plain, err = run_main(["translate", run_dir, "--dtype", "float32"], stdin, capsys, monkeypatch)
-    assert code == 0, err
-    assert max(rows for rows, _ in sizes) == 16  # the run's decoding.batch_size
-    sizes.clear()
-    code, capped, err = run_main(
-        ["translate", run_dir, "--dtype", "float32", "--batch-tokens", "40"], stdin, capsys, monkeypatch
-    )
-    assert code == 0, err
+    plain = translate()
+    # the run's decoding.batch_size (16) cuts the encoder's batches; both are decoded together, as 30 sentences x
+    # beam 4 are within the default step_rows
+    assert [rows for rows, _ in encoded] == [16, 14] and decoded == [((30, encoded[1][1]), [16, 14])]
+    capped = translate("--batch-tokens", "40")
     assert_same_translations(loaded, test_lines[:30], capped, plain)
-    assert len(sizes) > 2 and all(rows * width <= 40 or rows == 1 for rows, width in sizes)
-    code, out, err = run_main(["translate", run_dir, "--batch-tokens", "0"], stdin, capsys, monkeypatch)
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "batch_tokens" in err, err
+    assert len(encoded) > 2 and all(rows * width <= 40 or rows == 1 for rows, width in encoded)
+    assert sum(parts == [rows] for (rows, _), parts in decoded) < len(decoded)  # joined, some of them
+    alone = translate("--step-rows", "4")  # one sentence x beam 4: every batch on its own, as before step_rows
+    assert [shape for shape, _ in decoded] == encoded == [(16, encoded[0][1]), (14, encoded[1][1])]
+    assert_same_translations(loaded, test_lines[:30], alone, plain)
+    for flag in ("--batch-tokens", "--step-rows"):
+        code, out, err = run_main(["translate", run_dir, flag, "0"], stdin, capsys, monkeypatch)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and flag[2:].replace("-", "_") in err, err
 
 
 def greedy_without_cache(model, src: torch.Tensor, max_len: int):

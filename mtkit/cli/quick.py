@@ -29,6 +29,7 @@ _VALUES: dict[str, tuple[str, Callable]] = {
     "--max-len-b": ("max_len_b", int),
     "--batch-size": ("batch_size", int),
     "--batch-tokens": ("batch_tokens", int),
+    "--step-rows": ("step_rows", int),
     "--nbest": ("nbest", int),
     "--device": ("device", str),
     "--dtype": ("dtype", str),

@@ -24,6 +24,11 @@ def translate(
     batch_tokens: Optional[int] = typer.Option(
         None, "--batch-tokens", help="Also at most this many source tokens per batch (sentences x the longest)."
     ),
+    step_rows: Optional[int] = typer.Option(
+        None,
+        "--step-rows",
+        help="Hypotheses stepped together: batches are joined up to this many (decoding.step_rows).",
+    ),
     nbest: Optional[int] = typer.Option(None, "--nbest"),
     device: Optional[str] = typer.Option(None, "--device"),
     dtype: Optional[str] = typer.Option(None, "--dtype"),
@@ -92,6 +97,7 @@ def translate(
         max_len_b=max_len_b,
         batch_size=batch_size,
         batch_tokens=batch_tokens,
+        step_rows=step_rows,
         nbest=nbest,
         device=device,
         dtype=dtype,

@@ -293,6 +293,12 @@ class DecodingConfig(Section):
         description="also at most this many source tokens per batch "
         "(sentences x the longest, EOS included); a longer sentence goes alone",
     )
+    step_rows: int = Field(
+        1000,
+        ge=1,
+        description="hypotheses stepped together: consecutive length-sorted batches are decoded as one while their "
+        "sentences x beam_size (x nbest when sampling) stay within it, each batch still encoded on its own",
+    )
     chunk_size: int = Field(2000, ge=1, description="lines read from stdin and length-sorted at a time")
     nbest: int = Field(1, ge=1)
     stopping: Literal["first", "beam_full", "exact"] = Field(

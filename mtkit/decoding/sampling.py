@@ -6,7 +6,7 @@ It runs on search.py's single-path decoder. ``sample`` returns ``nbest`` indepen
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -60,6 +60,7 @@ def sample(
     nbest: int = 1,
     need_attention: bool = False,
     guide: Optional[Guide] = None,
+    parts: Optional[Sequence[int]] = None,
 ) -> list[list[Decoded]]:
     """Ancestral sampling: ``nbest`` independent samples per sentence.
 
@@ -81,6 +82,7 @@ def sample(
         need_attention: also return each hypothesis's attention rows.
         guide: prefixes and avoided phrases (constraints.py); None for none. A forced prefix token is drawn with
             certainty.
+        parts: batches joined in ``src``, each encoded on its own (``search.single_path``); None for one.
 
     Returns:
         One list per sentence of its ``nbest`` samples, best score first.
@@ -114,4 +116,5 @@ def sample(
         length_penalty=length_penalty,
         need_attention=need_attention,
         guide=guide,
+        parts=parts,
     )

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -53,6 +53,11 @@ from mtkit.decoding.strategy import NEG_INF, row_argmax
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
 
 Stopping = Literal["exact", "beam_full", "first"]
+
+
+def encode(model: Seq2Seq, src: Tensor, src_mask: Tensor, parts: Optional[Sequence[int]]) -> Any:
+    """The model's memory of ``src``: whole, or with ``parts`` each of those batches on its own."""
+    return model.encode(src, src_mask) if parts is None else model.encode_parts(src, src_mask, parts)
 
 
 # --------------------------------------------------------------------------- greedy and sampling
@@ -70,6 +75,7 @@ def single_path(
     length_penalty: float,
     need_attention: bool,
     guide: Optional[Guide] = None,
+    parts: Optional[Sequence[int]] = None,
 ) -> list[list[Decoded]]:
     """Decode ``copies`` independent paths per sentence, one token per path and step.
 
@@ -85,6 +91,8 @@ def single_path(
         length_penalty: GNMT's alpha; it only changes the reported ``score``.
         need_attention: also return each hypothesis's attention rows.
         guide: prefixes and avoided phrases (constraints.py); None for none.
+        parts: the row counts of the length-sorted batches ``src`` joins, each encoded on its own
+            (``Seq2Seq.encode_parts``); None encodes ``src`` whole.
 
     Returns:
         One list per sentence of its ``copies`` hypotheses, best score first. Token log-probs are the model's own.
@@ -95,7 +103,7 @@ def single_path(
     """
     device = src.device
     src_mask = src.ne(PAD)  # (batch, src_len)
-    state = model.init_state(model.encode(src, src_mask), src_mask)
+    state = model.init_state(encode(model, src, src_mask, parts), src_mask)
     path = path_guide(guide)
     max_len = path.start(max_lengths(src_mask, max_len_a, max_len_b, max_len_cap), max_len_cap, copies, beam=False)
     if copies > 1:
@@ -188,6 +196,7 @@ def greedy(
     length_penalty: float = 0.0,
     need_attention: bool = False,
     guide: Optional[Guide] = None,
+    parts: Optional[Sequence[int]] = None,
 ) -> list[list[Decoded]]:
     """Greedy decoding: the most likely token at every step.
 
@@ -200,6 +209,7 @@ def greedy(
         length_penalty: GNMT's alpha; it only changes the reported ``score``.
         need_attention: also return each hypothesis's attention rows.
         guide: prefixes and avoided phrases (constraints.py); None for none.
+        parts: batches joined in ``src``, each encoded on its own (``single_path``); None for one.
 
     Returns:
         One list per sentence holding its one hypothesis.
@@ -220,6 +230,7 @@ def greedy(
         length_penalty=length_penalty,
         need_attention=need_attention,
         guide=guide,
+        parts=parts,
     )
 
 
@@ -251,6 +262,7 @@ def beam_search(
     stopping: Stopping,
     need_attention: bool = False,
     guide: Optional[Guide] = None,
+    parts: Optional[Sequence[int]] = None,
 ) -> list[list[Decoded]]:
     """Batched beam search: the ``nbest`` best hypotheses of each sentence.
 
@@ -267,6 +279,7 @@ def beam_search(
             There is no default here: callers pass ``decoding.stopping``, whose default the config holds.
         need_attention: also return each hypothesis's attention rows.
         guide: prefixes, lexical constraints and avoided phrases (constraints.py); None for none.
+        parts: batches joined in ``src``, each encoded on its own (``single_path``); None for one.
 
     Returns:
         One list per sentence of up to ``nbest`` hypotheses, best first.
@@ -287,7 +300,7 @@ def beam_search(
     device = src.device
     batch_size, k = src.size(0), beam_size
     src_mask = src.ne(PAD)  # (batch, src_len)
-    state = model.init_state(model.encode(src, src_mask), src_mask)  # one row per sentence until the first step
+    state = model.init_state(encode(model, src, src_mask, parts), src_mask)  # one row per sentence until the first step
     beam_rows = torch.arange(batch_size, device=device).repeat_interleave(k)  # (batch * k,) each row's sentence
     strategy = beam_strategy(guide, length_penalty)
     max_len = strategy.start(max_lengths(src_mask, max_len_a, max_len_b, max_len_cap), max_len_cap, k)  # (batch,)

@@ -234,6 +234,9 @@ class Shortlisted(Seq2Seq):
     def encode(self, src: Tensor, src_mask: Tensor):
         return self.model.encode(src, src_mask), src
 
+    def encode_parts(self, src: Tensor, src_mask: Tensor, sizes):
+        return self.model.encode_parts(src, src_mask, sizes), src
+
     def init_state(self, memory, src_mask: Tensor) -> ShortlistState:
         memory, src = memory
         ids = candidates(

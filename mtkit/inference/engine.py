@@ -33,6 +33,25 @@ def batches(ids: list[list[int]], options: Options) -> Iterator[list[int]]:
         yield batch
 
 
+def decode_groups(ids: list[list[int]], options: Options) -> Iterator[tuple[list[int], list[int]]]:
+    """``batches``, joined: consecutive batches decoded as one while their sentences x hypotheses per sentence
+    (``beam_size``, or ``nbest`` when sampling) stay within ``step_rows``. Yields each group's indices and its
+    batches' sizes, which ``Seq2Seq.encode_parts`` encodes one by one: the encoder keeps its short, even batches
+    and the decoder's per-step work (one call per small operation) is shared by more hypotheses."""
+    per_sentence = options.nbest if options.sampling else options.beam_size
+    most = max(1, options.step_rows // per_sentence)
+    group: list[int] = []
+    sizes: list[int] = []
+    for batch in batches(ids, options):
+        if group and len(group) + len(batch) > most:
+            yield group, sizes
+            group, sizes = [], []
+        group += batch
+        sizes.append(len(batch))
+    if group:
+        yield group, sizes
+
+
 def max_chars_for(max_src: int) -> int:
     """Characters of a line beyond which it has more than ``max_src`` subwords: a SentencePiece piece spans at
     most 16 characters (its default ``max_sentencepiece_length``) and NFKC normalisation shrinks text at most a

@@ -42,6 +42,7 @@ class Options:
     search: str = _DECODING["search"]  # the CTranslate2 engine's: ranked as mtkit ranks, or CTranslate2's own
     batch_size: int = _DECODING["batch_size"]
     batch_tokens: Optional[int] = _DECODING["batch_tokens"]
+    step_rows: int = _DECODING["step_rows"]
     chunk_size: int = _DECODING["chunk_size"]
     sampling: bool = False
     temperature: float = _SAMPLING["temperature"]

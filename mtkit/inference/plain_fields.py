@@ -9,6 +9,7 @@ DECODING = {
     "max_len_b": {"default": 10, "type": "int", "ge": 0},
     "batch_size": {"default": 64, "type": "int", "ge": 1},
     "batch_tokens": {"default": None, "type": "int", "optional": True, "ge": 1},
+    "step_rows": {"default": 1000, "type": "int", "ge": 1},
     "chunk_size": {"default": 2000, "type": "int", "ge": 1},
     "nbest": {"default": 1, "type": "int", "ge": 1},
     "stopping": {"default": "beam_full", "type": "choice", "choices": ("first", "beam_full", "exact")},

@@ -11,7 +11,7 @@ import torch
 
 from mtkit.decoding import sampling, search
 from mtkit.decoding.constraints import Guidance, Guide
-from mtkit.inference.engine import Engine, batches
+from mtkit.inference.engine import Engine, decode_groups
 from mtkit.inference.options import Options
 from mtkit.models import EOS, PAD, Seq2Seq, State
 from mtkit.tokenizer import NUM_SPECIAL
@@ -33,6 +33,9 @@ class Ensemble(Seq2Seq):
 
     def encode(self, src, src_mask):
         return [m.encode(src, src_mask) for m in self.models]
+
+    def encode_parts(self, src, src_mask, sizes):
+        return [m.encode_parts(src, src_mask, sizes) for m in self.models]
 
     def init_state(self, memory, src_mask):
         return EnsembleState([m.init_state(mem, src_mask) for m, mem in zip(self.models, memory)])
@@ -88,7 +91,7 @@ class TorchEngine(Engine):
     ) -> list[list]:
         results: list[list] = [[] for _ in ids]  # empty inputs give empty outputs without a model call
         o = options or self.options
-        for idx in batches(ids, o):
+        for idx, sizes in decode_groups(ids, o):
             items = [guidance[i] for i in idx] if guidance is not None else []
             guide = Guide(items, self.device, self.glue()) if any(items) else None
             constrained = guide is not None and guide.has_constraints
@@ -98,7 +101,9 @@ class TorchEngine(Engine):
                 src[row, : len(ids[i])] = torch.tensor(ids[i], dtype=torch.long)
                 src[row, len(ids[i])] = EOS
             src = src.to(self.device)
-            common = dict(max_len_a=o.max_len_a, max_len_b=o.max_len_b, need_attention=o.alignments, guide=guide)
+            common = dict(
+                max_len_a=o.max_len_a, max_len_b=o.max_len_b, need_attention=o.alignments, guide=guide, parts=sizes
+            )
             if o.sampling:
                 out = sampling.sample(
                     self.model,

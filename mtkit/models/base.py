@@ -18,7 +18,7 @@ Every tensor held by a State is batch-first, so ``reorder`` is one ``index_selec
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -125,6 +125,26 @@ class Seq2Seq(nn.Module):
             The encoder memory in the model's own form (a tensor or a tuple of them), batch-first.
         """
         raise NotImplementedError
+
+    def encode_parts(self, src: Tensor, src_mask: Tensor, sizes: Sequence[int]) -> Any:
+        """``encode`` of a batch made of consecutive parts, each part as if encoded alone: cut to its own longest
+        source, so that a short part pays for neither a long part's padding nor, in self-attention, its square.
+        Decoding joins several length-sorted batches this way: the encoder wants short, even batches, the decoder
+        steps many hypotheses at once.
+
+        Args:
+            src: (batch, src_len) source ids, right-padded with PAD.
+            src_mask: (batch, src_len) bool, True on real tokens.
+            sizes: the parts' row counts, in order, summing to batch.
+
+        Returns:
+            What ``encode(src, src_mask)`` returns, in the same form. This default encodes the whole batch at
+            once, which is right for encoders whose cost padding does not raise (the RNNs pack their sequences);
+            the Transformer encodes part by part.
+        """
+        if sum(sizes) != src.size(0):
+            raise ValueError(f"parts of {list(sizes)} rows do not make a batch of {src.size(0)}")
+        return self.encode(src, src_mask)
 
     def init_state(self, memory: Any, src_mask: Tensor) -> State:  # pragma: no cover - interface
         """The decoder state before the first target position.

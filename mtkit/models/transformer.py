@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -287,6 +287,21 @@ class Transformer(Seq2Seq):
         for layer in self.encoder:
             x = layer(x, src_mask)
         return self.encoder_norm(x)  # (batch, src_len, d_model)
+
+    def encode_parts(self, src: Tensor, src_mask: Tensor, sizes: Sequence[int]) -> Tensor:
+        if sum(sizes) != src.size(0):
+            raise ValueError(f"parts of {list(sizes)} rows do not make a batch of {src.size(0)}")
+        if len(sizes) <= 1:
+            return self.encode(src, src_mask)
+        memory, start = None, 0
+        for n in sizes:
+            rows, start = slice(start, start + n), start + n
+            width = int(src_mask[rows].sum(1).max())  # sources are right-padded: the part's longest
+            part = self.encode(src[rows, :width], src_mask[rows, :width])  # (n, width, d_model)
+            if memory is None:  # padding stays zero: the cross-attention gives it no weight
+                memory = part.new_zeros(src.size(0), src.size(1), part.size(-1))
+            memory[rows, :width] = part
+        return memory
 
     def init_state(self, memory: Tensor, src_mask: Tensor) -> TransformerState:
         mem = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
