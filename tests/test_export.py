@@ -248,6 +248,9 @@ class Renormalised(torch.nn.Module):
     def encode(self, src, src_mask):
         return self.model.encode(src, src_mask)
 
+    def encode_parts(self, src, src_mask, sizes):
+        return self.model.encode_parts(src, src_mask, sizes)
+
     def init_state(self, memory, src_mask):
         return self.model.init_state(memory, src_mask)
 

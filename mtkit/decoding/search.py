@@ -56,8 +56,8 @@ Stopping = Literal["exact", "beam_full", "first"]
 
 
 def encode(model: Seq2Seq, src: Tensor, src_mask: Tensor, parts: Optional[Sequence[int]]) -> Any:
-    """The model's memory of ``src``: whole, or with ``parts`` each of those batches on its own."""
-    return model.encode(src, src_mask) if parts is None else model.encode_parts(src, src_mask, parts)
+    """The model's memory of ``src``: whole, or with two or more ``parts`` each of those batches on its own."""
+    return model.encode(src, src_mask) if parts is None or len(parts) < 2 else model.encode_parts(src, src_mask, parts)
 
 
 # --------------------------------------------------------------------------- greedy and sampling
