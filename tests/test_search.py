@@ -249,6 +249,27 @@ def test_batch_with_different_finishing_times_equals_one_by_one_and_shrinks():
             assert torch.equal(batched[i][0].attention, alone.attention)
 
 
+def test_ended_paths_run_on_until_a_quarter_of_the_batch_then_leave_together(monkeypatch):
+    """Greedy drops paths that ended only once they are DROP_SHARE of the batch (each drop copies every path's
+    state); what a path emits after its EOS is ignored, so the output is what dropping at every end gives."""
+    from mtkit.decoding import search
+
+    tables = [GARDEN, LENGTHY, BRANCHY, NEVER_ENDS]
+    src = make_src([3, 0, 1, 2, 3, 3, 3, 3], [6, 2, 4, 3, 5, 4, 6, 3])  # three end early, one at a time
+    kw = dict(max_len_a=1.0, max_len_b=2, need_attention=True)
+    lazy_model, eager_model = ScriptedModel(tables), ScriptedModel(tables)
+    lazy = decode(lazy_model, src, "greedy", **kw)
+    monkeypatch.setattr(search, "DROP_SHARE", 0.0)
+    eager = decode(eager_model, src, "greedy", **kw)
+    for a, b in zip(lazy, eager):
+        assert a[0].tokens == b[0].tokens and a[0].score == b[0].score and torch.equal(a[0].attention, b[0].attention)
+    # ended paths leave in fewer, larger drops, each of at least a quarter of the rows left
+    lazy_sizes, eager_sizes = lazy_model.batch_sizes, eager_model.batch_sizes
+    assert len(set(lazy_sizes)) < len(set(eager_sizes)) and lazy_sizes[0] == eager_sizes[0] == 8
+    assert all(b == a or a - b >= a / 4 for a, b in zip(lazy_sizes, lazy_sizes[1:]))
+    assert sum(lazy_sizes) > sum(eager_sizes)  # the price: steps of paths already ended
+
+
 # With alpha = 2 the long path A B C*7 EOS wins (-1.795 / lp(10)^2 = -0.287 against A EOS: -0.799 / lp(2)^2 = -0.587),
 # although after A B (cumulative -1.715) it looks hopeless judged at its current length (-1.715 / lp(3)^2 = -0.965).
 LATE_WINNER = {

@@ -53,6 +53,10 @@ from mtkit.decoding.strategy import NEG_INF, row_argmax
 from mtkit.models.base import BOS, EOS, PAD, Seq2Seq
 
 Stopping = Literal["exact", "beam_full", "first"]
+# Greedy and sampled paths that ended keep running (their outputs past EOS are ignored) until they are this share of
+# the batch, and are then dropped together: each drop copies the state of every path left (its caches and sources),
+# so dropping a few at a time, most steps, cost more than the steps they would have run (docs/benchmarks.md, 21).
+DROP_SHARE = 0.25
 
 
 def encode(model: Seq2Seq, src: Tensor, src_mask: Tensor, parts: Optional[Sequence[int]]) -> Any:
@@ -124,6 +128,7 @@ def single_path(
     live_max_len = max_len  # (live,)
     first_forced_step = int(max_len.min()) if num_rows else 0
     prev_tokens = torch.full((num_rows,), BOS, dtype=torch.long, device=device)  # (live,)
+    done: Optional[Tensor] = None  # (live,) paths that ended but still run, until enough of them are dropped at once
     for t in range(num_steps):
         log_probs, state, attention = model.step(prev_tokens, state, need_attention)
         log_probs = log_probs.float()  # (live, vocab)
@@ -147,15 +152,19 @@ def single_path(
         if out_attention is not None:
             out_attention[active, t] = attention.float()
         path.advance(tokens)
-        ended = tokens.eq(EOS)  # (live,)
-        if bool(ended.any()):  # the one sync per step
+        ended = tokens.eq(EOS) if done is None else tokens.eq(EOS).logical_or_(done)  # (live,)
+        finished = int(ended.sum())  # the one sync per step
+        if finished == ended.numel():
+            break
+        if finished and finished >= DROP_SHARE * ended.numel():
             keep = ended.logical_not().nonzero().squeeze(1)  # (still_live,)
-            if keep.numel() == 0:
-                break
             active, live_max_len, tokens = active[keep], live_max_len[keep], tokens[keep]
             state = state.reorder(keep)
             path.keep(keep)
             first_forced_step = int(live_max_len.min())
+            done = None
+        elif finished:
+            done = ended
         prev_tokens = tokens
 
     # Python lists once, at the end. A path's length is where its first EOS is.
