@@ -42,7 +42,7 @@ from conftest import (
 )
 from mtkit.checkpoint import load_checkpoint
 from mtkit.decoding.search import beam_search, greedy, max_lengths
-from mtkit.inference.engine import max_chars_for
+from mtkit.inference.engine import JOIN_PADDING, max_chars_for
 from mtkit.inference.options import Options
 from mtkit.inference.torch_engine import Ensemble, TorchEngine
 from mtkit.inference.translate import chunks, one_line, pipe_chunks, read_lines, translate_stream
@@ -372,11 +372,20 @@ def test_decode_groups_join_whole_batches_within_step_rows(lengths, batch_size, 
     assert [i for group, _ in groups for i in group] == [i for batch in want for i in batch]  # the same order
     it = iter(want)
     per_sentence = nbest if sampling else beam_size
+    padded = []  # per group: its sources padded to its longest, and each of its batches padded on its own
     for group, sizes in groups:
-        assert [len(b) for b in (next(it) for _ in sizes)] == sizes and sum(sizes) == len(group)  # whole batches
-        assert len(group) * per_sentence <= step_rows or len(sizes) == 1  # a batch over step_rows goes alone
-    for (before, _), (_, after) in zip(groups, groups[1:]):  # a group closes only when the next batch breaks it
-        assert (len(before) + after[0]) * per_sentence > step_rows
+        members = [next(it) for _ in sizes]
+        assert [len(b) for b in members] == sizes and sum(sizes) == len(group)  # whole batches
+        own = sum(len(b) * (len(ids[b[-1]]) + 1) for b in members)
+        padded.append((len(group) * (max(len(ids[i]) for i in group) + 1), own))
+        if len(sizes) > 1:  # a batch over step_rows goes alone; joined ones pad at most JOIN_PADDING times more
+            assert len(group) * per_sentence <= step_rows and padded[-1][0] <= JOIN_PADDING * own
+    for i, ((before, _), (_, after)) in enumerate(zip(groups, groups[1:])):  # closed only when the next batch
+        nxt = want[sum(len(s) for _, s in groups[: i + 1])]  # (the first of the next group) breaks a bound
+        width = max(len(ids[j]) for j in before + nxt) + 1
+        assert (len(before) + after[0]) * per_sentence > step_rows or (
+            (len(before) + len(nxt)) * width > JOIN_PADDING * (padded[i][1] + len(nxt) * (len(ids[nxt[-1]]) + 1))
+        )
 
 
 def test_batch_tokens_and_step_rows_change_batches_not_translations(loaded, run_dir, test_lines, capsys, monkeypatch):
@@ -402,18 +411,30 @@ def test_batch_tokens_and_step_rows_change_batches_not_translations(loaded, run_
         assert code == 0, err
         return out
 
-    stdin = ("\n".join(test_lines[:30]) + "\n").encode()
+    # 30 lines of one length: batches that joining pads no further
+    lengths = [len(x) for x in make_translator(loaded).encode(test_lines)]
+    common = max(set(lengths), key=lengths.count)
+    lines = [line for line, n in zip(test_lines, lengths) if n == common] * 30
+    lines = lines[:30]
+    stdin = ("\n".join(lines) + "\n").encode()
     plain = translate()
     # the run's decoding.batch_size (16) cuts the encoder's batches; both are decoded together, as 30 sentences x
     # beam 4 are within the default step_rows
-    assert [rows for rows, _ in encoded] == [16, 14] and decoded == [((30, encoded[1][1]), [16, 14])]
+    assert encoded == [(16, common + 1), (14, common + 1)] and decoded == [((30, common + 1), [16, 14])]
     capped = translate("--batch-tokens", "40")
-    assert_same_translations(loaded, test_lines[:30], capped, plain)
+    assert_same_translations(loaded, lines, capped, plain)
     assert len(encoded) > 2 and all(rows * width <= 40 or rows == 1 for rows, width in encoded)
     assert sum(parts == [rows] for (rows, _), parts in decoded) < len(decoded)  # joined, some of them
     alone = translate("--step-rows", "4")  # one sentence x beam 4: every batch on its own, as before step_rows
-    assert [shape for shape, _ in decoded] == encoded == [(16, encoded[0][1]), (14, encoded[1][1])]
-    assert_same_translations(loaded, test_lines[:30], alone, plain)
+    assert [shape for shape, _ in decoded] == encoded == [(16, common + 1), (14, common + 1)]
+    assert_same_translations(loaded, lines, alone, plain)
+    # lines of many lengths: batches join only while the longest source pads them at most JOIN_PADDING times more
+    stdin = ("\n".join(test_lines) + "\n").encode()
+    translate()
+    for (rows, width), parts in decoded:
+        own = [w * n for (n, w) in encoded[: len(parts)]]
+        assert [n for n, _ in encoded[: len(parts)]] == parts and rows * width <= JOIN_PADDING * sum(own)
+        del encoded[: len(parts)]
     for flag in ("--batch-tokens", "--step-rows"):
         code, out, err = run_main(["translate", run_dir, flag, "0"], stdin, capsys, monkeypatch)
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and flag[2:].replace("-", "_") in err, err

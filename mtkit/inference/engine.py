@@ -33,21 +33,34 @@ def batches(ids: list[list[int]], options: Options) -> Iterator[list[int]]:
         yield batch
 
 
+# Joined batches share one source width, the longest: every step's cross-attention reads the padding too, and
+# greedy's drops copy it. A batch joins only while the group's padded sources stay within this many times what its
+# batches pad on their own (docs/benchmarks.md, section 21).
+JOIN_PADDING = 1.3
+
+
 def decode_groups(ids: list[list[int]], options: Options) -> Iterator[tuple[list[int], list[int]]]:
     """``batches``, joined: consecutive batches decoded as one while their sentences x hypotheses per sentence
-    (``beam_size``, or ``nbest`` when sampling) stay within ``step_rows``. Yields each group's indices and its
-    batches' sizes, which ``Seq2Seq.encode_parts`` encodes one by one: the encoder keeps its short, even batches
-    and the decoder's per-step work (one call per small operation) is shared by more hypotheses."""
+    (``beam_size``, or ``nbest`` when sampling) stay within ``step_rows`` and their sources, padded to the longest,
+    within ``JOIN_PADDING`` times the positions of each batch padded on its own. Yields each group's indices and
+    its batches' sizes, which ``Seq2Seq.encode_parts`` encodes one by one: the encoder keeps its short, even
+    batches and the decoder's per-step work (one call per small operation) is shared by more hypotheses."""
     per_sentence = options.nbest if options.sampling else options.beam_size
     most = max(1, options.step_rows // per_sentence)
     group: list[int] = []
     sizes: list[int] = []
+    own = width = 0  # the group's source positions as its batches pad them, and its longest source
     for batch in batches(ids, options):
-        if group and len(group) + len(batch) > most:
+        longest = len(ids[batch[-1]]) + 1  # batches are sorted by length
+        if group and (
+            len(group) + len(batch) > most
+            or (len(group) + len(batch)) * max(width, longest) > JOIN_PADDING * (own + len(batch) * longest)
+        ):
             yield group, sizes
-            group, sizes = [], []
+            group, sizes, own, width = [], [], 0, 0
         group += batch
         sizes.append(len(batch))
+        own, width = own + len(batch) * longest, max(width, longest)
     if group:
         yield group, sizes
 

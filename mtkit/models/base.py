@@ -1,6 +1,7 @@
 """The interface every model implements; search and training use nothing else.
 
-- ``encode(src, src_mask) -> memory``
+- ``encode(src, src_mask) -> memory``; ``encode_parts(src, src_mask, sizes)``: the same memory for a batch joined
+  from smaller ones, each encoded on its own (a default is given)
 - ``init_state(memory, src_mask) -> State``
 - ``step_features(prev_tokens, state, need_attention=False) -> (hidden, state, attention or None)``: one position,
   the decoder's output before the output layer, (rows, d)

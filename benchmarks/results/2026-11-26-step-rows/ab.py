@@ -1,0 +1,54 @@
+"""Greedy decoding of test_2016_flickr in one process, three ways in turns: each batch decoded on its own with
+every ended path dropped at once (the code before), batches joined up to step_rows, and both changes.
+
+    python benchmarks/results/2026-11-26-step-rows/ab.py runs/bench-multi30k-transformer int8 8
+"""
+
+import io
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+from benchlib import describe, read_gz  # noqa: E402
+
+import mtkit  # noqa: E402
+from mtkit.decoding import search  # noqa: E402
+from mtkit.inference.translate import translate_stream  # noqa: E402
+
+run, dtype, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+beam = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+sources = read_gz(Path("data/multi30k/test_2016_flickr.en.gz"))
+model = mtkit.load(run, beam_size=beam, threads=2, device="cpu", dtype=dtype)
+base = model.engine.options
+ways = {"before (step_rows 1, drop at once)": (1, 0.0), "step_rows 1000": (1000, 0.0), "both": (1000, 0.25)}
+
+
+def translate(step_rows: int, share: float) -> tuple[float, list[str]]:
+    model.engine.options = base.replace(step_rows=step_rows)
+    search.DROP_SHARE = share
+    out = io.StringIO()
+    start = time.perf_counter()
+    translate_stream(model, sources, out)
+    return time.perf_counter() - start, out.getvalue().splitlines()
+
+
+translate(1, 0.0)  # warm-up
+seconds = {name: [] for name in ways}
+lines = {}
+for _ in range(turns):
+    for name, way in ways.items():
+        took, lines[name] = translate(*way)
+        seconds[name].append(took)
+print(f"{time.strftime('%Y-%m-%d %H:%M')}; {describe()}")
+print(f"{run}: {len(sources)} sentences, beam {beam}, {dtype}, {turns} turns, one process")
+first = next(iter(ways))
+for name in ways:
+    ratio = statistics.median(a / b for a, b in zip(seconds[first], seconds[name]))
+    differ = sum(a != b for a, b in zip(lines[first], lines[name]))
+    print(
+        f"{name:<36} median {len(sources) / statistics.median(seconds[name]):6.1f} sent/s, "
+        f"{ratio:.3f}x the first (median of the turns' ratios), {differ} lines differ; "
+        f"s: {' '.join(f'{s:.2f}' for s in seconds[name])}"
+    )
