@@ -296,8 +296,8 @@ class DecodingConfig(Section):
     step_rows: int = Field(
         1000,
         ge=1,
-        description="hypotheses stepped together: consecutive length-sorted batches are decoded as one while their "
-        "sentences x beam_size (x nbest when sampling) stay within it, each batch still encoded on its own",
+        description="the torch engine's hypotheses stepped together: consecutive length-sorted batches are decoded "
+        "as one while their sentences x beam_size (nbest when sampling) stay within it, each still encoded alone",
     )
     chunk_size: int = Field(2000, ge=1, description="lines read from stdin and length-sorted at a time")
     nbest: int = Field(1, ge=1)
