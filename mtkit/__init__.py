@@ -29,8 +29,9 @@ def load(path: Union[str, "Path"], **options) -> "TranslationModel":
     """A model to translate with, from a run dir, a checkpoint or a dir written by ``mtkit export``.
 
     ``options``: those of ``mtkit translate`` (beam_size, length_penalty, max_len_a, max_len_b, batch_size,
-    batch_tokens, step_rows, nbest, device, dtype, threads, stopping, shortlist, sampling, temperature, top_k, top_p, seed,
-    engine="ctranslate2", checkpoints=[...] to ensemble); see ``mtkit.inference.api.load``. Bad ones raise ``MtkitError``.
+    batch_tokens, step_rows, nbest, device, dtype, threads, stopping, shortlist, sampling, temperature, top_k, top_p,
+    seed, engine="ctranslate2", checkpoints=[...] to ensemble); see ``mtkit.inference.api.load``. Bad ones raise
+    ``MtkitError``.
     """
     from mtkit.inference.api import load as load_model
 
