@@ -252,14 +252,14 @@ def test_batch_with_different_finishing_times_equals_one_by_one_and_shrinks():
 def test_ended_paths_run_on_until_a_quarter_of_the_batch_then_leave_together(monkeypatch):
     """Greedy drops paths that ended only once they are DROP_SHARE of the batch (each drop copies every path's
     state); what a path emits after its EOS is ignored, so the output is what dropping at every end gives."""
-    from mtkit.decoding import search
+    from mtkit.decoding import single_path
 
     tables = [GARDEN, LENGTHY, BRANCHY, NEVER_ENDS]
     src = make_src([3, 0, 1, 2, 3, 3, 3, 3], [6, 2, 4, 3, 5, 4, 6, 3])  # three end early, one at a time
     kw = dict(max_len_a=1.0, max_len_b=2, need_attention=True)
     lazy_model, eager_model = ScriptedModel(tables), ScriptedModel(tables)
     lazy = decode(lazy_model, src, "greedy", **kw)
-    monkeypatch.setattr(search, "DROP_SHARE", 0.0)
+    monkeypatch.setattr(single_path, "DROP_SHARE", 0.0)
     eager = decode(eager_model, src, "greedy", **kw)
     for a, b in zip(lazy, eager):
         assert a[0].tokens == b[0].tokens and a[0].score == b[0].score and torch.equal(a[0].attention, b[0].attention)

@@ -1,6 +1,6 @@
 """Ancestral sampling with temperature, top-k and nucleus (top-p) truncation.
 
-It runs on search.py's single-path decoder. ``sample`` returns ``nbest`` independent samples per sentence as
+It runs on single_path.py's decoder, greedy's too. ``sample`` returns ``nbest`` independent samples per sentence as
 ``Decoded`` lists, like the other decoders.
 """
 
@@ -14,7 +14,7 @@ from torch import Tensor
 from mtkit.decoding.constraints import Guide
 from mtkit.decoding.hypothesis import Decoded
 from mtkit.decoding.limits import check_common, default_cap
-from mtkit.decoding.search import single_path
+from mtkit.decoding.single_path import single_path
 from mtkit.decoding.strategy import NEG_INF, row_topk
 from mtkit.models.base import Seq2Seq
 
@@ -82,7 +82,7 @@ def sample(
         need_attention: also return each hypothesis's attention rows.
         guide: prefixes and avoided phrases (constraints.py); None for none. A forced prefix token is drawn with
             certainty.
-        parts: batches joined in ``src``, each encoded on its own (``search.single_path``); None for one.
+        parts: batches joined in ``src``, each encoded on its own (``single_path``); None for one.
 
     Returns:
         One list per sentence of its ``nbest`` samples, best score first.

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 from benchlib import describe, read_gz  # noqa: E402
 
 import mtkit  # noqa: E402
-from mtkit.decoding import search  # noqa: E402
+from mtkit.decoding import single_path  # noqa: E402
 from mtkit.inference import engine  # noqa: E402
 from mtkit.inference.translate import translate_stream  # noqa: E402
 
@@ -26,7 +26,7 @@ run, dtype, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sources = read_gz(Path("data/multi30k/test_2016_flickr.en.gz"))
 model = mtkit.load(run, beam_size=1, threads=2, device="cpu", dtype=dtype)
 base = model.engine.options
-bound, share = engine.JOIN_PADDING, search.DROP_SHARE
+bound, share = engine.JOIN_PADDING, single_path.DROP_SHARE
 if "--bound" in sys.argv:  # (step_rows, JOIN_PADDING, DROP_SHARE)
     ways = {
         "each batch on its own": (1, bound, share),
@@ -43,7 +43,7 @@ else:
 
 def translate(step_rows: int, limit: float, drop_share: float) -> tuple[float, list[str]]:
     model.engine.options = base.replace(step_rows=step_rows)
-    engine.JOIN_PADDING, search.DROP_SHARE = limit, drop_share
+    engine.JOIN_PADDING, single_path.DROP_SHARE = limit, drop_share
     out = io.StringIO()
     start = time.perf_counter()
     translate_stream(model, sources, out)
