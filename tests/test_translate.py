@@ -380,8 +380,8 @@ def test_decode_groups_join_whole_batches_within_step_rows(lengths, batch_size, 
         padded.append((len(group) * (max(len(ids[i]) for i in group) + 1), own))
         if len(sizes) > 1:  # a batch over step_rows goes alone; joined ones pad at most JOIN_PADDING times more
             assert len(group) * per_sentence <= step_rows and padded[-1][0] <= JOIN_PADDING * own
-    for i, ((before, _), (_, after)) in enumerate(zip(groups, groups[1:])):  # closed only when the next batch
-        nxt = want[sum(len(s) for _, s in groups[: i + 1])]  # (the first of the next group) breaks a bound
+    for i, ((before, _), (_, after)) in enumerate(zip(groups, groups[1:])):  # a group closes only when the next
+        nxt = want[sum(len(s) for _, s in groups[: i + 1])]  # batch, the next group's first, breaks a bound
         width = max(len(ids[j]) for j in before + nxt) + 1
         assert (len(before) + after[0]) * per_sentence > step_rows or (
             (len(before) + len(nxt)) * width > JOIN_PADDING * (padded[i][1] + len(nxt) * (len(ids[nxt[-1]]) + 1))
@@ -414,8 +414,7 @@ def test_batch_tokens_and_step_rows_change_batches_not_translations(loaded, run_
     # 30 lines of one length: batches that joining pads no further
     lengths = [len(x) for x in make_translator(loaded).encode(test_lines)]
     common = max(set(lengths), key=lengths.count)
-    lines = [line for line, n in zip(test_lines, lengths) if n == common] * 30
-    lines = lines[:30]
+    lines = ([line for line, n in zip(test_lines, lengths) if n == common] * 30)[:30]
     stdin = ("\n".join(lines) + "\n").encode()
     plain = translate()
     # the run's decoding.batch_size (16) cuts the encoder's batches; both are decoded together, as 30 sentences x
