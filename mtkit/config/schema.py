@@ -297,7 +297,8 @@ class DecodingConfig(Section):
         1000,
         ge=1,
         description="the torch engine's hypotheses stepped together: consecutive length-sorted batches are decoded "
-        "as one while their sentences x beam_size (nbest when sampling) stay within it, each still encoded alone",
+        "as one while their sentences x beam_size (nbest when sampling) stay within it, each still encoded alone; "
+        "batch_size and batch_tokens bound the encoder's batches, this bounds the decoder's memory",
     )
     chunk_size: int = Field(2000, ge=1, description="lines read from stdin and length-sorted at a time")
     nbest: int = Field(1, ge=1)
