@@ -49,18 +49,18 @@ def decode_groups(ids: list[list[int]], options: Options) -> Iterator[tuple[list
     most = max(1, options.step_rows // per_sentence)
     group: list[int] = []
     sizes: list[int] = []
-    own = width = 0  # the group's source positions as its batches pad them, and its longest source
+    own = 0  # the group's source positions as its batches pad them
     for batch in batches(ids, options):
-        longest = len(ids[batch[-1]]) + 1  # batches are sorted by length
+        longest = len(ids[batch[-1]]) + 1  # batches come shortest first: the group's longest once it joins
         if group and (
             len(group) + len(batch) > most
-            or (len(group) + len(batch)) * max(width, longest) > JOIN_PADDING * (own + len(batch) * longest)
+            or (len(group) + len(batch)) * longest > JOIN_PADDING * (own + len(batch) * longest)
         ):
             yield group, sizes
-            group, sizes, own, width = [], [], 0, 0
+            group, sizes, own = [], [], 0
         group += batch
         sizes.append(len(batch))
-        own, width = own + len(batch) * longest, max(width, longest)
+        own += len(batch) * longest
     if group:
         yield group, sizes
 
