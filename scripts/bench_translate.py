@@ -161,6 +161,68 @@ def build(
     )
 
 
+def run_row(args, row: str, compute_type: str, beam: int, shortlist, sources, references, peer, record) -> None:
+    """Translate the split with one row's settings and print the row (with --direct, CTranslate2 called directly
+    too), or say on its line why it cannot run on this machine. ``record`` holds the runs' signatures, ratio lines
+    and ratios to ``onmt_translate`` per row, ``peer`` the latter's sentences/s per beam."""
+    signatures, ratios, peer_ratios = record
+    from mtkit.errors import MtkitError
+    from mtkit.inference.translate import translate_stream
+    from mtkit.scoring.score import corpus_scores
+
+    try:
+        translator = build(
+            args.run,
+            args.engine,
+            compute_type,
+            beam,
+            args.threads,
+            args.batch_size,
+            args.stopping,
+            shortlist,
+        )
+        counter = TokenCounter(translator)
+    except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
+        print(f"{row}  skipped: {err}", flush=True)
+        return
+    translate_stream(translator, sources[: args.warmup], io.StringIO())
+    if args.direct:
+        direct_ct2(translator, sources[: args.warmup])
+    seconds = direct_seconds = math.inf
+    for _ in range(args.repeat):  # the fastest of the repeats; with --direct, the two take turns
+        counter.target_tokens = 0
+        sink = io.StringIO()
+        start = time.perf_counter()
+        translate_stream(translator, sources, sink)
+        seconds = min(seconds, time.perf_counter() - start)
+        if args.direct:
+            start = time.perf_counter()
+            direct_hyps = direct_ct2(translator, sources)
+            direct_seconds = min(direct_seconds, time.perf_counter() - start)
+    hyps = sink.getvalue().split("\n")[:-1]
+    assert len(hyps) == len(sources), (len(hyps), len(sources))
+    scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
+    signatures.update({name: s["signature"] for name, s in scores.items()})
+    print(
+        f"{row} {seconds:>8.2f} {len(sources) / seconds:>8.1f} {counter.target_tokens / seconds:>10.0f} "
+        f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}",
+        flush=True,
+    )
+    if beam in peer:
+        ratio = len(sources) / seconds / peer[beam]
+        peer_ratios.setdefault(row.strip(), []).append(ratio)
+        ratios.append(f"{row.strip()}: {ratio:.2f}x onmt_translate")
+    if args.direct:
+        scores = corpus_scores(direct_hyps, [references], metrics=("bleu", "chrf"))
+        print(
+            f"{'ct2 direct':<12} {compute_type:<13} {beam:>4} {'':>9} {direct_seconds:>8.2f} "
+            f"{len(sources) / direct_seconds:>8.1f} {'':>10} {scores['bleu']['score']:>6.2f} "
+            f"{scores['chrf']['score']:>6.2f}",
+            flush=True,
+        )
+        ratios.append(f"{row.strip()}: {direct_seconds / seconds:.3f}x CTranslate2 called directly")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="run dir or checkpoint (torch, ctranslate2), or an export dir")
@@ -219,10 +281,6 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
-    from mtkit.errors import MtkitError
-    from mtkit.inference.translate import translate_stream
-    from mtkit.scoring.score import corpus_scores
-
     sources = read_gz(args.data / f"{args.split}.en.gz")
     references = read_gz(args.data / f"{args.split}.de.gz")
     compute_types = args.compute_type or (["float32", "int8"] if args.engine == "ctranslate2" else ["float32"])
@@ -239,7 +297,7 @@ def main() -> None:
         f"{'engine':<12} {'compute':<13} {'beam':>4} {'shortlist':>9} {'seconds':>8} {'sent/s':>8} "
         f"{'tgt tok/s':>10} {'BLEU':>6} {'chrF':>6}"
     )
-    signatures, ratios, peer_ratios = {}, [], {}
+    signatures, ratios, peer_ratios = record = {}, [], {}
     for turn in range(args.turns):  # with --turns, the peer and every row again, in the same order
         if args.turns > 1:
             print(f"== turn {turn + 1} of {args.turns}, {time.strftime('%H:%M:%S')}", flush=True)
@@ -250,57 +308,7 @@ def main() -> None:
                     row = (
                         f"{args.engine:<12} {compute_type:<13} {beam:>4} {'run' if shortlist is None else shortlist:>9}"
                     )
-                    try:
-                        translator = build(
-                            args.run,
-                            args.engine,
-                            compute_type,
-                            beam,
-                            args.threads,
-                            args.batch_size,
-                            args.stopping,
-                            shortlist,
-                        )
-                        counter = TokenCounter(translator)
-                    except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
-                        print(f"{row}  skipped: {err}", flush=True)
-                        continue
-                    translate_stream(translator, sources[: args.warmup], io.StringIO())
-                    if args.direct:
-                        direct_ct2(translator, sources[: args.warmup])
-                    seconds = direct_seconds = math.inf
-                    for _ in range(args.repeat):  # the fastest of the repeats; with --direct, the two take turns
-                        counter.target_tokens = 0
-                        sink = io.StringIO()
-                        start = time.perf_counter()
-                        translate_stream(translator, sources, sink)
-                        seconds = min(seconds, time.perf_counter() - start)
-                        if args.direct:
-                            start = time.perf_counter()
-                            direct_hyps = direct_ct2(translator, sources)
-                            direct_seconds = min(direct_seconds, time.perf_counter() - start)
-                    hyps = sink.getvalue().split("\n")[:-1]
-                    assert len(hyps) == len(sources), (len(hyps), len(sources))
-                    scores = corpus_scores(hyps, [references], metrics=("bleu", "chrf"))
-                    signatures.update({name: s["signature"] for name, s in scores.items()})
-                    print(
-                        f"{row} {seconds:>8.2f} {len(sources) / seconds:>8.1f} {counter.target_tokens / seconds:>10.0f} "
-                        f"{scores['bleu']['score']:>6.2f} {scores['chrf']['score']:>6.2f}",
-                        flush=True,
-                    )
-                    if beam in peer:
-                        ratio = len(sources) / seconds / peer[beam]
-                        peer_ratios.setdefault(row.strip(), []).append(ratio)
-                        ratios.append(f"{row.strip()}: {ratio:.2f}x onmt_translate")
-                    if args.direct:
-                        scores = corpus_scores(direct_hyps, [references], metrics=("bleu", "chrf"))
-                        print(
-                            f"{'ct2 direct':<12} {compute_type:<13} {beam:>4} {'':>9} {direct_seconds:>8.2f} "
-                            f"{len(sources) / direct_seconds:>8.1f} {'':>10} {scores['bleu']['score']:>6.2f} "
-                            f"{scores['chrf']['score']:>6.2f}",
-                            flush=True,
-                        )
-                        ratios.append(f"{row.strip()}: {direct_seconds / seconds:.3f}x CTranslate2 called directly")
+                    run_row(args, row, compute_type, beam, shortlist, sources, references, peer, record)
     for line in ratios:
         print(line)
     if args.turns > 1:  # each turn's ratio compares runs minutes apart at most: their median is the figure
