@@ -150,7 +150,7 @@ def main() -> None:
     ref_path = run_dir / "test.ref.de"
     ref_path.write_text("\n".join(read_gz(ref)) + "\n", encoding="utf-8")
     out = subprocess.run(
-        mtkit + ["score", str(ref_path), "-i", str(hyp_path), "--json", "-m", "bleu", "-m", "chrf"],
+        mtkit + ["score", str(ref_path), "-i", str(hyp_path), "--json", "-w", "2", "-m", "bleu", "-m", "chrf"],
         capture_output=True,
         text=True,
         check=True,

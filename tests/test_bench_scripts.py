@@ -143,9 +143,9 @@ def test_bench_train_prints_every_figure_and_translates_the_whole_test_set(bench
     sources = read_gz(TEST_EN)
     hyps = (run_dir / "test.beam5.de").read_text(encoding="utf-8").split("\n")
     assert hyps[-1] == "" and len(hyps) - 1 == len(sources) == 1000
-    bleu, chrf = bleu_chrf(hyps[:-1], read_gz(TEST_DE))  # `mtkit score --json`, which the script asks, rounds to 0.1
-    assert figure(r"^test BLEU beam 5\s+" + NUMBER, out) == float(f"{bleu:.1f}")
-    assert figure(r"^test chrF beam 5\s+" + NUMBER, out) == float(f"{chrf:.1f}")
+    bleu, chrf = bleu_chrf(hyps[:-1], read_gz(TEST_DE))  # the script asks `mtkit score --json -w 2`: two decimals
+    assert figure(r"^test BLEU beam 5\s+" + NUMBER, out) == float(f"{bleu:.2f}")
+    assert figure(r"^test chrF beam 5\s+" + NUMBER, out) == float(f"{chrf:.2f}")
 
 
 def test_bench_train_reuse_reports_on_the_run_without_training_or_inventing_a_memory_figure(bench_run):

@@ -71,6 +71,18 @@ def test_printed_score_equals_the_sacrebleu_command(files, run_cli, metric):
     assert f" {expected['score']:.1f} " in table.out
 
 
+@pytest.mark.parametrize("width", ["0", "3"])
+def test_width_prints_sacrebleus_decimals(files, run_cli, width):
+    ref, _, hyp = files
+    expected = json.loads(sacrebleu_cli(ref, "-i", hyp, "-m", "chrf", "-w", width))
+    result = run_cli("score", ref, "-i", hyp, "-m", "chrf", "-w", width, "--json")
+    assert result.code == 0, result.err
+    ours = json.loads(result.out)["chrf"]
+    assert ours["score"] == expected["score"]
+    assert ours["score"] == round(ours["score"], int(width)) != round(ours["score"], int(width) - 1)
+    assert ours["text"] == sacrebleu_cli(ref, "-i", hyp, "-m", "chrf", "-w", width, "-f", "text").strip()
+
+
 def test_two_references_and_stdin(files, run_cli):
     ref, ref2, hyp = files
     expected = json.loads(sacrebleu_cli(ref, ref2, "-i", hyp, "-m", "bleu"))
@@ -108,6 +120,8 @@ def test_corpus_scores_api():
     [
         (["-m", "blue"], "unknown metric 'blue'; choose from bleu, chrf, ter"),
         (["--tokenize", "moses"], "unknown tokenizer 'moses'"),
+        (["-w", "11"], "--width must be between 0 and 10 decimals, got 11"),
+        (["--width", "-1"], "--width must be between 0 and 10 decimals, got -1"),
     ],
 )
 def test_bad_options_are_rejected_not_filtered(files, run_cli, args, fragment):

@@ -23,6 +23,7 @@ from mtkit.scoring.significance import DEFAULT_SEED, check_paired_options, paire
 from mtkit.scoring.significance import print_table as print_paired_table
 
 METRICS = ("bleu", "chrf", "ter")
+MAX_WIDTH = 10  # decimals a printed score may have
 
 
 def corpus_scores(
@@ -214,6 +215,8 @@ def score_main(
     """
     if not refs:
         raise MtkitError("give at least one reference file")
+    if not 0 <= width <= MAX_WIDTH:
+        raise MtkitError(f"--width must be between 0 and {MAX_WIDTH} decimals, got {width}")
     # check the options before reading stdin, so a typo does not wait for input
     names = list(dict.fromkeys(check_options(metrics, tokenize)))
     systems = _system_paths(hyps)
