@@ -85,6 +85,7 @@ def main() -> None:
 
     import mtkit
     from mtkit.decoding import search
+    from mtkit.decoding import single_path as single_path_module
     from mtkit.inference.translate import translate_stream
     from mtkit.models import transformer
 
@@ -100,8 +101,9 @@ def main() -> None:
     clock = Clock()
     clock.wrap(engine, "translate_ids", "engine: batching, padding")
     clock.wrap(engine, "encode", "tokenize sources")
-    for name in ("beam_search", "single_path"):
-        clock.wrap(search, name, "search: own ops and Python")
+    # beam search, and the decoder that greedy and sampling call by its module's name
+    clock.wrap(search, "beam_search", "search: own ops and Python")
+    clock.wrap(single_path_module, "single_path", "search: own ops and Python")
     clock.wrap(net, "encode", "encoder")
     clock.wrap(net, "init_state", "cross-attention keys/values")
     clock.wrap(net, "step", "log-softmax")

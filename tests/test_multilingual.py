@@ -284,10 +284,15 @@ def test_profile_decode_profiles_a_multilingual_run_into_one_target(multi_run, t
         f.write("".join(s + "\n" for s in sentences(12, 5)))
     script = Path(__file__).resolve().parents[1] / "scripts" / "profile_decode.py"
     args = [sys.executable, str(script), str(multi_run), "--target", "rv", "--data", str(tmp_path), "--split", "toy"]
-    done = subprocess.run([*args, "--beam", "2", "--threads", "1"], capture_output=True, text=True, env=SUBPROCESS_ENV)
-    assert done.returncode == 0, done.stderr
-    assert f"{multi_run}: 12 sentences of toy into rv, beam 2" in done.stdout, done.stdout
-    total = float(re.search(r"^total ([\d.]+) s", done.stdout, re.MULTILINE).group(1))
-    parts = dict(re.findall(r"^([a-z][^\n]*?)\s+(-?[\d.]+)\s+-?[\d.]+%\s+\d+$", done.stdout, re.MULTILINE))
-    assert {"decoder layers", "output projection", "encoder"} <= set(parts), done.stdout
-    assert abs(sum(float(v) for v in parts.values()) - total) <= 0.002 * len(parts) + 0.01
+    for beam in ("2", "1"):  # beam search, then greedy (whose decoder lives in another module)
+        done = subprocess.run(
+            [*args, "--beam", beam, "--threads", "1"], capture_output=True, text=True, env=SUBPROCESS_ENV
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"{multi_run}: 12 sentences of toy into rv, beam {beam}" in done.stdout, done.stdout
+        total = float(re.search(r"^total ([\d.]+) s", done.stdout, re.MULTILINE).group(1))
+        parts = dict(re.findall(r"^([a-z][^\n]*?)\s+(-?[\d.]+)\s+-?[\d.]+%\s+\d+$", done.stdout, re.MULTILINE))
+        assert {"decoder layers", "output projection", "encoder", "search: own ops and Python"} <= set(parts), (
+            done.stdout
+        )
+        assert abs(sum(float(v) for v in parts.values()) - total) <= 0.002 * len(parts) + 0.01

@@ -79,6 +79,7 @@ def test_width_prints_sacrebleus_decimals(files, run_cli, width):
     assert result.code == 0, result.err
     ours = json.loads(result.out)["chrf"]
     assert ours["score"] == expected["score"]
+    # exactly `width` decimals: the score has no more, and one fewer would change it
     assert ours["score"] == round(ours["score"], int(width)) != round(ours["score"], int(width) - 1)
     assert ours["text"] == sacrebleu_cli(ref, "-i", hyp, "-m", "chrf", "-w", width, "-f", "text").strip()
 
