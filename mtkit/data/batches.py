@@ -131,17 +131,20 @@ def make_batches(
     epoch: int,
     shuffle: bool = True,
     max_sentences: Optional[int] = None,
+    multiple: int = 1,
 ) -> list[np.ndarray]:
     """Group example indices into length-bucketed batches under a token budget.
 
     A batch of n examples costs n * max(padded source length, padded target length), where a padded
-    length counts the EOS (source) / BOS (target) that ``collate`` adds. Examples are sorted by
+    length counts the EOS (source) / BOS (target) that ``collate`` adds, rounded up to ``multiple`` (8 on a
+    GPU: ``collate(..., multiple=8)`` pads to it, so the tensors' shapes suit tensor cores and take few
+    values; 1 leaves the lengths as they are). Examples are sorted by
     (target length, source length), ties broken by a seeded shuffle, and cut greedily into batches of
     cost <= batch_tokens; an example over budget on its own gets a batch to itself. With ``shuffle``
     the batch order is permuted. Same seed and epoch -> same batches.
     """
-    src_len = np.asarray(src_lengths, dtype=np.int64) + 1  # (N,)
-    tgt_len = np.asarray(tgt_lengths, dtype=np.int64) + 1  # (N,)
+    src_len = _round_up(np.asarray(src_lengths, dtype=np.int64) + 1, multiple)  # (N,)
+    tgt_len = _round_up(np.asarray(tgt_lengths, dtype=np.int64) + 1, multiple)  # (N,)
     if src_len.shape != tgt_len.shape:
         raise ValueError("src_lengths and tgt_lengths differ in size")
     rng = np.random.default_rng([seed, epoch])
@@ -160,6 +163,11 @@ def make_batches(
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
+
+
+def _round_up(lengths, multiple: int):
+    """``lengths`` (an int or int array) rounded up to a multiple of ``multiple`` (1: unchanged)."""
+    return lengths if multiple <= 1 else -(-lengths // multiple) * multiple
 
 
 def direction_sample(first_tokens: np.ndarray, temperature: float, *, seed: int, epoch: int) -> np.ndarray:
@@ -221,19 +229,23 @@ class Batch:
     tgt_out: torch.Tensor  # (B, T) int64: ids + [EOS], PAD-padded
     src_tokens: int  # real (non-PAD) positions in src
     tgt_tokens: int  # real positions in tgt_out: the tokens the loss counts
+    keep: Optional[torch.Tensor] = None  # (tgt_tokens,) int64 flat positions of tgt_out's real tokens (positions=True)
+    target: Optional[torch.Tensor] = None  # (tgt_tokens,) int64: tgt_out at ``keep``, in the same order
 
 
 def _padded_rows(
-    tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, *, bos: bool
+    tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, *, bos: bool, multiple: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Gather sentences into one PAD-filled (B, max_len + 1) int64 matrix without a per-sentence loop.
+    """Gather sentences into one PAD-filled (B, max_len + 1) int64 matrix without a per-sentence loop; its width
+    rounded up to ``multiple``.
 
     bos=False: ids + [EOS]; bos=True: [BOS] + ids. Returns the matrix and the (B,) sentence lengths.
     """
     starts = offsets[indices]  # (B,)
     lengths = offsets[indices + 1] - starts  # (B,)
     batch, total = len(indices), int(lengths.sum())
-    out = np.full((batch, int(lengths.max(initial=0)) + 1), PAD, dtype=np.int64)  # (B, L + 1)
+    width = _round_up(int(lengths.max(initial=0)) + 1, multiple)
+    out = np.full((batch, width), PAD, dtype=np.int64)  # (B, L + 1 rounded up)
     rows = np.repeat(np.arange(batch), lengths)  # (total,) row of each token
     cols = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)  # (total,) position in its row
     out[rows, cols + int(bos)] = tokens[np.repeat(starts, lengths) + cols]
@@ -244,18 +256,33 @@ def _padded_rows(
     return out, lengths
 
 
-def collate(data: ParallelData, indices, device=None) -> Batch:
-    """Build the (B, S) / (B, T) int64 tensors of one batch."""
+def collate(data: ParallelData, indices, device=None, *, multiple: int = 1, positions: bool = False) -> Batch:
+    """Build the (B, S) / (B, T) int64 tensors of one batch.
+
+    Args:
+        data: the split.
+        indices: the batch's example indices.
+        device: where the tensors go (on CUDA: through pinned memory, without blocking); None: the CPU.
+        multiple: pad both widths up to a multiple of this (the extra columns are PAD).
+        positions: also give ``keep`` and ``target``, the flat positions of the real target tokens and their ids,
+            worked out here on the host: the same rows as ``tgt_out[tgt_out != PAD]`` without a device-side
+            boolean index, whose output size a GPU must report back to the host before it goes on.
+    """
     indices = np.asarray(indices, dtype=np.int64)
-    src, src_len = _padded_rows(*data.arrays("src"), indices, bos=False)
-    tgt_in, tgt_len = _padded_rows(*data.arrays("tgt"), indices, bos=True)
-    tgt_out, _ = _padded_rows(*data.arrays("tgt"), indices, bos=False)
+    src, src_len = _padded_rows(*data.arrays("src"), indices, bos=False, multiple=multiple)
+    tgt_in, tgt_len = _padded_rows(*data.arrays("tgt"), indices, bos=True, multiple=multiple)
+    tgt_out, _ = _padded_rows(*data.arrays("tgt"), indices, bos=False, multiple=multiple)
     src_tokens, tgt_tokens = int(src_len.sum()) + len(indices), int(tgt_len.sum()) + len(indices)
-    tensors = [torch.from_numpy(a) for a in (src, tgt_in, tgt_out)]
+    arrays = [src, tgt_in, tgt_out]
+    if positions:
+        keep = np.flatnonzero(tgt_out != PAD)  # (tgt_tokens,) row-major, as a boolean index orders them
+        arrays += [keep, tgt_out.reshape(-1)[keep]]
+    tensors = [torch.from_numpy(a) for a in arrays]
     if device is not None:
         device = torch.device(device)
         if device.type == "cuda":
             tensors = [t.pin_memory().to(device, non_blocking=True) for t in tensors]
         else:
             tensors = [t.to(device) for t in tensors]
-    return Batch(*tensors, src_tokens=src_tokens, tgt_tokens=tgt_tokens)
+    keep, target = tensors[3:] if positions else (None, None)
+    return Batch(*tensors[:3], src_tokens=src_tokens, tgt_tokens=tgt_tokens, keep=keep, target=target)

@@ -34,7 +34,8 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Zero each element of ``x`` with probability ``p`` and scale the others so the expectation is unchanged.
 
     On the CPU an element is dropped with probability ``round(p * 65536) / 65536``, within 1e-5 of ``p``.
-    The kept elements are scaled by the inverse of that exact keep probability.
+    The kept elements are scaled by the inverse of that exact keep probability. On a GPU, and inside
+    ``torch.compile`` (where the in-place random fill would break the graph), PyTorch's own dropout.
 
     Args:
         x: any shape, any floating dtype.
@@ -46,8 +47,8 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p >= 1.0:
-        return F.dropout(x, p, True)  # GPUs keep PyTorch's fused kernel
+    if x.device.type != "cpu" or p >= 1.0 or torch.compiler.is_compiling():
+        return F.dropout(x, p, True)  # GPUs keep PyTorch's fused kernel; a compiled graph, its own random ops
     dropped = round(p * _LANE)
     n = x.numel()
     # one 64-bit random word masks four elements (four uniform 16-bit lanes): far cheaper than PyTorch's one
@@ -71,6 +72,17 @@ class Dropout(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x of any shape -> the same shape and dtype; unchanged in eval mode."""
         return dropout(x, self.p, self.training)
+
+
+def at_positions(x: Tensor, keep: Tensor) -> Tensor:
+    """The rows of ``x`` (batch, len, ...) that training's ``keep`` names, as (tokens, ...).
+
+    ``keep`` is a (batch, len) bool mask, or the (tokens,) int64 flat positions of its True entries (row-major,
+    the order a boolean index gives): the same rows, gathered without an output size that depends on the data.
+    """
+    if keep.dtype == torch.bool:
+        return x[keep]
+    return x.flatten(0, 1).index_select(0, keep)
 
 
 def _reorder(value: Any, index: Tensor) -> Any:
@@ -199,7 +211,8 @@ class Seq2Seq(nn.Module):
             src: (batch, src_len) source ids.
             tgt_in: (batch, tgt_len) target ids, starting with BOS.
             keep: (batch, tgt_len) bool: return only these positions (training passes the non-pad target
-                positions, so the output layer and the loss skip padding; the decoder still runs over it).
+                positions, so the output layer and the loss skip padding; the decoder still runs over it); or the
+                (tokens,) int64 flat positions of its True entries (``at_positions``).
 
         Returns:
             The inputs of the output layer: (batch, tgt_len, d), or (tokens, d) with ``keep``.

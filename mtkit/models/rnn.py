@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from mtkit.models.attention import AttentionScore, gaussian_window
-from mtkit.models.base import PAD, Dropout, Seq2Seq, State, src_mask_of, weight_rows
+from mtkit.models.base import PAD, Dropout, Seq2Seq, State, at_positions, src_mask_of, weight_rows
 
 
 def _make_embeddings(cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
@@ -172,7 +172,7 @@ class Bahdanau(Seq2Seq):
         hiddens = torch.stack(hiddens, dim=1)  # (batch, tgt_len, hidden)
         contexts = torch.stack(contexts, dim=1)  # (batch, tgt_len, 2 * hidden)
         if keep is not None:  # only the positions the loss needs: (tokens, ...)
-            hiddens, contexts, embedded = hiddens[keep], contexts[keep], embedded[keep]
+            hiddens, contexts, embedded = (at_positions(x, keep) for x in (hiddens, contexts, embedded))
         return self._maxout(hiddens, contexts, embedded)  # (batch, tgt_len, embed_dim) or (tokens, embed_dim)
 
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:
@@ -352,7 +352,7 @@ class Luong(Seq2Seq):
             top, _ = self.decoder(embedded, self._lstm_state(state))  # (batch, tgt_len, hidden)
             attentional, _ = self._attend(top, state)  # (batch, tgt_len, hidden)
         if keep is not None:  # only the positions the loss needs
-            attentional = attentional[keep]  # (tokens, hidden)
+            attentional = at_positions(attentional, keep)  # (tokens, hidden)
         return self.pre_output(attentional)  # (batch, tgt_len, out_dim) or (tokens, out_dim)
 
     def project(self, hidden: Tensor, ids: Optional[Tensor] = None) -> Tensor:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.models import decoder_state
-from mtkit.models.base import PAD, Seq2Seq, dropout
+from mtkit.models.base import PAD, Seq2Seq, at_positions, dropout
 from mtkit.models.decoder_state import TransformerState
 from mtkit.models.positions import ALiBi, Rotary, sinusoidal_table
 from mtkit.models.ssru import SSRU
@@ -373,7 +373,7 @@ class Transformer(Seq2Seq):
             mem_k, mem_v = layer.cross_attn.project_memory(memory)
             x, _, _, w = layer(x, None, None, mem_k, mem_v, src_mask, 0, need_weights=need_attention and i == last)
             weights = w if w is not None else weights
-        return self.decoder_norm(x if keep is None else x[keep]), weights
+        return self.decoder_norm(x if keep is None else at_positions(x, keep)), weights
 
     def decode_full(
         self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False
