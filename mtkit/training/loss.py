@@ -104,9 +104,10 @@ class _FusedOutputLoss(torch.autograd.Function):
     weight (vocab, d) [+ bias (vocab,)] -> (summed loss, summed NLL), the loss of ``_SmoothedCrossEntropy`` on
     ``F.linear(features, weight, bias)``.
 
-    The logits go into a reused buffer (one matmul), then ``CHUNK_ROWS`` rows at a time turn into log-probs
-    while they are in cache, and the gradient with respect to the logits (softmax minus the smoothed target)
-    overwrites them in place. Backward is then two matmuls with that gradient: no (tokens, vocab) tensor is
+    The logits go into a reused buffer (one matmul), then ``chunk_rows`` rows at a time turn into log-probs
+    (on a CPU ``CHUNK_ROWS``, while they are in cache; on a GPU ``chunk_rows_for``'s few large chunks, since
+    there every chunk costs a dozen kernel launches and the memory is there), and the gradient with respect to
+    the logits (softmax minus the smoothed target) overwrites them in place. Backward is then two matmuls with that gradient: no (tokens, vocab) tensor is
     allocated per update, and the logits are read and written once instead of four times. Autocast (bf16/fp16)
     is honoured: the matmuls run in its dtype, the softmax in float32.
     """
@@ -114,7 +115,7 @@ class _FusedOutputLoss(torch.autograd.Function):
     CHUNK_ROWS = 128
 
     @staticmethod
-    def forward(ctx, features, weight, bias, target, smoothing: float):
+    def forward(ctx, features, weight, bias, target, smoothing: float, chunk_rows: int):
         want_grad = any(ctx.needs_input_grad[:3])
         device_type = features.device.type
         compute = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else features.dtype
@@ -129,10 +130,10 @@ class _FusedOutputLoss(torch.autograd.Function):
                 torch.addmm(bias.to(compute), x, w.t(), out=logits)
             nll = features.new_zeros((), dtype=torch.float32)
             smooth = features.new_zeros((), dtype=torch.float32)
-            for start in range(0, tokens, _FusedOutputLoss.CHUNK_ROWS):
-                chunk = logits[start : start + _FusedOutputLoss.CHUNK_ROWS]
+            for start in range(0, tokens, chunk_rows):
+                chunk = logits[start : start + chunk_rows]
                 log_probs = chunk.float().log_softmax(dim=-1)
-                tgt = target[start : start + _FusedOutputLoss.CHUNK_ROWS, None]
+                tgt = target[start : start + chunk_rows, None]
                 nll -= log_probs.gather(1, tgt).sum()
                 smooth -= log_probs.sum() / vocab
                 if want_grad:  # d loss / d logits, written over the logits of this chunk
@@ -166,11 +167,28 @@ class _FusedOutputLoss(torch.autograd.Function):
         ctx.grad_logits = None
         _BUFFERS.give(ctx.flat)
         ctx.flat = None
-        return grad_features, grad_weight, grad_bias, None, None
+        return grad_features, grad_weight, grad_bias, None, None, None
+
+
+# float32 log-probs of one chunk on a GPU: 2**28 elements (1 GiB), so 32k tokens of an 8k vocabulary are one chunk
+GPU_CHUNK_ELEMENTS = 1 << 28
+
+
+def chunk_rows_for(device: torch.device, vocab: int) -> int:
+    """The rows of logits the fused loss turns into log-probs at a time on ``device``: ``CHUNK_ROWS`` on a CPU
+    (the chunk stays in cache), as many as ``GPU_CHUNK_ELEMENTS`` allow elsewhere (few kernel launches)."""
+    if device.type == "cpu":
+        return _FusedOutputLoss.CHUNK_ROWS
+    return max(_FusedOutputLoss.CHUNK_ROWS, GPU_CHUNK_ELEMENTS // max(vocab, 1))
 
 
 def fused_output_loss(
-    features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor, smoothing: float
+    features: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    target: torch.Tensor,
+    smoothing: float,
+    chunk_rows: Optional[int] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``label_smoothed_loss(F.linear(features, weight, bias), target, smoothing)`` without a logits tensor.
 
@@ -180,9 +198,25 @@ def fused_output_loss(
         bias: (vocab,) or None.
         target: (tokens,) target ids, holding no padding.
         smoothing: the label-smoothing epsilon.
+        chunk_rows: rows of logits turned into log-probs at a time; None: ``chunk_rows_for`` the features' device.
 
     Returns:
         (loss, nll), summed; the nll carries no gradient. The loss supports one backward pass.
     """
-    loss, nll = _FusedOutputLoss.apply(features, weight, bias, target, smoothing)
+    rows = chunk_rows or chunk_rows_for(features.device, weight.size(0))
+    loss, nll = _FusedOutputLoss.apply(features, weight, bias, target, smoothing, rows)
     return loss, nll.detach()
+
+
+def output_loss(
+    features: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor, smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fused_output_loss`` in plain differentiable ops, for ``torch.compile``: the compiler fuses the softmax,
+    the gather and the smoothing term into a few kernels and writes the backward pass itself (the fused
+    function's reused buffer and in-place gradient are opaque to it). Same arguments and results.
+    """
+    logits = torch.nn.functional.linear(features, weight, bias)  # (tokens, vocab), in autocast's dtype
+    log_probs = logits.float().log_softmax(dim=-1)
+    nll = -log_probs.gather(1, target[:, None]).sum()
+    smooth = -log_probs.mean(dim=-1).sum()
+    return (1.0 - smoothing) * nll + smoothing * smooth, nll.detach()
