@@ -37,3 +37,20 @@ def _skip_cudnn_attention() -> None:
     enable = getattr(torch.backends.cuda, "enable_cudnn_sdp", None)  # torch >= 2.3
     if enable is not None:
         enable(False)
+
+
+def float32_matmuls(device: torch.device, tf32: bool) -> str:
+    """Let float32 matmuls and convolutions on a CUDA ``device`` use TensorFloat-32 (``tf32``) or keep them exact.
+
+    TF32 keeps float32's range with a 10-bit mantissa in the products (sums stay float32): an H100 multiplies
+    about 7x faster so. PyTorch leaves it off for matmuls by default; mtkit turns it on for training and
+    decoding on a GPU unless told otherwise (``training.tf32: false``). A CPU is left as it is.
+
+    Returns:
+        What float32 products compute in on ``device``: "tf32" or "fp32" (the summary table shows it).
+    """
+    if device.type != "cuda":
+        return "fp32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    return "tf32" if tf32 else "fp32"

@@ -66,7 +66,7 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     from mtkit import checkpoint as ckpt
     from mtkit import config as cfgmod
     from mtkit.decoding.shortlist import Shortlisted, check_model, load_lexicon
-    from mtkit.devices import pick_device
+    from mtkit.devices import float32_matmuls, pick_device
     from mtkit.inference.kernels import choose_cpu_dtype
     from mtkit.inference.torch_engine import Ensemble, TorchEngine
     from mtkit.memory import keep_freed_memory
@@ -78,6 +78,7 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     if options.threads:
         torch.set_num_threads(options.threads)
     device = pick_device(options.device)
+    float32_matmuls(device, tf32=True)  # float32 decoding on a GPU multiplies in TF32 (a CPU is left as it is)
     if device.type == "cpu":
         keep_freed_memory()
     choice = None

@@ -53,8 +53,9 @@ def model_rows(cfg) -> list[tuple[str, str]]:
     ]
 
 
-def print_summary(cfg, model, manifest: dict, dist) -> None:
-    """Print the run's table: model, vocabulary, data, device, batch, optimizer, stop conditions, run dir."""
+def print_summary(cfg, model, manifest: dict, dist, matmuls: str = "fp32") -> None:
+    """Print the run's table: model, vocabulary, data, device, batch, optimizer, stop conditions, run dir.
+    ``matmuls``: what float32 products compute in ("tf32" on a GPU by default, ``devices.float32_matmuls``)."""
     t = cfg.training
     table = Table(title=f"mtkit train: {cfg.model.arch}", show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -67,7 +68,8 @@ def print_summary(cfg, model, manifest: dict, dist) -> None:
     table.add_row("vocabulary", f"{vocab}{' joint' if manifest.get('joint_vocab') else ''}")
     train = manifest.get("splits", {}).get("train", {})
     table.add_row("training pairs", f"{train.get('pairs_kept', train.get('pairs', '?')):,}" if train else "?")
-    table.add_row("device / precision", f"{dist.device} x{dist.world_size} / {t.precision}")
+    precision = t.precision + (" (TF32 matmuls)" if t.precision == "fp32" and matmuls == "tf32" else "")
+    table.add_row("device / precision", f"{dist.device} x{dist.world_size} / {precision}")
     table.add_row(
         "batch",
         f"{t.batch_tokens} tokens x update_freq {t.update_freq} x {dist.world_size} process(es) "
@@ -141,23 +143,42 @@ class Progress:
 
 
 class Window:
-    """The training figures between two log lines."""
+    """The training figures between two log lines.
+
+    An update whose losses are still on the device (``step.StepPlan.losses_on_device``) waits in ``pending``
+    until ``step.settle`` reads them all at once and adds them with ``add_losses``.
+    """
 
     def __init__(self):
         self.loss = self.nll = self.tokens = self.src = self.padded = 0.0
         self.updates, self.time = 0, time.perf_counter()
+        self.pending: list = []  # (update, loss, nll): 0-dim device tensors
 
     def add(self, step, world_size: int) -> None:
         """Count one update (a ``step.Step``)."""
-        self.loss += step.loss
-        self.nll += step.nll
+        if isinstance(step.loss, float):
+            self.add_losses(step.loss, step.nll)
+        else:
+            self.pending.append((step.update, step.loss, step.nll))
         self.tokens += step.tgt_tokens
         self.src += step.src_tokens * world_size
         self.padded += step.padded * world_size
         self.updates += 1
 
+    def add_losses(self, loss: float, nll: float) -> None:
+        """Add summed losses read back from the device (or one update's)."""
+        self.loss += loss
+        self.nll += nll
+
+    def take_pending(self) -> list:
+        """The updates whose losses are still on the device, which the window forgets."""
+        pending, self.pending = self.pending, []
+        return pending
+
     def record(self, update: int, epoch: int, lr: float, elapsed: float) -> dict:
         """The metrics.jsonl record of the window; the next window starts now."""
+        if self.pending:
+            raise RuntimeError("the window's losses are still on the device: step.settle() it first")
         now = time.perf_counter()
         record = {
             "kind": "train",

@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.data.batches import ParallelData, direction_sample, make_batches, shard_batches
+from mtkit.devices import float32_matmuls
 from mtkit.errors import MtkitError
 from mtkit.files import RunLock, atomic_write_bytes, atomic_write_text, remove_stale_temps
 from mtkit.manifest import MANIFEST, read_manifest
@@ -35,7 +36,7 @@ from mtkit.training.console import Progress, Window, append_jsonl, print_summary
 from mtkit.training.finetune import start_from
 from mtkit.training.optim import learning_rate, make_optimizer, model_width
 from mtkit.training.state import TrainState
-from mtkit.training.step import TeacherForcing, train_step
+from mtkit.training.step import BatchFeed, StepPlan, TeacherForcing, settle, train_step
 from mtkit.training.validate import ValidationResult, over_directions, validate, validation
 
 
@@ -59,6 +60,7 @@ class Trainer:
             torch.set_num_threads(self.t.threads)
         self.dist = distmod.setup(self.t.devices)
         self.device = self.dist.device
+        self.matmuls = float32_matmuls(self.device, self.t.tf32)  # "tf32" or "fp32": the summary table shows it
         if self.device.type == "cpu":
             keep_freed_memory()
         data_dir = Path(cfg.data.dir)
@@ -67,6 +69,8 @@ class Trainer:
         self.manifest = read_manifest(data_dir)
         self.tokenizer = Tokenizer.from_dir(data_dir)
         self.train_data = ParallelData(data_dir, "train")
+        self.plan = StepPlan.for_device(self.device)  # how an update suits the device (step.py)
+        self._feed: Optional[BatchFeed] = None
         valid = [s for s in self.manifest.get("splits", {}) if s == "valid" or s.startswith("valid.")]
         self.valid_data = {s: ParallelData(data_dir, s) for s in valid} or None  # valid.en-de: one direction
         torch.manual_seed(self.t.seed + self.dist.rank)
@@ -84,6 +88,15 @@ class Trainer:
         self.stop_signal: Optional[str] = None  # the name of the first SIGINT / SIGTERM received
 
     # -- set-up -------------------------------------------------------------------------------------
+    @property
+    def feed(self) -> BatchFeed:
+        """The training batches collated as ``plan`` says (made on first use, so a test may change the plan)."""
+        if self._feed is None or self._feed.plan != self.plan:
+            if self._feed is not None:
+                self._feed.close()
+            self._feed = BatchFeed(self.train_data, self.device, self.plan)
+        return self._feed
+
     def lr_at(self, update: int, elapsed: float = 0.0) -> float:
         """The learning rate of update number ``update`` (from 1) after ``elapsed`` training seconds."""
         return learning_rate(update, self.t, model_width(self.cfg.model), elapsed)
@@ -213,6 +226,8 @@ class Trainer:
                 for s, h in handlers.items():
                     if h is not None:
                         signal.signal(s, h)
+                if self._feed is not None:
+                    self._feed.close()
                 distmod.teardown(self.dist, wait=finished)
 
     def _install_signal_handlers(self):
@@ -250,25 +265,31 @@ class Trainer:
                     s.position, finished = len(batches), f"max_epochs={t.max_epochs}"
                     break
                 s.next_epoch()
+                self.feed.drop()
                 batches = self.epoch_batches()
             group = batches[s.position : s.position + t.update_freq]
+            self.feed.ahead(batches[s.position + t.update_freq : s.position + 2 * t.update_freq])
             step = train_step(self, group, votes=lambda: self.stop_votes(run_start))
             s.advance(len(group), time.perf_counter() - run_start)
             window.add(step, d.world_size)
+            stop, signalled = self.stop_reason(step.votes)
+            validating = s.update % t.validate_every == 0 or (stop and not signalled and s.update != last_validated)
+            saving = s.update % (t.save_every or t.validate_every) == 0 or stop
+            if s.update % t.log_every == 0 or validating or saving:
+                settle(window, self)  # losses kept on the device are read (and checked) before anything is saved
             if s.update % t.log_every == 0 and d.is_main:
                 record = window.record(s.update, s.epoch, step.lr, s.elapsed)
                 append_jsonl(metrics_path, record)
                 progress.log(record)
             progress.advance(s.update)
-            stop, signalled = self.stop_reason(step.votes)
             valid = None
-            if s.update % t.validate_every == 0 or (stop and not signalled and s.update != last_validated):
+            if validating:
                 result = self.validate_and_record(metrics_path, progress)
                 valid = result.metrics if result else None
                 last_validated = s.update
                 if t.patience and s.bad_validations >= t.patience:
                     stop = stop or f"no improvement in {t.patience} validations (patience)"
-            if (s.update % (t.save_every or t.validate_every) == 0 or stop) and s.update != last_saved:
+            if (saving or stop) and s.update != last_saved:
                 self.save_checkpoint(valid)
                 last_saved = s.update
             finished = stop
@@ -296,7 +317,7 @@ class Trainer:
             self.tokenizer.save(self.run_dir, atomic_write_bytes)
             if self.resuming:
                 trim_metrics(self.run_dir / "metrics.jsonl", self.state.update)
-            print_summary(self.cfg, self.model, self.manifest, self.dist)
+            print_summary(self.cfg, self.model, self.manifest, self.dist, self.matmuls)
         if t.compile:
             self.net = torch.compile(self.net)
         if d.enabled:
@@ -313,15 +334,19 @@ class Trainer:
             MtkitError: the corpus has no batch for this rank.
         """
         data, t, d = self.train_data, self.t, self.dist
-        epoch = self.state.epoch
+        epoch, m = self.state.epoch, self.plan.multiple
         data.use_epoch(epoch)
         if self.cfg.data.temperature != 1.0:  # a multilingual model's directions, sampled by temperature
             side = "src" if self.manifest.get("target_tag", "source") == "source" else "tgt"
             idx = direction_sample(data.first_tokens(side), self.cfg.data.temperature, seed=t.seed, epoch=epoch)
-            inner = make_batches(data.src_lengths[idx], data.tgt_lengths[idx], t.batch_tokens, seed=t.seed, epoch=epoch)
+            inner = make_batches(
+                data.src_lengths[idx], data.tgt_lengths[idx], t.batch_tokens, seed=t.seed, epoch=epoch, multiple=m
+            )
             batches = [idx[b] for b in inner]
         else:
-            batches = make_batches(data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=t.seed, epoch=epoch)
+            batches = make_batches(
+                data.src_lengths, data.tgt_lengths, t.batch_tokens, seed=t.seed, epoch=epoch, multiple=m
+            )
         batches = shard_batches(batches, d.rank, d.world_size)
         if not batches:
             raise MtkitError(
