@@ -275,3 +275,36 @@ def test_compile_sees_model_and_loss_as_one_graph(arch, one_thread):
         explained = torch._dynamo.explain(net)(src, tgt, keep, tgt.flatten()[keep], 0.1)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
     torch._dynamo.reset()
+
+
+def test_bench_gpu_smoke_runs_every_path(tmp_path):
+    """scripts/bench_gpu.py --smoke on the CPU: a row per shape (mtkit beside the plain loop, FLOPs, profiled ops)
+    and the decoding table (mtkit and transformers' generate of the export, beam 5 and greedy, two batch sizes)."""
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts/bench_gpu.py"), "--smoke", "--work", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("bench_gpu ") and "(smoke)" in lines[0]
+    assert re.fullmatch(r"matmul: \d+\.\d TFLOP/s \(float32\)", lines[1])
+    rows = {line.split()[0]: line.split() for line in lines if line.split()[0] in ("small", "base", "big")}
+    assert list(rows) == ["small", "base", "big"] and rows["base"][1] == "bf16"
+    for cells in rows.values():
+        upd_s, tok_s, gflop, launches, plain = (float(cells[i].replace(",", "")) for i in (3, 4, 5, 9, 10))
+        assert upd_s > 0 and tok_s > 0 and gflop > 0 and launches > 100 and plain > 0
+        assert cells[8] == "n/a" and cells[11].endswith("x")
+    decoded = [line.split() for line in lines if line.startswith(("mtkit ", "transformers "))]
+    assert {(d[0], d[1] if d[1] == "greedy" else d[1] + d[2]) for d in decoded} == {
+        (e, s) for e in ("mtkit", "transformers") for s in ("beam5", "greedy")
+    }
+    assert len(decoded) == 8
+    assert sum(line.endswith("transformers' generate at its best batch") for line in lines) == 2
