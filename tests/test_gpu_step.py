@@ -259,13 +259,12 @@ def test_summary_names_tf32(tmp_path, data_section, capsys):
     assert "TF32" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("arch", ["transformer", "transformer-rope"])
-def test_compile_sees_model_and_loss_as_one_graph(arch, one_thread):
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rope", "alibi"])
+def test_compile_sees_model_and_loss_as_one_graph(positions, one_thread):
     """training.compile compiles the teacher-forced model and its loss whole: no graph break (dropout on)."""
     from mtkit.config.schema import TransformerConfig
     from mtkit.models import build_model
 
-    positions = "rope" if arch.endswith("rope") else "sinusoidal"
     cfg = TransformerConfig(**{**TINY_TRANSFORMER, "dropout": 0.1, "positions": positions})
     net = stepmod.TeacherForcing(build_model(cfg, 100, 100, True)).train()
     src, tgt = torch.randint(4, 100, (8, 16)), torch.randint(4, 100, (8, 16))
