@@ -1,5 +1,5 @@
-"""Command-line flags that are not config keys (sampling, formats, the server's limits): their defaults and
-checks, written once."""
+"""Command-line flags that are not config keys (formats, the server's limits): their defaults and checks, written
+once. The decoding algorithms' own flags (sampling's among them) are declared in ``mtkit.decoding.algorithms``."""
 
 from __future__ import annotations
 
@@ -9,15 +9,6 @@ from pydantic import Field, ValidationError
 
 from mtkit.config import Section
 from mtkit.errors import MtkitError
-
-
-class SamplingOptions(Section):
-    """`mtkit translate --sampling` flags (not config keys): their defaults and ranges, written once."""
-
-    temperature: float = Field(1.0, gt=0, description="greedy decoding is temperature 0: use --beam-size 1")
-    top_k: int = Field(0, ge=0, description="sample among the k most likely subwords; 0: all")
-    top_p: float = Field(1.0, gt=0, le=1, description="sample in the smallest set of this much probability")
-    seed: int = 0
 
 
 class OutputOptions(Section):

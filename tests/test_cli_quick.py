@@ -12,7 +12,7 @@ from mtkit.cli import typer_app
 from mtkit.cli.quick import _SWITCHES, _VALUES, translate_call
 from mtkit.config import DecodingConfig
 from mtkit.config import plain as plain_module
-from mtkit.flags import OutputOptions, SamplingOptions
+from mtkit.flags import OutputOptions
 from mtkit.inference import plain_fields
 from mtkit.inference.options import accepts
 
@@ -76,7 +76,7 @@ def test_what_the_quick_parser_does_not_understand_goes_to_typer(args):
 def test_quick_and_typer_give_the_same_error_for_a_missing_run(run_cli, tmp_path):
     missing = tmp_path / "nothing"
     quick = run_cli("translate", missing, "-b", "2")
-    slow = run_cli("translate", missing, "-b", "2", "--top-k", "0")  # --top-k: Typer parses it
+    slow = run_cli("translate", missing, "-b", "2", "--sampling")  # --sampling: Typer parses it
     assert quick.code == slow.code == 2 and quick.err == slow.err and str(missing) in quick.err
 
 
@@ -91,9 +91,7 @@ PROBES = [None, True, 0, 1, -1, 2, 0.0, 0.5, 1.0, 1.5, 5, 100, 101, 1000, 1001, 
 PROBES += ["auto", "float32", "int8", "beam_full", "mtkit", "ctranslate2", "text", "jsonl", "torch", "x", ""]
 
 
-@pytest.mark.parametrize(
-    "section, model", [("DECODING", DecodingConfig), ("SAMPLING", SamplingOptions), ("OUTPUT", OutputOptions)]
-)
+@pytest.mark.parametrize("section, model", [("DECODING", DecodingConfig), ("OUTPUT", OutputOptions)])
 def test_a_value_the_plain_fields_accept_the_schema_accepts(section, model):
     """The plain check can only be stricter than pydantic: what it accepts, the schema accepts (what it refuses
     goes to pydantic, which decides and words the error). Each field's default and some values in range pass."""

@@ -9,9 +9,9 @@ import typer
 
 from mtkit import __version__
 from mtkit.exits import plain_exits
-from mtkit.flags import OutputOptions, SamplingOptions, ServeLimits
+from mtkit.flags import OutputOptions, ServeLimits
 
-_SAMPLING, _OUTPUT, _LIMITS = SamplingOptions(), OutputOptions(), ServeLimits()  # the defaults of the commands' flags
+_OUTPUT, _LIMITS = OutputOptions(), ServeLimits()  # the defaults of the commands' flags
 
 app = typer.Typer(
     add_completion=True,
@@ -34,6 +34,35 @@ def _command(fn):
             return fn(*args, **kwargs)
 
     return app.command()(run)
+
+
+def with_algorithm_flags(fn):
+    """Give command ``fn`` (which takes ``**algorithm_options``) a flag for every option of every registered
+    decoding algorithm (``mtkit.decoding.algorithms``): ``--top-p``, ``--temperature``..., None when not given.
+    The flags come from the registry when the command is defined: an algorithm registered before that gets its
+    flags without a change here."""
+    import inspect
+    from typing import Optional
+
+    from mtkit.decoding import algorithms
+
+    signature = inspect.signature(fn)
+    kept = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    kinds = {"int": int, "float": float, "str": str}
+    added = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(
+                None, param.cli_flag, help=f"--algorithm {algorithm.name}: {param.help} (default {param.default})."
+            ),
+            annotation=Optional[kinds[param.type]],
+        )
+        for name, (algorithm, param) in algorithms.params().items()
+        if name not in signature.parameters
+    ]
+    fn.__signature__ = signature.replace(parameters=kept + added)
+    return fn
 
 
 def _version(value: bool):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
+from mtkit.decoding import algorithms
 from mtkit.inference import plain_fields
 
 # flag -> (translate_main's keyword, the value's type)
@@ -41,7 +42,11 @@ _VALUES: dict[str, tuple[str, Callable]] = {
     "--target": ("target", str),
     "-t": ("target", str),
     "--engine": ("engine", str),
+    "--algorithm": ("algorithm", str),
 }
+_KINDS = {"int": int, "float": float, "str": str}
+# every registered algorithm's own options, as Typer's command gets them (cli/base.py: with_algorithm_flags)
+_VALUES.update({p.cli_flag: (name, _KINDS[p.type]) for name, (_, p) in algorithms.params().items()})
 # flag -> (keyword, value)
 _SWITCHES: dict[str, tuple[str, bool]] = {
     "--split-sentences": ("split_sentences", True),
@@ -54,7 +59,7 @@ _SWITCHES: dict[str, tuple[str, bool]] = {
 
 def defaults() -> dict:
     """translate_main's keywords as the Typer command passes them when no flag is given."""
-    output, sampling = plain_fields.OUTPUT, plain_fields.SAMPLING
+    output = plain_fields.OUTPUT
     kwargs: dict = {keyword: None for keyword, _ in _VALUES.values()}
     kwargs.update(
         fmt=output["format"]["default"],
@@ -67,7 +72,6 @@ def defaults() -> dict:
         sampling=False,
         alignments=False,
         plot_attention=None,
-        **{name: field["default"] for name, field in sampling.items()},
     )
     return kwargs
 

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from mtkit.cli.base import _LIMITS, _OUTPUT, _command
+from mtkit.cli.base import _LIMITS, _OUTPUT, _command, with_algorithm_flags
 from mtkit.errors import MtkitError
 from mtkit.flags import check_flags, serve_limits
 
@@ -107,6 +107,7 @@ def import_hf(
 
 
 @_command
+@with_algorithm_flags
 def serve(
     runs: Optional[List[Path]] = typer.Argument(
         None, help="Run directories, checkpoint files or CTranslate2 exports (one model each).", show_default=False
@@ -148,6 +149,9 @@ def serve(
     max_file_bytes: int = typer.Option(
         _LIMITS.max_file_bytes, "--max-file-bytes", help="Bytes per document sent to /translate_file; beyond: 413."
     ),
+    algorithm: Optional[str] = typer.Option(
+        None, "--algorithm", help="beam (default), greedy, sampling: mtkit/decoding/algorithms.py (decoding.algorithm)."
+    ),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
     device: Optional[str] = typer.Option(None, "--device"),
@@ -155,6 +159,7 @@ def serve(
     threads: Optional[int] = typer.Option(None, "--threads"),
     engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
     access_log: bool = typer.Option(False, "--access-log", help="Log every request (default: /metrics only)."),
+    **algorithm_options,
 ):
     """Serve models over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, /health, /metrics.
 
@@ -199,6 +204,14 @@ def serve(
         cors_origins=list(cors_origin or []),
         limits=limits,
         engine=engine,
-        overrides=dict(beam_size=beam_size, batch_size=batch_size, device=device, dtype=dtype, threads=threads),
+        overrides=dict(
+            algorithm=algorithm,
+            beam_size=beam_size,
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            threads=threads,
+            **algorithm_options,
+        ),
         access_log=access_log,
     )

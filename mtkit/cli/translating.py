@@ -7,10 +7,11 @@ from typing import List, Optional
 
 import typer
 
-from mtkit.cli.base import _OUTPUT, _SAMPLING, _command
+from mtkit.cli.base import _OUTPUT, _command, with_algorithm_flags
 
 
 @_command
+@with_algorithm_flags
 def translate(
     run: List[Path] = typer.Argument(..., help="Run directory or checkpoint file."),
     checkpoint: Optional[List[Path]] = typer.Option(None, "--checkpoint", help="Extra checkpoints to ensemble."),
@@ -47,11 +48,10 @@ def translate(
         help="Score each sentence over a lexical shortlist "
         "with this many translations per source subword (0: whole vocabulary).",
     ),
-    sampling: bool = typer.Option(False, "--sampling", help="Sample instead of beam search."),
-    temperature: float = typer.Option(_SAMPLING.temperature, "--temperature"),
-    top_k: int = typer.Option(_SAMPLING.top_k, "--top-k"),
-    top_p: float = typer.Option(_SAMPLING.top_p, "--top-p"),
-    seed: int = typer.Option(_SAMPLING.seed, "--seed", help="Seed for --sampling."),
+    algorithm: Optional[str] = typer.Option(
+        None, "--algorithm", help="beam (default), greedy, sampling: mtkit/decoding/algorithms.py (decoding.algorithm)."
+    ),
+    sampling: bool = typer.Option(False, "--sampling", help="Sample instead of beam search (--algorithm sampling)."),
     fmt: str = typer.Option(_OUTPUT.format, "--format", help="text or jsonl"),
     input_format: str = typer.Option(
         _OUTPUT.input_format,
@@ -78,6 +78,7 @@ def translate(
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="Say on stderr what computes: engine, device, threads, dtype and why."
     ),
+    **algorithm_options,
 ):
     """Translate stdin (or --input) to stdout: one output line per input line, in order.
 
@@ -105,11 +106,9 @@ def translate(
         stopping=stopping,
         search=search,
         shortlist=shortlist,
+        algorithm=algorithm,
         sampling=sampling,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
+        **algorithm_options,
         fmt=fmt,
         input_format=input_format,
         target=target,

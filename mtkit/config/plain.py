@@ -1,4 +1,4 @@
-"""Write the decoding section's fields, and those of the sampling and output flags, as plain data.
+"""Write the decoding section's fields, and those of the output flags, as plain data.
 
 ``mtkit translate`` of an export dir starts in about the time CTranslate2 takes to import only if it imports
 neither pydantic (0.1 s before the first model class exists) nor Typer. The schema stays the one source of the
@@ -21,10 +21,10 @@ import annotated_types
 from pydantic import BaseModel
 
 from mtkit.config.schema import DecodingConfig
-from mtkit.flags import OutputOptions, SamplingOptions
+from mtkit.flags import OutputOptions
 
 TARGET = Path(__file__).resolve().parent.parent / "inference" / "plain_fields.py"
-SECTIONS = {"DECODING": DecodingConfig, "SAMPLING": SamplingOptions, "OUTPUT": OutputOptions}
+SECTIONS = {"DECODING": DecodingConfig, "OUTPUT": OutputOptions}
 _BOUNDS = {annotated_types.Ge: "ge", annotated_types.Gt: "gt", annotated_types.Le: "le", annotated_types.Lt: "lt"}
 
 
@@ -70,7 +70,7 @@ def _literal(value) -> str:
 def render() -> str:
     """The text of ``plain_fields.py`` (formatted as ``ruff format`` leaves it)."""
     out = [
-        '"""The fields of the decoding section and of the sampling and output flags as plain data: written by',
+        '"""The fields of the decoding section and of the output flags as plain data: written by',
         "`python -m mtkit.config.plain` from the schema (mtkit/config/schema.py, mtkit/flags.py); do not edit.",
         '"""',
         "",

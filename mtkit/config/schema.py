@@ -285,6 +285,9 @@ class TrainingConfig(Section):
 
 # ------------------------------------------------------------------------------------------- decoding
 class DecodingConfig(Section):
+    algorithm: str = Field(
+        "beam", description="beam, greedy, sampling or another entry of mtkit/decoding/algorithms.py"
+    )
     beam_size: int = Field(5, ge=1)
     length_penalty: float = Field(1.0, ge=0, description="GNMT alpha; 0 = raw log-probability")
     max_len_a: float = Field(1.5, ge=0)

@@ -118,3 +118,18 @@ def sample(
         guide=guide,
         parts=parts,
     )
+
+
+def run_sampling(model: Seq2Seq, src: Tensor, options, common: dict, generator=None) -> list[list[Decoded]]:
+    """The ``sampling`` entry of ``mtkit.decoding.algorithms``: ``options.nbest`` samples a sentence."""
+    return sample(
+        model,
+        src,
+        temperature=options.param("temperature"),
+        top_k=options.param("top_k"),
+        top_p=options.param("top_p"),
+        generator=generator,
+        nbest=options.nbest,
+        length_penalty=options.length_penalty,
+        **common,
+    )

@@ -267,3 +267,20 @@ __all__ = [
     "max_lengths",
     "single_path",
 ]
+
+
+def run_beam(model: Seq2Seq, src: Tensor, options, common: dict, generator=None) -> list[list[Decoded]]:
+    """The ``beam`` entry of ``mtkit.decoding.algorithms``: beam search with ``options``' beam_size, nbest,
+    stopping and length penalty; greedy's loop where it would keep one hypothesis and no constraint."""
+    guide = common.get("guide")
+    if options.beam_size == 1 and options.nbest == 1 and not (guide is not None and guide.has_constraints):
+        return greedy(model, src, length_penalty=options.length_penalty, **common)
+    return beam_search(
+        model,
+        src,
+        beam_size=options.beam_size,
+        length_penalty=options.length_penalty,
+        nbest=options.nbest,
+        stopping=options.stopping,
+        **common,
+    )

@@ -204,3 +204,8 @@ def greedy(
         guide=guide,
         parts=parts,
     )
+
+
+def run_greedy(model: Seq2Seq, src: Tensor, options, common: dict, generator=None) -> list[list[Decoded]]:
+    """The ``greedy`` entry of ``mtkit.decoding.algorithms``."""
+    return greedy(model, src, length_penalty=options.length_penalty, **common)

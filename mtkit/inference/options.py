@@ -9,8 +9,9 @@ front door.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
+from mtkit.decoding import algorithms
 from mtkit.errors import MtkitError
 from mtkit.inference import plain_fields
 from mtkit.interop.ct2_export import QUANTIZATIONS as CT2_COMPUTE_TYPES
@@ -18,7 +19,6 @@ from mtkit.interop.ct2_export import QUANTIZATIONS as CT2_COMPUTE_TYPES
 # The schema's defaults (mtkit/config/schema.py, mtkit/flags.py) as plain_fields holds them: Options repeats none
 # of them, and neither pydantic nor the schema is imported unless a value needs its verdict (a fast start-up).
 _DECODING = {name: field["default"] for name, field in plain_fields.DECODING.items()}
-_SAMPLING = {name: field["default"] for name, field in plain_fields.SAMPLING.items()}
 
 ALIGNMENTS_NEED_TORCH = "alignments (--alignments, --plot-attention) need the torch engine (--engine torch)"
 
@@ -30,9 +30,15 @@ class Options:
     Every instance is checked when made (``MtkitError`` otherwise); ``Options.build`` makes one from a run's
     ``decoding`` section. ``engine``, ``device``,
     ``dtype``, ``threads`` and ``shortlist`` are fixed when a model is loaded; the others may change per call.
+
+    ``algorithm`` names an entry of ``mtkit.decoding.algorithms`` (``sampling=True`` is ``algorithm="sampling"``;
+    ``greedy`` decodes with beam_size 1). The algorithms' own options are in ``params``, those given, as
+    (name, value) pairs: ``build`` and ``replace`` take them by name, and ``options.top_p`` (or ``param``) reads
+    one, its registered default where it was not given.
     """
 
     engine: str = "torch"
+    algorithm: str = _DECODING["algorithm"]
     beam_size: int = _DECODING["beam_size"]
     length_penalty: float = _DECODING["length_penalty"]
     max_len_a: float = _DECODING["max_len_a"]
@@ -45,10 +51,7 @@ class Options:
     step_rows: int = _DECODING["step_rows"]
     chunk_size: int = _DECODING["chunk_size"]
     sampling: bool = False
-    temperature: float = _SAMPLING["temperature"]
-    top_k: int = _SAMPLING["top_k"]
-    top_p: float = _SAMPLING["top_p"]
-    seed: int = _SAMPLING["seed"]
+    params: tuple[tuple[str, Any], ...] = ()  # the algorithms' own options that were given, sorted by name
     scores: bool = False  # fill score, log_prob and token_log_probs (CTranslate2: a rescoring pass)
     alignments: bool = False  # fill each hypothesis's cross-attention
     split_sentences: bool = True  # cut each line into sentences, translate them, join them with its whitespace
@@ -59,7 +62,49 @@ class Options:
     shortlist_frequent: int = _DECODING["shortlist_frequent"]
 
     def __post_init__(self):
+        if self.sampling and self.algorithm == _DECODING["algorithm"]:  # --sampling: the sampling algorithm
+            object.__setattr__(self, "algorithm", "sampling")
+        if self.algorithm == "sampling":
+            object.__setattr__(self, "sampling", True)
+        if self.algorithm == "greedy":
+            object.__setattr__(self, "beam_size", 1)
         self.check()
+
+    def __getattr__(self, name: str) -> Any:  # an algorithm's own option: options.top_p
+        if name.startswith("_") or name not in algorithms.params():
+            raise AttributeError(name)
+        return self.param(name)
+
+    @property
+    def chosen(self) -> algorithms.Algorithm:
+        """The registry's entry of ``algorithm``."""
+        return algorithms.get(self.algorithm)
+
+    @property
+    def most_hypotheses(self) -> int:
+        """The most hypotheses a sentence may ask for (``nbest``) under this algorithm: 0 for no bound (samples)."""
+        chosen = self.chosen
+        if not chosen.nbest:
+            return 1
+        if chosen.rows == "nbest":
+            return 0
+        return getattr(self, chosen.rows) if chosen.rows else 1
+
+    def param(self, name: str) -> Any:
+        """The value of an algorithm's own option ``name``: as given, else its registered default."""
+        given = dict(self.params)
+        if name in given:
+            return given[name]
+        return algorithms.params()[name][1].default
+
+    @staticmethod
+    def _split(values: dict) -> tuple[dict, dict]:
+        """``values`` as (Options' own fields, the algorithms' options)."""
+        registered = algorithms.params()
+        return (
+            {k: v for k, v in values.items() if k not in registered},
+            {k: v for k, v in values.items() if k in registered},
+        )
 
     @classmethod
     def build(cls, decoding=None, **overrides) -> "Options":
@@ -76,8 +121,8 @@ class Options:
         Raises:
             MtkitError: an unknown name, a value out of its range, or two options that do not go together.
         """
-        given = {k: v for k, v in overrides.items() if v is not None}
-        unknown = sorted(set(given) - _FIELD_NAMES)
+        given, own = cls._split({k: v for k, v in overrides.items() if v is not None})
+        unknown = sorted(set(given) - _FIELD_NAMES - {"params"})
         if unknown:
             raise MtkitError(f"unknown decoding option(s): {', '.join(unknown)}")
         section = dict(
@@ -85,23 +130,42 @@ class Options:
         )
         if given.get("engine") == "ctranslate2":
             section["dtype"] = None  # the schema's torch dtypes do not apply: the exported type is the default
-        return cls(**{**{k: v for k, v in section.items() if k in _FIELD_NAMES}, **given})
+        if given.get("sampling") and "algorithm" not in given:  # --sampling wins over the run's algorithm
+            section["algorithm"] = "sampling"
+        fields = {**{k: v for k, v in section.items() if k in _FIELD_NAMES}, **given}
+        return cls(**fields, params=_merge(fields.get("params", ()), own))
 
     def replace(self, **changes) -> "Options":
         """A copy with ``changes`` applied (None keeps a value), checked."""
-        given = {k: v for k, v in changes.items() if v is not None}
+        given, own = self._split({k: v for k, v in changes.items() if v is not None})
+        if own:
+            given["params"] = _merge(self.params, own)
         return dataclasses.replace(self, **given) if given else self
 
     def check(self) -> None:
         """Raise ``MtkitError`` for a value out of its range or options that do not go together."""
         check_flags(engine=self.engine)
         _check_ranges(self)
-        _check_sampling(self)
-        if self.nbest > self.beam_size and not self.sampling:
+        _check_params(self)
+        chosen = self.chosen
+        if self.sampling and self.algorithm != "sampling":
+            raise MtkitError(f"--sampling is --algorithm sampling: drop --sampling or --algorithm {self.algorithm}")
+        if not chosen.nbest and self.nbest > 1:
+            raise MtkitError(
+                f"--algorithm {chosen.name} gives one hypothesis a sentence: drop --nbest {self.nbest} "
+                "or use beam or sampling"
+            )
+        if chosen.rows == "beam_size" and self.nbest > self.beam_size:
             raise MtkitError(
                 f"nbest {self.nbest} is larger than beam_size {self.beam_size}: beam search keeps at most "
                 "beam_size hypotheses; ask for fewer or raise beam_size"
             )
+        if self.engine not in chosen.engines:
+            raise MtkitError(
+                f"--algorithm {chosen.name} runs on the {' and '.join(chosen.engines)} engine(s), not {self.engine}"
+            )
+        if self.alignments and not chosen.alignments:
+            raise MtkitError(f"--algorithm {chosen.name} gives no alignments; drop --alignments")
         if self.engine == "ctranslate2":
             if self.alignments:
                 raise MtkitError(ALIGNMENTS_NEED_TORCH)
@@ -138,6 +202,23 @@ DTYPE_NEEDS_DEVICE = {
     "int8": "--dtype int8 is for the CPU (--device cpu); on a GPU use float16 or bfloat16, or --engine ctranslate2",
 }
 _FIELD_NAMES = {f.name for f in dataclasses.fields(Options)}
+_dataclass_init = Options.__init__
+
+
+def _init(self, *args, **kwargs):
+    """Options' own fields as the dataclass takes them; an algorithm's options (``top_p=0.9``) into ``params``."""
+    fields, own = Options._split(kwargs)
+    if own:
+        fields["params"] = _merge(fields.get("params", ()), own)
+    _dataclass_init(self, *args, **fields)
+
+
+Options.__init__ = _init
+
+
+def _merge(params, new: dict) -> tuple[tuple[str, Any], ...]:
+    """``params`` ((name, value) pairs) updated with ``new``, sorted by name."""
+    return tuple(sorted({**dict(params), **new}.items()))
 
 
 def accepts(fields: dict[str, dict], values: dict) -> bool:
@@ -194,27 +275,23 @@ def _check_ranges(options: Options) -> None:
         raise MtkitError(cfgmod.validation_message(err, "decoding options")) from None
 
 
-def _check_sampling(options: Options) -> None:
-    """The sampling flags: each in its range, and set only with ``sampling``."""
-    values = {name: getattr(options, name) for name in plain_fields.SAMPLING}
-    if not accepts(plain_fields.SAMPLING, values):
-        from pydantic import ValidationError
-
-        from mtkit.flags import SamplingOptions
-
-        try:
-            SamplingOptions(**values)
-        except ValidationError as err:
-            first = err.errors()[0]
-            name = str(first["loc"][0])
-            message = first["msg"][0].lower() + first["msg"][1:]
-            raise MtkitError(f"--{name.replace('_', '-')} {values[name]!r}: {message}") from None
-    if not options.sampling:
-        changed = [name for name, value in values.items() if value != _SAMPLING[name]]
-        if changed:
-            flags = ", ".join("--" + name.replace("_", "-") for name in changed)
-            verb = "takes" if len(changed) == 1 else "take"
-            raise MtkitError(f"{flags} {verb} effect with --sampling only; add --sampling or drop them")
+def _check_params(options: Options) -> None:
+    """The algorithms' own options: each known, in its range, and given only with its algorithm."""
+    registered = algorithms.params()
+    checked, elsewhere = [], {}
+    for name, value in options.params:
+        if name not in registered:
+            raise MtkitError(f"unknown decoding option: {name}")
+        owner, param = registered[name]
+        checked.append((name, param.check(value)))
+        if owner.name != options.algorithm and value != param.default:
+            elsewhere.setdefault(owner.name, []).append(param.cli_flag)
+    if tuple(checked) != options.params:
+        object.__setattr__(options, "params", tuple(checked))  # a command line's strings, as their types
+    for owner, flags in elsewhere.items():
+        verb = "takes" if len(flags) == 1 else "take"
+        switch = "--sampling" if owner == "sampling" else f"--algorithm {owner}"
+        raise MtkitError(f"{', '.join(flags)} {verb} effect with {switch} only; add {switch} or drop them")
 
 
 def check_instructions(options: Options, constraints: bool) -> None:
@@ -228,7 +305,8 @@ def check_instructions(options: Options, constraints: bool) -> None:
         return
     if options.engine != "torch":
         raise MtkitError("constraints need --engine torch (the CTranslate2 engine has no constrained decoding)")
-    if options.sampling:
-        raise MtkitError("constraints need beam search: sampling cannot honour them; drop --sampling")
+    if not options.chosen.constraints:
+        drop = "--sampling" if options.algorithm == "sampling" else f"--algorithm {options.algorithm}"
+        raise MtkitError(f"constraints need beam search: {options.algorithm} cannot honour them; drop {drop}")
     if options.shortlist:
         raise MtkitError("constraints need the whole target vocabulary; drop --shortlist")

@@ -1,8 +1,9 @@
-"""The fields of the decoding section and of the sampling and output flags as plain data: written by
+"""The fields of the decoding section and of the output flags as plain data: written by
 `python -m mtkit.config.plain` from the schema (mtkit/config/schema.py, mtkit/flags.py); do not edit.
 """
 
 DECODING = {
+    "algorithm": {"default": "beam", "type": "str"},
     "beam_size": {"default": 5, "type": "int", "ge": 1},
     "length_penalty": {"default": 1.0, "type": "float", "ge": 0},
     "max_len_a": {"default": 1.5, "type": "float", "ge": 0},
@@ -19,12 +20,6 @@ DECODING = {
     "threads": {"default": None, "type": "int", "optional": True, "ge": 1},
     "shortlist": {"default": 0, "type": "int", "ge": 0, "le": 100},
     "shortlist_frequent": {"default": 100, "type": "int", "ge": 0, "le": 1000},
-}
-SAMPLING = {
-    "temperature": {"default": 1.0, "type": "float", "gt": 0},
-    "top_k": {"default": 0, "type": "int", "ge": 0},
-    "top_p": {"default": 1.0, "type": "float", "gt": 0, "le": 1},
-    "seed": {"default": 0, "type": "int"},
 }
 OUTPUT = {
     "format": {"default": "text", "type": "choice", "choices": ("text", "jsonl")},

@@ -1,5 +1,5 @@
 """The torch engine: ``TorchEngine`` decodes a model (one, an ``Ensemble`` of several, or a shortlisted one) with
-``mtkit.decoding.search`` (beam search, greedy) or ``mtkit.decoding.sampling``."""
+the decoding algorithm its options name (``mtkit.decoding.algorithms``: beam search, greedy, sampling...)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Optional
 
 import torch
 
-from mtkit.decoding import sampling, search
 from mtkit.decoding.constraints import Guidance, Guide
 from mtkit.inference.engine import Engine, decode_groups
 from mtkit.inference.options import Options
@@ -64,7 +63,8 @@ class TorchEngine(Engine):
     def __init__(self, model: Seq2Seq, tokenizer, options: Options, device: torch.device):
         super().__init__(tokenizer, options, model.max_positions)
         self.model, self.device = model, device
-        self.generator = torch.Generator(device="cpu").manual_seed(options.seed) if options.sampling else None
+        seeded = options.chosen.seeded
+        self.generator = torch.Generator(device="cpu").manual_seed(options.param("seed")) if seeded else None
         self._glue: Optional[torch.Tensor] = None
 
     dtype_name = "float32"  # what computes (``dtype: auto`` resolved) and why: set by whoever loads the model
@@ -94,7 +94,6 @@ class TorchEngine(Engine):
         for idx, sizes in decode_groups(ids, o):
             items = [guidance[i] for i in idx] if guidance is not None else []
             guide = Guide(items, self.device, self.glue()) if any(items) else None
-            constrained = guide is not None and guide.has_constraints
             width = max(len(ids[i]) for i in idx) + 1
             src = torch.full((len(idx), width), PAD, dtype=torch.long)
             for row, i in enumerate(idx):
@@ -103,31 +102,8 @@ class TorchEngine(Engine):
             src = src.to(self.device)
             common = dict(
                 max_len_a=o.max_len_a, max_len_b=o.max_len_b, need_attention=o.alignments, guide=guide, parts=sizes
-            )
-            if o.sampling:
-                out = sampling.sample(
-                    self.model,
-                    src,
-                    temperature=o.temperature,
-                    top_k=o.top_k,
-                    top_p=o.top_p,
-                    generator=self.generator,
-                    nbest=o.nbest,
-                    length_penalty=o.length_penalty,
-                    **common,
-                )
-            elif o.beam_size == 1 and o.nbest == 1 and not constrained:
-                out = search.greedy(self.model, src, length_penalty=o.length_penalty, **common)
-            else:
-                out = search.beam_search(
-                    self.model,
-                    src,
-                    beam_size=o.beam_size,
-                    length_penalty=o.length_penalty,
-                    nbest=o.nbest,
-                    stopping=o.stopping,
-                    **common,
-                )
+            )  # the algorithm of o.algorithm runs the batch (mtkit.decoding.algorithms)
+            out = o.chosen.runner()(self.model, src, o, common, self.generator)
             for i, hyps in zip(idx, out):
                 results[i] = hyps
         return results

@@ -218,7 +218,7 @@ def _abilities(pool: ModelPool) -> tuple[int, bool, bool]:
             html, alignments = html or spec.html, alignments or spec.alignments
             continue
         options = model.options
-        beams.append(0 if getattr(options, "sampling", False) else getattr(options, "beam_size", 0))
+        beams.append(options.most_hypotheses)
         html = html or _works(model.check_format, "html")
         alignments = alignments or _works(model.options_for, alignments=True)
     return (0 if 0 in beams else max(beams)), html, alignments

@@ -129,7 +129,7 @@ def model_spec(
         options=options,
         named=name is not None,
         batch_size=decoding.batch_size,
-        beam_size=0 if decoding.sampling else decoding.beam_size,
+        beam_size=decoding.most_hypotheses,
         html=engine == "torch" and decoding.nbest == 1,
         alignments=engine == "torch",
     )

@@ -1,0 +1,137 @@
+"""The registry of decoding algorithms (mtkit/decoding/algorithms.py): an algorithm registered from outside mtkit
+reaches the command line (its own flag included) and the Python API without a change to either; the engines
+dispatch by name; bad choices are one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mtkit
+from mtkit.decoding import algorithms
+from mtkit.inference.options import Options, check_instructions
+
+TESTS = Path(__file__).resolve().parent
+SOURCES = ["A man is riding a bike .", "Two dogs and a cat .", "The white tree ."]
+
+
+@pytest.fixture(scope="module")
+def run(toy_run_workdir) -> Path:
+    return toy_run_workdir / "run"
+
+
+@pytest.fixture
+def shortest():
+    """The toy algorithm registered in this process, unregistered afterwards."""
+    import toy_algorithm
+
+    algorithms.register(toy_algorithm.SHORTEST)
+    yield toy_algorithm.SHORTEST
+    algorithms.REGISTRY.pop("shortest", None)
+
+
+def mtkit_with_toy(*args, stdin: str = "") -> subprocess.CompletedProcess:
+    """``mtkit ARGS`` in a process that registered the toy algorithm before the command line was built."""
+    code = "import sys, toy_algorithm; from mtkit.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], input=stdin, capture_output=True, text=True, env=env
+    )
+
+
+def expected_shortest(run: Path, width: int) -> list[str]:
+    model = mtkit.load(run, beam_size=width, nbest=width, device="cpu", dtype="float32")
+    return [min(t.hypotheses, key=lambda h: (len(h.tokens), -h.score)).text for t in model.translate_batch(SOURCES)]
+
+
+def test_a_registered_algorithm_reaches_the_api(run, shortest):
+    model = mtkit.load(run, algorithm="shortest", shortest_width=4, device="cpu", dtype="float32")
+    assert model.translate(SOURCES) == expected_shortest(run, 4)
+    assert model.options.shortest_width == 4 and model.options.chosen is shortest
+
+
+def test_a_registered_algorithm_reaches_the_command_line(run, shortest):
+    helped = mtkit_with_toy("translate", "--help")
+    assert helped.returncode == 0 and "--shortest-width" in helped.stdout and "--algorithm" in helped.stdout
+    for quick in ([], ["--no-split-sentences"]):  # the fast parser, and Typer (a switch the fast one leaves to it)
+        done = mtkit_with_toy(
+            "translate",
+            run,
+            "--algorithm",
+            "shortest",
+            "--shortest-width",
+            "4",
+            "--dtype",
+            "float32",
+            *quick,
+            stdin="\n".join(SOURCES) + "\n",
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == expected_shortest(run, 4)
+    bad = mtkit_with_toy("translate", run, "--algorithm", "shortest", "--shortest-width", "1")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "mtkit: error: --shortest-width 1: input should be greater than or equal to 2"
+    ]
+
+
+def test_greedy_is_beam_search_of_one(run):
+    greedy = mtkit.load(run, algorithm="greedy", device="cpu", dtype="float32")
+    assert greedy.options.beam_size == 1  # a run's beam_size is not used
+    assert greedy.translate(SOURCES) == mtkit.load(run, beam_size=1, device="cpu", dtype="float32").translate(SOURCES)
+
+
+def test_sampling_is_the_sampling_algorithm(run):
+    a = mtkit.load(run, sampling=True, seed=3, nbest=2, device="cpu", dtype="float32")
+    b = mtkit.load(run, algorithm="sampling", seed=3, nbest=2, device="cpu", dtype="float32")
+    assert a.options.algorithm == "sampling" and b.options.sampling
+    assert [t.text for t in a.translate_batch(SOURCES)] == [t.text for t in b.translate_batch(SOURCES)]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(algorithm="nope"), "--algorithm 'nope': unknown; use one of beam, greedy, sampling"),
+        (dict(algorithm="greedy", top_p=0.9), "--top-p takes effect with --sampling only; add --sampling or drop"),
+        (dict(algorithm="greedy", nbest=2), "--algorithm greedy gives one hypothesis a sentence: drop --nbest 2"),
+        (dict(algorithm="greedy", sampling=True), "--sampling is --algorithm sampling: drop --sampling or"),
+        (dict(temperature="warm", sampling=True), "--temperature 'warm': input should be a valid float"),
+        (dict(no_such=1), "unknown decoding option(s): no_such"),
+    ],
+)
+def test_bad_choices_are_one_line(options, message):
+    with pytest.raises(mtkit.MtkitError) as err:
+        Options.build(**options)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_an_unknown_algorithm_on_the_command_line(run, run_cli):
+    result = run_cli("translate", run, "--algorithm", "nope")
+    assert result.code == 2
+    assert result.err.strip() == "mtkit: error: --algorithm 'nope': unknown; use one of beam, greedy, sampling"
+
+
+def test_constraints_need_an_algorithm_that_honours_them(shortest):
+    check_instructions(Options(), constraints=True)  # beam search does
+    with pytest.raises(mtkit.MtkitError, match="^constraints need beam search: shortest cannot honour them"):
+        check_instructions(Options(algorithm="shortest"), constraints=True)
+
+
+def test_an_option_name_belongs_to_one_algorithm():
+    with pytest.raises(ValueError, match="top_p of other belong to sampling"):
+        algorithms.register(
+            algorithms.Algorithm("other", "x", torch="x:y", params=(algorithms.Param("top_p", "float", 1.0),))
+        )
+    assert "other" not in algorithms.REGISTRY
+
+
+@pytest.mark.parametrize("algorithm, most", [("beam", 4), ("greedy", 1), ("sampling", 0)])
+def test_the_server_bounds_alternatives_by_the_algorithm(run, algorithm, most):
+    """`mtkit serve --algorithm` reaches the model's spec: the most alternatives a request may ask for (the run
+    decodes with beam_size 4; 0: no bound, samples)."""
+    from mtkit.serving.models import model_spec
+
+    assert model_spec(run, options={"algorithm": algorithm}).beam_size == most
