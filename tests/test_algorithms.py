@@ -94,7 +94,7 @@ def test_sampling_is_the_sampling_algorithm(run):
 @pytest.mark.parametrize(
     "options, message",
     [
-        (dict(algorithm="nope"), "--algorithm 'nope': unknown; use one of beam, greedy, sampling"),
+        (dict(algorithm="nope"), "--algorithm 'nope': unknown; use one of beam, greedy, sampling, mbr"),
         (dict(algorithm="greedy", top_p=0.9), "--top-p takes effect with --sampling only; add --sampling or drop"),
         (dict(algorithm="greedy", nbest=2), "--algorithm greedy gives one hypothesis a sentence: drop --nbest 2"),
         (dict(algorithm="greedy", sampling=True), "--sampling is --algorithm sampling: drop --sampling or"),
@@ -111,7 +111,7 @@ def test_bad_choices_are_one_line(options, message):
 def test_an_unknown_algorithm_on_the_command_line(run, run_cli):
     result = run_cli("translate", run, "--algorithm", "nope")
     assert result.code == 2
-    assert result.err.strip() == "mtkit: error: --algorithm 'nope': unknown; use one of beam, greedy, sampling"
+    assert result.err.strip() == "mtkit: error: --algorithm 'nope': unknown; use one of beam, greedy, sampling, mbr"
 
 
 def test_constraints_need_an_algorithm_that_honours_them(shortest):

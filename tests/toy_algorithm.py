@@ -7,7 +7,7 @@ from __future__ import annotations
 from mtkit.decoding import algorithms
 
 
-def run_shortest(model, src, options, common, generator=None):
+def run_shortest(model, src, options, common, generator=None, **_):
     from mtkit.decoding.search import beam_search
 
     width = options.param("shortest_width")

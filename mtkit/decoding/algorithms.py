@@ -6,12 +6,13 @@ refuses one that belongs to another algorithm; ``mtkit translate`` gets a flag f
 instructions are checked against the entry's capabilities. Adding an algorithm is one module that calls
 ``register`` with a ``torch`` runner:
 
-    def run(model, src, options, common, generator) -> list[list[Decoded]]
+    def run(model, src, options, common, generator, detokenize, **_) -> list[list[Decoded]]
 
 where ``src`` is the (batch, src_len) PAD-padded source ids on the model's device, ``options`` the call's
 ``Options`` (``options.param("name")`` reads the entry's own options), ``common`` the keywords every search of
-``mtkit.decoding`` takes (``max_len_a``, ``max_len_b``, ``need_attention``, ``guide``, ``parts``) and
-``generator`` a seeded ``torch.Generator`` for an algorithm that draws (``seeded``), else None.
+``mtkit.decoding`` takes (``max_len_a``, ``max_len_b``, ``need_attention``, ``guide``, ``parts``),
+``generator`` a ``torch.Generator`` seeded by the option ``seed`` names, for an algorithm that draws, else None, and
+``detokenize`` turns lists of target ids into text (for an algorithm that compares outputs as text).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class Algorithm:
         alignments: its hypotheses can carry cross-attention.
         engines: the engines that run it.
         rows: the option whose value is the hypotheses it steps per sentence ("beam_size", "nbest"), or "" for one.
-        seeded: it draws, from a generator seeded by its ``seed`` option.
+        seed: the option that seeds its draws, for an algorithm that draws; "" for one that does not.
     """
 
     name: str
@@ -99,7 +100,7 @@ class Algorithm:
     alignments: bool = True
     engines: tuple[str, ...] = ("torch",)
     rows: str = "beam_size"
-    seeded: bool = False
+    seed: str = ""
 
     def runner(self) -> Callable:
         module, _, function = self.torch.partition(":")
@@ -160,10 +161,41 @@ register(
             Param("temperature", "float", 1.0, "divides the log-probs before drawing", gt=0),
             Param("top_k", "int", 0, "sample among the k most likely subwords; 0: all", ge=0),
             Param("top_p", "float", 1.0, "sample in the smallest set of this much probability", gt=0, le=1),
+            Param("epsilon", "float", 0.0, "sample among subwords of at least this probability; 0: all", ge=0, lt=1),
             Param("seed", "int", 0, "seed of the draws"),
         ),
         engines=("torch", "ctranslate2"),
         rows="nbest",
-        seeded=True,
+        seed="seed",
+    )
+)
+register(
+    Algorithm(
+        "mbr",
+        "minimum Bayes risk: of mbr_candidates candidates, the one that agrees most with the others (chrF or BLEU)",
+        torch="mtkit.decoding.mbr:run_mbr",
+        params=(
+            Param("mbr_candidates", "int", 16, "candidates a sentence", ge=2, le=1024),
+            Param(
+                "mbr_epsilon",
+                "float",
+                0.02,
+                "candidates by epsilon sampling at this epsilon; 0: a beam's n-best",
+                ge=0,
+                lt=1,
+            ),
+            Param(
+                "mbr_pseudo_references",
+                "int",
+                0,
+                "references drawn apart by sampling (at mbr_epsilon); 0: the candidates are the references",
+                ge=0,
+                le=1024,
+            ),
+            Param("mbr_utility", "str", "chrf", "the sentence metric candidates agree by", choices=("chrf", "bleu")),
+            Param("mbr_seed", "int", 0, "seed of the draws"),
+        ),
+        rows="mbr_candidates",
+        seed="mbr_seed",
     )
 )

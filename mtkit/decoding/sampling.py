@@ -6,6 +6,7 @@ It runs on single_path.py's decoder, greedy's too. ``sample`` returns ``nbest`` 
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -19,18 +20,24 @@ from mtkit.decoding.strategy import NEG_INF, row_topk
 from mtkit.models.base import Seq2Seq
 
 
-def filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float) -> Tensor:
-    """Truncate each row's distribution to its top-k and nucleus (top-p) tokens.
+def filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float, epsilon: float = 0.0) -> Tensor:
+    """Truncate each row's distribution to its top-k and nucleus (top-p) tokens, and to those of probability at
+    least ``epsilon`` (epsilon sampling, Hewitt et al. 2022: no sort, one comparison per token).
 
     Args:
         logits: (rows, vocab) unnormalised scores.
         top_k: tokens kept per row, the most likely first; 0 keeps all.
         top_p: the probability mass kept per row: the smallest set of most likely tokens that reaches it; 1 keeps
             all. The most likely token is always kept.
+        epsilon: the least probability a kept token has; 0 keeps all. The most likely token is always kept.
 
     Returns:
         (rows, vocab) ``logits`` with every token outside the kept set at -inf.
     """
+    if epsilon > 0.0:
+        log_probs = logits.log_softmax(dim=1)
+        best = log_probs.max(dim=1, keepdim=True).values  # (rows, 1)
+        logits = logits.masked_fill((log_probs < math.log(epsilon)) & (log_probs < best), NEG_INF)
     if top_k > 0:
         kth_best = row_topk(logits, min(top_k, logits.size(1)))[0][:, -1:]  # (rows, 1)
         logits = logits.masked_fill(logits < kth_best, NEG_INF)
@@ -52,6 +59,7 @@ def sample(
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
+    epsilon: float = 0.0,
     generator: Optional[torch.Generator] = None,
     max_len_a: float,
     max_len_b: float,
@@ -73,6 +81,7 @@ def sample(
         temperature: divides the log-probs before drawing; must be > 0.
         top_k: draw among the ``top_k`` most likely tokens; 0 for all.
         top_p: draw among the smallest set of most likely tokens whose probability reaches ``top_p``; 1 for all.
+        epsilon: draw only among tokens of probability >= ``epsilon`` (after the temperature); 0 for all.
         generator: a seeded generator on the model's device makes the samples reproducible; None uses torch's.
         max_len_a: output tokens allowed per source token.
         max_len_b: output tokens allowed beyond those.
@@ -102,7 +111,7 @@ def sample(
         raise ValueError(f"nbest must be >= 1, got {nbest}")
 
     def draw(scores: Tensor) -> Tensor:  # (rows, vocab) -> (rows,)
-        logits = filter_top_k_top_p(scores / temperature, top_k, top_p)
+        logits = filter_top_k_top_p(scores / temperature, top_k, top_p, epsilon)
         return torch.multinomial(logits.softmax(dim=1), 1, generator=generator).squeeze(1)
 
     return single_path(
@@ -120,7 +129,7 @@ def sample(
     )
 
 
-def run_sampling(model: Seq2Seq, src: Tensor, options, common: dict, generator=None) -> list[list[Decoded]]:
+def run_sampling(model: Seq2Seq, src: Tensor, options, common: dict, generator=None, **_) -> list[list[Decoded]]:
     """The ``sampling`` entry of ``mtkit.decoding.algorithms``: ``options.nbest`` samples a sentence."""
     return sample(
         model,
@@ -128,6 +137,7 @@ def run_sampling(model: Seq2Seq, src: Tensor, options, common: dict, generator=N
         temperature=options.param("temperature"),
         top_k=options.param("top_k"),
         top_p=options.param("top_p"),
+        epsilon=options.param("epsilon"),
         generator=generator,
         nbest=options.nbest,
         length_penalty=options.length_penalty,

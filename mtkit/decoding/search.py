@@ -269,7 +269,7 @@ __all__ = [
 ]
 
 
-def run_beam(model: Seq2Seq, src: Tensor, options, common: dict, generator=None) -> list[list[Decoded]]:
+def run_beam(model: Seq2Seq, src: Tensor, options, common: dict, generator=None, **_) -> list[list[Decoded]]:
     """The ``beam`` entry of ``mtkit.decoding.algorithms``: beam search with ``options``' beam_size, nbest,
     stopping and length penalty; greedy's loop where it would keep one hypothesis and no constraint."""
     guide = common.get("guide")

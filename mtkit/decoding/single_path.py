@@ -206,6 +206,6 @@ def greedy(
     )
 
 
-def run_greedy(model: Seq2Seq, src: Tensor, options, common: dict, generator=None) -> list[list[Decoded]]:
+def run_greedy(model: Seq2Seq, src: Tensor, options, common: dict, generator=None, **_) -> list[list[Decoded]]:
     """The ``greedy`` entry of ``mtkit.decoding.algorithms``."""
     return greedy(model, src, length_penalty=options.length_penalty, **common)

@@ -176,6 +176,8 @@ class Options:
                 )
             if self.shortlist:
                 raise MtkitError("--shortlist needs the torch engine (--engine torch)")
+            if self.algorithm == "sampling" and self.param("epsilon") > 0:
+                raise MtkitError("--epsilon needs the torch engine: CTranslate2 samples by top-k, top-p, temperature")
             if self.dtype not in (None, "default", "auto", *CT2_COMPUTE_TYPES):
                 raise MtkitError(
                     f"--dtype {self.dtype!r}: the ctranslate2 engine computes in one of "

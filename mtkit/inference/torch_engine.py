@@ -63,8 +63,8 @@ class TorchEngine(Engine):
     def __init__(self, model: Seq2Seq, tokenizer, options: Options, device: torch.device):
         super().__init__(tokenizer, options, model.max_positions)
         self.model, self.device = model, device
-        seeded = options.chosen.seeded
-        self.generator = torch.Generator(device="cpu").manual_seed(options.param("seed")) if seeded else None
+        seed = options.chosen.seed  # the option seeding an algorithm that draws
+        self.generator = torch.Generator(device="cpu").manual_seed(options.param(seed)) if seed else None
         self._glue: Optional[torch.Tensor] = None
 
     dtype_name = "float32"  # what computes (``dtype: auto`` resolved) and why: set by whoever loads the model
@@ -103,7 +103,7 @@ class TorchEngine(Engine):
             common = dict(
                 max_len_a=o.max_len_a, max_len_b=o.max_len_b, need_attention=o.alignments, guide=guide, parts=sizes
             )  # the algorithm of o.algorithm runs the batch (mtkit.decoding.algorithms)
-            out = o.chosen.runner()(self.model, src, o, common, self.generator)
+            out = o.chosen.runner()(self.model, src, o, common, self.generator, detokenize=self.tokenizer.decode_tgt)
             for i, hyps in zip(idx, out):
                 results[i] = hyps
         return results
