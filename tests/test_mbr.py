@@ -92,7 +92,7 @@ def test_mbr_on_the_command_line(run, run_cli):
         (dict(algorithm="mbr", mbr_candidates=1), "--mbr-candidates 1: input should be greater than or equal to 2"),
         (dict(algorithm="mbr", mbr_utility="ter"), "--mbr-utility 'ter': use chrf or bleu"),
         (dict(mbr_utility="bleu"), "--mbr-utility takes effect with --algorithm mbr only; add --algorithm mbr"),
-        (dict(algorithm="mbr", engine="ctranslate2"), "--algorithm mbr runs on the torch engine(s), not ctranslate2"),
+        (dict(algorithm="mbr", engine="ctranslate2"), "--mbr-epsilon needs the torch engine (CTranslate2 has no"),
         (dict(sampling=True, epsilon=0.1, engine="ctranslate2"), "--epsilon needs the torch engine"),
     ],
 )
@@ -100,6 +100,22 @@ def test_bad_mbr_options_are_one_line(options, message):
     with pytest.raises(mtkit.MtkitError) as err:
         Options.build(**options)
     assert str(err.value).startswith(message)
+
+
+def test_mbr_on_the_ctranslate2_engine(run, tmp_path):
+    """The CTranslate2 engine ranks its own beam's n-best as the torch engine would rank them; with pseudo-references
+    drawn by CTranslate2's sampling it runs too."""
+    from conftest import cli
+
+    assert cli("export", run, "--out", tmp_path / "ct2") == 0
+    beam = mtkit.load(tmp_path / "ct2", beam_size=4, nbest=4)
+    model = mtkit.load(tmp_path / "ct2", algorithm="mbr", mbr_candidates=4, mbr_epsilon=0.0)
+    for found, chosen in zip(beam.translate_batch(SOURCES), model.translate_batch(SOURCES)):
+        texts = [h.text for h in found.hypotheses]
+        expected = [sum(sacrebleu.sentence_chrf(h, [r]).score for r in texts) / len(texts) for h in texts]
+        assert chosen.text == texts[max(range(len(texts)), key=lambda i: (expected[i], -i))]
+    sampled = mtkit.load(tmp_path / "ct2", algorithm="mbr", mbr_candidates=4, mbr_epsilon=0.0, mbr_pseudo_references=4)
+    assert all(sampled.translate(SOURCES))
 
 
 def test_epsilon_keeps_the_subwords_of_at_least_epsilon():

@@ -195,6 +195,7 @@ register(
             Param("mbr_utility", "str", "chrf", "the sentence metric candidates agree by", choices=("chrf", "bleu")),
             Param("mbr_seed", "int", 0, "seed of the draws"),
         ),
+        engines=("torch", "ctranslate2"),
         rows="mbr_candidates",
         seed="mbr_seed",
     )

@@ -66,8 +66,8 @@ class Ct2Engine(Engine):
         self.tgt_vocab = tokenizer.tgt_pieces(list(range(tokenizer.tgt_vocab_size)))
         self.tgt_ids = {piece: i for i, piece in enumerate(self.tgt_vocab)}
         self.banned = [[self.tgt_vocab[PAD]], [self.tgt_vocab[BOS]]]
-        if options.sampling:
-            ct2.set_random_seed(options.seed)
+        if options.chosen.seed:  # an algorithm that draws (sampling; mbr's pseudo-references)
+            ct2.set_random_seed(options.param(options.chosen.seed))
 
     def describe(self) -> str:
         return f"CTranslate2 on {self.where}, {self.options.threads or 'default'} threads"
@@ -84,6 +84,8 @@ class Ct2Engine(Engine):
         options: Optional[Options] = None,
     ) -> list[list]:
         o = options or self.options
+        if o.algorithm == "mbr":
+            return self._mbr(ids, guidance, o)
         results: list[list] = [[] for _ in ids]  # empty in, empty out
         for idx in batches(ids, o):  # batches of similar length, so of similar limits
             groups: dict[tuple, list[int]] = {}  # sentences with the same avoided phrases share a call
@@ -99,6 +101,22 @@ class Ct2Engine(Engine):
                 for i, hyps in zip(group, self._search(o, sources, limits, target_prefix, suppress)):
                     results[i] = hyps
         return results
+
+    def _mbr(self, ids: list[list[int]], guidance, o: Options) -> list[list]:
+        """Minimum Bayes risk (``mtkit.decoding.mbr``) over a beam's n-best of ``mbr_candidates``, against
+        CTranslate2's samples where ``mbr_pseudo_references`` asks for them (``Options`` refuses epsilon sampling
+        here: CTranslate2 has none)."""
+        from mtkit.decoding import mbr
+
+        n, pseudo = o.param("mbr_candidates"), o.param("mbr_pseudo_references")
+        beam = o.replace(algorithm="beam", params=(), beam_size=n, nbest=n)
+        candidates = self.translate_ids(ids, guidance, beam)
+        texts = [self.tokenizer.decode_tgt([h.tokens for h in hyps]) if hyps else [] for hyps in candidates]
+        references = None
+        if pseudo:
+            drawn = self.translate_ids(ids, guidance, o.replace(algorithm="sampling", params=(), nbest=pseudo))
+            references = [self.tokenizer.decode_tgt([h.tokens for h in hyps]) if hyps else [] for hyps in drawn]
+        return mbr.rank(candidates, texts, references, o.param("mbr_utility"), o.nbest)
 
     def _search(
         self,

@@ -178,6 +178,11 @@ class Options:
                 raise MtkitError("--shortlist needs the torch engine (--engine torch)")
             if self.algorithm == "sampling" and self.param("epsilon") > 0:
                 raise MtkitError("--epsilon needs the torch engine: CTranslate2 samples by top-k, top-p, temperature")
+            if self.algorithm == "mbr" and self.param("mbr_epsilon") > 0:
+                raise MtkitError(
+                    "--mbr-epsilon needs the torch engine (CTranslate2 has no epsilon sampling): with --engine "
+                    "ctranslate2 use --mbr-epsilon 0, the candidates of a beam"
+                )
             if self.dtype not in (None, "default", "auto", *CT2_COMPUTE_TYPES):
                 raise MtkitError(
                     f"--dtype {self.dtype!r}: the ctranslate2 engine computes in one of "
