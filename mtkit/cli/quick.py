@@ -43,6 +43,7 @@ _VALUES: dict[str, tuple[str, Callable]] = {
     "-t": ("target", str),
     "--engine": ("engine", str),
     "--algorithm": ("algorithm", str),
+    "--mark-below": ("mark_below", float),
 }
 _KINDS = {"int": int, "float": float, "str": str}
 # every registered algorithm's own options, as Typer's command gets them (cli/base.py: with_algorithm_flags)

@@ -29,6 +29,23 @@ def average(
 
 
 @_command
+def calibrate(
+    run: Path = typer.Argument(..., help="Run directory."),
+    split: str = typer.Option("valid", "--split", help="The data dir's split to calibrate on (not train)."),
+    max_sentences: Optional[int] = typer.Option(None, "--max-sentences", help="Only its first N sentences."),
+    device: Optional[str] = typer.Option(None, "--device"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+):
+    """Fit the run's translation confidence on its validation split: RUN/calibration.json (docs/decoding.md).
+
+    Example: mtkit calibrate runs/multi30k-transformer
+    """
+    from mtkit.inference.calibrate import calibrate_main
+
+    calibrate_main(run=run, split=split, max_sentences=max_sentences, device=device, threads=threads)
+
+
+@_command
 def plot(run: Path = typer.Argument(..., help="Run directory.")):
     """Draw the training / validation curves of a run to RUN/curves.png.
 

@@ -71,6 +71,11 @@ def translate(
         False, "--skip-bad-lines", help="jsonl input: a bad line gets an empty output line and a warning, not an error."
     ),
     alignments: bool = typer.Option(False, "--alignments", help="jsonl: include cross-attention weights."),
+    mark_below: Optional[float] = typer.Option(
+        None,
+        "--mark-below",
+        help="Write each translation as HTML, its words of confidence under this in <span class=mtkit-low>.",
+    ),
     plot_attention: Optional[Path] = typer.Option(
         None, "--plot-attention", help="Write an attention heatmap PNG per sentence here."
     ),
@@ -118,6 +123,7 @@ def translate(
         plot_attention=plot_attention,
         engine=engine,
         verbose=verbose,
+        mark_below=mark_below,
     )
 
 

@@ -18,6 +18,8 @@ from typing import Iterable, Optional, Sequence, Union
 
 from mtkit.errors import MtkitError
 from mtkit.inference import paragraphs
+from mtkit.inference.confidence import Calibration, sentence_confidence
+from mtkit.inference.confidence import words as confidence_words
 from mtkit.inference.engine import Engine
 from mtkit.inference.languages import with_first, without_first
 from mtkit.inference.loading import ct2_engine, torch_engine
@@ -46,8 +48,9 @@ class TranslationModel:
     # PyTorch's OpenMP threads belong to the thread that starts them: a second team on the same cores slows
     # decoding down (docs/benchmarks.md, serving).
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, calibration: Optional[Calibration] = None):
         self.engine = engine
+        self.calibration = calibration  # the run's (mtkit calibrate), for hypotheses' confidence
 
     @property
     def options(self) -> Options:
@@ -268,23 +271,24 @@ class TranslationModel:
             texts = [
                 prefix + _join(prefix, tok.tgt_pieces(h.tokens[forced : forced + 1]), r) for h, r in zip(hyps, rest)
             ]
-        return Translation(
-            source=segment.text,
-            source_tokens=tuple(tok.src_pieces(src_ids)),
-            hypotheses=tuple(
+        out = []
+        for h, text in zip(hyps, texts):
+            pieces = tuple(tok.tgt_pieces(h.tokens))
+            out.append(
                 Hypothesis(
                     text=text,
-                    tokens=tuple(tok.tgt_pieces(h.tokens)),
+                    tokens=pieces,
                     score=float(h.score) if scores else None,
                     log_prob=float(h.log_prob) if scores else None,
                     token_log_probs=tuple(h.token_log_probs) if scores else None,
                     alignment=tuple(map(tuple, h.attention.tolist()))
                     if alignments and h.attention is not None
                     else None,
+                    confidence=sentence_confidence(h.token_log_probs, self.calibration) if scores else None,
+                    word_confidences=confidence_words(pieces, h.token_log_probs) if scores else None,
                 )
-                for h, text in zip(hyps, texts)
-            ),
-        )
+            )
+        return Translation(source=segment.text, source_tokens=tuple(tok.src_pieces(src_ids)), hypotheses=tuple(out))
 
 
 def _prefix_of(segment: Segment) -> str:
@@ -344,6 +348,8 @@ def load(
     if engine != "ctranslate2" and ct2.is_export_dir(paths[0]):
         engine = "ctranslate2"
     overrides = dict(options, engine=engine, alignments=alignments)
+    run_dir = paths[0] if paths[0].is_dir() else paths[0].parent.parent  # RUN/checkpoints/x.safetensors
+    calibration = Calibration.load(run_dir)
     if engine == "ctranslate2":
-        return TranslationModel(ct2_engine(paths, overrides))
-    return TranslationModel(torch_engine(paths, overrides))
+        return TranslationModel(ct2_engine(paths, overrides), calibration)
+    return TranslationModel(torch_engine(paths, overrides), calibration)

@@ -133,6 +133,8 @@ def _joined(source: str, cut: Split, parts: Sequence[Translation]) -> Translatio
                 log_prob=sum(h.log_prob for h in chosen) if scored else None,
                 token_log_probs=tuple(x for h in chosen for x in h.token_log_probs) if scored else None,
                 alignment=chosen[0].alignment if len(parts) == 1 and chosen else None,  # one sentence: its own
+                confidence=_joined_confidence(chosen) if scored else None,
+                word_confidences=tuple(w for h in chosen for w in h.word_confidences or ()) if scored else None,
             )
         )
     sentences = tuple(parts) if len(parts) > 1 else ()
@@ -163,6 +165,13 @@ def _html(source: str, parts: list, found: Sequence[Translation]) -> Translation
         hypotheses=(Hypothesis(text=text, tokens=tuple(t for h in best for t in h.tokens)),),
         sentences=tuple(used),
     )
+
+
+def _joined_confidence(hyps: list[Hypothesis]) -> Optional[float]:
+    """A paragraph's confidence: its sentences' confidences weighted by their subwords (EOS included)."""
+    weights = [len(h.tokens) + 1 for h in hyps if h.confidence is not None]
+    values = [h.confidence for h in hyps if h.confidence is not None]
+    return sum(w * v for w, v in zip(weights, values)) / sum(weights) if weights else None
 
 
 # ------------------------------------------------------------------------------------- word alignments

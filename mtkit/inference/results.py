@@ -15,6 +15,9 @@ class Hypothesis:
     GNMT length penalty ``((5 + len(tokens) + 1) / 6) ** length_penalty``, what hypotheses are ranked by; without
     scores the three are None. With alignments, ``alignment`` holds the cross-attention weights: one row per
     target token and EOS, one column per source subword and EOS (``Translation.source_tokens`` + ``</s>``).
+    With scores, ``confidence`` (in [0, 1]) says how much to trust the hypothesis and ``word_confidences`` each of
+    its words (``inference.confidence``: the expected sentence chrF / 100 where the run is calibrated, else the
+    geometric mean of its token probabilities; a word's subwords' probability together).
     """
 
     text: str
@@ -23,6 +26,8 @@ class Hypothesis:
     log_prob: Optional[float] = None
     token_log_probs: Optional[tuple[float, ...]] = None
     alignment: Optional[tuple[tuple[float, ...], ...]] = None
+    confidence: Optional[float] = None
+    word_confidences: Optional[tuple[tuple[str, float], ...]] = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ the input, the output formats (text, jsonl) and the wiring of ``mtkit translate`
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
 import select
@@ -125,6 +126,21 @@ def format_text(translation: Translation, nbest: int) -> str:
     return "".join(line + "\n" for line in lines) + "\n" * (nbest - len(lines))
 
 
+def format_marked(translation: Translation, threshold: float) -> str:
+    """``--mark-below``: the best translation as one line of HTML, each word of confidence under ``threshold`` in
+    ``<span class="mtkit-low" data-confidence="0.31">``, for the caller to style."""
+    best = translation.best
+    if best is None or not best.word_confidences:
+        return html.escape(one_line(best.text) if best else "", quote=False) + "\n"
+    marked = [
+        f'<span class="mtkit-low" data-confidence="{c:.2f}">{html.escape(w, quote=False)}</span>'
+        if c < threshold
+        else html.escape(w, quote=False)
+        for w, c in best.word_confidences
+    ]
+    return one_line(" ".join(marked)) + "\n"
+
+
 def format_jsonl(translation: Translation, alignments: bool, error: Optional[str] = None) -> str:
     """One JSON record; ``error``: why the input line was skipped (``--skip-bad-lines``)."""
     best = translation.best
@@ -132,15 +148,24 @@ def format_jsonl(translation: Translation, alignments: bool, error: Optional[str
         "source": translation.source,
         "hypothesis": best.text if best else "",
         "score": best.score if best else None,
+        "confidence": _rounded(best.confidence) if best else None,
+        "words": [[w, round(c, 4)] for w, c in best.word_confidences or ()] if best else [],
         "tokens": list(best.tokens) if best else [],
         "token_log_probs": [round(x, 5) for x in best.token_log_probs or ()] if best else [],
-        "nbest": [{"hypothesis": h.text, "score": h.score, "log_prob": h.log_prob} for h in translation.hypotheses],
+        "nbest": [
+            {"hypothesis": h.text, "score": h.score, "log_prob": h.log_prob, "confidence": _rounded(h.confidence)}
+            for h in translation.hypotheses
+        ],
     }
     if alignments:
         record["alignment"] = best.alignment if best is not None and best.alignment is not None else []
     if error is not None:
         record["error"] = error
     return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def _rounded(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 4)
 
 
 Translatable = Union[api.TranslationModel, Engine]
@@ -201,14 +226,16 @@ def translate_chunks(
     errors: Optional[dict[int, str]] = None,
     markup: str = "text",
     target: Optional[str] = None,
+    mark_below: Optional[float] = None,
 ) -> int:
     """Translate each chunk of lines (sorted by length inside) to ``out`` in input order, flushing after each.
 
     A line is a str or a ``Segment``; None stands for a skipped line (an empty output line; with jsonl output a
-    record whose ``error`` is ``errors[line number]``). ``markup``: ``html`` reads each line as an HTML fragment."""
+    record whose ``error`` is ``errors[line number]``). ``markup``: ``html`` reads each line as an HTML fragment.
+    ``mark_below``: each line as HTML, its words of lower confidence marked (``format_marked``)."""
     model = as_model(translator)
     nbest = model.options.nbest
-    scores = fmt == "jsonl" or nbest > 1  # shown: CTranslate2 rescores for them
+    scores = fmt == "jsonl" or nbest > 1 or mark_below is not None  # shown: CTranslate2 rescores for them
     attention = alignments or plot_dir is not None
     written = 0
     skipped = Translation(source="", source_tokens=(), hypotheses=())
@@ -220,6 +247,8 @@ def translate_chunks(
             if fmt == "jsonl":
                 error = (errors or {}).get(written + 1) if line is None else None
                 out.write(format_jsonl(translation, alignments, error))
+            elif mark_below is not None:
+                out.write(format_marked(translation, mark_below))
             else:
                 out.write(format_text(translation, nbest))
             best = translation.best
@@ -251,6 +280,7 @@ def translate_main(
     skip_bad_lines: bool = False,
     target: Optional[str] = None,
     verbose: bool = False,
+    mark_below: Optional[float] = None,
     **options,
 ) -> None:
     """``mtkit translate``: ``options`` are ``mtkit.load``'s decoding and sampling options; ``--engine
@@ -258,6 +288,14 @@ def translate_main(
     jsonl reads a JSON object with instructions per line (``skip_bad_lines``: a bad one gives an empty line),
     html an HTML fragment per line."""
     check_flags(format=fmt, engine=engine, input_format=input_format)
+    if mark_below is not None:
+        if not 0.0 < mark_below <= 1.0:
+            raise MtkitError(f"--mark-below {mark_below}: a confidence in (0, 1], e.g. 0.5")
+        if fmt != "text" or input_format == "html" or options.get("nbest") not in (None, 1):
+            raise MtkitError(
+                "--mark-below writes one HTML line per input line: use it with --format text, plain or jsonl input "
+                "and one hypothesis (--format jsonl gives every word's confidence instead)"
+            )
     if input is not None and not Path(input).is_file():
         raise MtkitError(f"{input}: input file not found")
     model = api.load(
@@ -282,6 +320,7 @@ def translate_main(
         input_format=input_format,
         skip_bad_lines=skip_bad_lines,
         target=target,
+        mark_below=mark_below,
     )
 
 
@@ -310,6 +349,7 @@ def _write_translations(
     input_format: str = "text",
     skip_bad_lines: bool = False,
     target: Optional[str] = None,
+    mark_below: Optional[float] = None,
 ) -> None:
     if plot_attention is not None:
         try:
@@ -357,6 +397,7 @@ def _write_translations(
             errors=reader.errors,
             markup="html" if input_format == "html" else "text",
             target=target,
+            mark_below=mark_below,
         )
     if translator.truncated:
         print(

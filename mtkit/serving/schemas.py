@@ -150,6 +150,10 @@ class HypothesisOut(BaseModel):
     tokens: Optional[list[str]] = None
     token_log_probs: Optional[list[float]] = Field(None, description="One per subword, the last for EOS.")
     alignment: Optional[list[list[float]]] = Field(None, description="Rows: target subwords and EOS; columns: source.")
+    confidence: Optional[float] = Field(
+        None, description="From 0 to 1: the expected sentence chrF / 100 (calibrated runs), else the model's own."
+    )
+    words: Optional[list[tuple[str, float]]] = Field(None, description="Each word and its confidence, 0 to 1.")
 
 
 class LegOut(BaseModel):
@@ -211,6 +215,8 @@ def translation_out(result, options: RequestOptions) -> TranslationOut:
             tokens=list(h.tokens) if options.scores or options.alignments else None,
             token_log_probs=h.token_log_probs,
             alignment=h.alignment,
+            confidence=h.confidence,
+            words=list(h.word_confidences) if h.word_confidences is not None else None,
         )
         for h in result.hypotheses
     ]
