@@ -40,10 +40,11 @@ def main() -> None:
     import contextlib
     import io
 
+    from sacrebleu.metrics.chrf import CHRF
+
     import mtkit
     from mtkit.inference.calibrate import calibrate_main
     from mtkit.inference.confidence import calibration_error, mean_log_prob, spearman
-    from sacrebleu.metrics.chrf import CHRF
 
     print(f"bench_confidence {time.strftime('%Y-%m-%d %H:%M')}  {describe()}  {args.run}")
     with contextlib.redirect_stdout(io.StringIO()) as said:
