@@ -152,6 +152,18 @@ def test_selection_keeps_the_hypothesis_closest_to_the_reference():
     assert Selector("bleu").pick([], reference) == -1
 
 
+def test_mbr_selection_keeps_the_hypothesis_closest_to_the_others():
+    """--select mbr: the reference is not read; the pick has the highest mean sentence chrF (sacreBLEU's, computed
+    here pair by pair) against the whole n-best list."""
+    from sacrebleu.metrics import CHRF
+
+    hyps = ["Ein Mann fährt Rad .", "Ein Mann fährt Fahrrad .", "Ein Mann fährt ein Fahrrad .", "Zwei Hunde ."]
+    means = [sum(CHRF().sentence_score(h, [r]).score for r in hyps) / len(hyps) for h in hyps]
+    assert Selector("mbr").pick(hyps, "unused") == means.index(max(means)) != 0
+    assert Selector("mbr").pick(hyps, "a different reference") == Selector("mbr").pick(hyps, "unused")
+    assert Selector("mbr").pick(["Hund ."], "x") == 0 and Selector("mbr").pick([], "x") == -1
+
+
 @pytest.mark.parametrize("keep_original", [False, True])
 def test_distilled_targets_are_the_n_best_closest_to_the_reference(student, toy_run_workdir, keep_original):
     cfg = cfgmod.load(student())

@@ -55,7 +55,8 @@ def distill(
     select: str = typer.Option(
         "chrf",
         "--select",
-        help="chrf or bleu: the n-best hypothesis closest to the reference; top: the teacher's best.",
+        help="chrf or bleu: the n-best hypothesis closest to the reference; top: the teacher's best; mbr: the one "
+        "closest to the others (minimum Bayes risk by chrF).",
     ),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b", help="Default: the teacher's decoding section."),
     keep_original: bool = typer.Option(

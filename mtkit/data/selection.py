@@ -5,6 +5,8 @@
   ``sacrebleu.sentence_bleu``), as Bergamot's bestbleu keeps the best of an n-best list; of equal scores the
   teacher's better-ranked hypothesis wins.
 - ``top``: the teacher's best hypothesis; the reference is not read (the n-best list holds only it).
+- ``mbr``: minimum Bayes risk over the n-best list (``mtkit.decoding.mbr``'s rule with the list as candidates and
+  pseudo-references): the hypothesis of highest mean chrF against the list; the reference is not read.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Sequence
 
 from mtkit.errors import MtkitError
 
-SELECTIONS = ("chrf", "bleu", "top")
+SELECTIONS = ("chrf", "bleu", "top", "mbr")
 
 
 def check_selection(rule: str) -> str:
@@ -30,8 +32,8 @@ def check_selection(rule: str) -> str:
     """
     if rule not in SELECTIONS:
         raise MtkitError(
-            f"--select {rule!r}: use chrf or bleu (the n-best hypothesis closest to the reference) or top "
-            "(the teacher's best)"
+            f"--select {rule!r}: use chrf or bleu (the n-best hypothesis closest to the reference), top "
+            "(the teacher's best) or mbr (the one closest to the others by chrF)"
         )
     return rule
 
@@ -49,7 +51,7 @@ class Selector:
     def __init__(self, rule: str):
         self.rule = check_selection(rule)
         self.metric = None
-        if rule != "top":
+        if rule in ("chrf", "bleu"):
             from sacrebleu.metrics import BLEU, CHRF
 
             self.metric = CHRF() if rule == "chrf" else BLEU(effective_order=True)
@@ -80,7 +82,13 @@ class Selector:
         """
         if not hypotheses:
             return -1
-        if self.metric is None or len(hypotheses) == 1:
+        if len(hypotheses) == 1 or self.rule == "top":
             return 0
+        if self.rule == "mbr":  # chrF of each hypothesis against every one of the list, itself included
+            import fastchrf
+
+            [matrix] = fastchrf.pairwise_chrf([list(hypotheses)], [list(hypotheses)])
+            means = [sum(row) / len(row) for row in matrix]
+            return max(range(len(means)), key=lambda i: (means[i], -i))
         scores = [self.score(h, reference) for h in hypotheses]
         return max(range(len(scores)), key=lambda i: (scores[i], -i))  # the first of the best
