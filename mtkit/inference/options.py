@@ -146,8 +146,8 @@ class Options:
         """Raise ``MtkitError`` for a value out of its range or options that do not go together."""
         check_flags(engine=self.engine)
         _check_ranges(self)
+        chosen = self.chosen  # an unknown algorithm first: its options are checked against it
         _check_params(self)
-        chosen = self.chosen
         if self.sampling and self.algorithm != "sampling":
             raise MtkitError(f"--sampling is --algorithm sampling: drop --sampling or --algorithm {self.algorithm}")
         if not chosen.nbest and self.nbest > 1:
