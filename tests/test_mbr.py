@@ -124,3 +124,23 @@ def test_epsilon_keeps_the_subwords_of_at_least_epsilon():
     assert kept.tolist() == [[True, True, True, False], [True, False, False, False]]
     flat = torch.tensor([[0.4, 0.3, 0.3]]).log()  # every subword below epsilon: the most likely stays
     assert filter_top_k_top_p(flat, 0, 1.0, epsilon=0.5).isfinite().tolist() == [[True, False, False]]
+
+
+def test_epsilon_draws_follow_the_filtered_distribution():
+    """draw_epsilon (the top 1/epsilon subwords, normalised over the whole vocabulary) draws as filter_top_k_top_p
+    and a multinomial draw do: never a subword under epsilon, each kept one as often as its probability says."""
+    from mtkit.decoding.sampling import draw_epsilon
+
+    torch.manual_seed(0)
+    logits = torch.randn(1, 300) * 3
+    probs = logits.softmax(dim=1)[0]
+    kept = filter_top_k_top_p(logits, 0, 1.0, epsilon=0.05).isfinite()[0]
+    expected = torch.where(kept, probs, torch.zeros_like(probs))
+    expected /= expected.sum()
+    generator = torch.Generator().manual_seed(1)
+    draws = draw_epsilon(logits.expand(20000, -1), 0.05, generator=generator)
+    frequency = torch.bincount(draws, minlength=300).float() / len(draws)
+    assert bool((frequency[~kept] == 0).all()) and int(kept.sum()) > 1
+    assert torch.allclose(frequency, expected, atol=0.015)
+    top2 = draw_epsilon(logits.expand(2000, -1), 0.05, top_k=2, generator=generator)
+    assert set(top2.tolist()) <= set(logits[0].topk(2).indices.tolist())

@@ -51,6 +51,30 @@ def filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float, epsilon: float 
     return logits
 
 
+def draw_epsilon(logits: Tensor, epsilon: float, top_k: int = 0, generator=None) -> Tensor:
+    """One draw per row among the subwords of probability at least ``epsilon`` (the most likely always; within
+    the ``top_k`` most likely where ``top_k`` > 0), by their probabilities: ``filter_top_k_top_p(logits, top_k,
+    1.0, epsilon)`` then a draw, without a pass over the vocabulary per filter. At most 1 / epsilon subwords reach
+    epsilon, so they are among that many most likely: the draw looks at those only, normalised by the whole
+    vocabulary's log-sum-exp.
+
+    Args:
+        logits: (rows, vocab) scores (after any temperature).
+        epsilon: in (0, 1).
+        top_k: 0, or the most subwords kept.
+        generator: the draws' generator.
+
+    Returns:
+        (rows,) the subwords drawn.
+    """
+    k = min(logits.size(1), int(1.0 / epsilon), top_k or logits.size(1))
+    values, ids = row_topk(logits, k)  # (rows, k), best first
+    probs = (values - logits.logsumexp(dim=1, keepdim=True)).exp_()
+    probs[:, 1:].masked_fill_(probs[:, 1:] < epsilon, 0.0)  # the most likely stays, whatever its probability
+    choice = torch.multinomial(probs, 1, generator=generator)  # (rows, 1): unnormalised weights are fine
+    return ids.gather(1, choice).squeeze(1)
+
+
 @torch.inference_mode()
 def sample(
     model: Seq2Seq,
@@ -111,6 +135,8 @@ def sample(
         raise ValueError(f"nbest must be >= 1, got {nbest}")
 
     def draw(scores: Tensor) -> Tensor:  # (rows, vocab) -> (rows,)
+        if epsilon > 0 and top_p == 1.0:
+            return draw_epsilon(scores if temperature == 1.0 else scores / temperature, epsilon, top_k, generator)
         logits = filter_top_k_top_p(scores / temperature, top_k, top_p, epsilon)
         return torch.multinomial(logits.softmax(dim=1), 1, generator=generator).squeeze(1)
 
