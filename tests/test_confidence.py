@@ -139,3 +139,26 @@ def test_calibrating_what_cannot_be_calibrated_is_one_line(run, run_cli, tmp_pat
     assert not_a_run.code == 2 and "not a run directory (no config.yaml)" in not_a_run.err
     missing = run_cli("calibrate", run, "--split", "dev")
     assert missing.code == 2 and "no split 'dev'" in missing.err and len(missing.err.strip().splitlines()) == 1
+
+
+def test_training_calibrates_at_the_end_when_asked(toy_run_workdir, tmp_path, run_cli):
+    """training.calibrate: `mtkit train` fits the confidence on the valid split once training stops; a data dir
+    without one is refused before any training."""
+    import yaml
+
+    config = yaml.safe_load((toy_run_workdir / "config.yaml").read_text(encoding="utf-8"))
+    config["training"].update(run_dir=str(tmp_path / "run"), max_updates=4, validate_every=4, calibrate=True)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = run_cli("train", path)
+    assert result.code == 0, result.err
+    assert "calibrated on 30 sentences of valid" in result.out
+    assert Calibration.load(tmp_path / "run") is not None
+    config["data"]["splits"].pop("valid")
+    config["data"]["dir"] = str(tmp_path / "data-without-valid")
+    config["training"]["run_dir"] = str(tmp_path / "run2")
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    assert run_cli("prepare", path).code == 0
+    refused = run_cli("train", path)
+    assert refused.code == 2 and "training.calibrate fits the confidence on the valid split" in refused.err
+    assert not (tmp_path / "run2" / "checkpoints").exists()

@@ -40,9 +40,15 @@ def train(
     Examples: mtkit train configs/multi30k-transformer.yaml --set training.max_minutes=20
               mtkit train --resume runs/multi30k-transformer
     """
+    import os
+
     from mtkit.training.launch import train_main
 
-    train_main(config=config, overrides=set_ or [], resume=resume, force=force, gpus=gpus)
+    cfg = train_main(config=config, overrides=set_ or [], resume=resume, force=force, gpus=gpus)
+    if cfg.training.calibrate and "LOCAL_RANK" not in os.environ:  # once, by the launching process
+        from mtkit.inference.calibrate import calibrate_main
+
+        calibrate_main(run=Path(cfg.training.run_dir))
 
 
 @_command

@@ -266,6 +266,9 @@ class TrainingConfig(Section):
     keep_last: int = Field(3, ge=1)
     keep_best: int = Field(1, ge=0)
     average_last: int = Field(0, ge=0, description="write average.safetensors of the last N checkpoints at the end")
+    calibrate: bool = Field(
+        False, description="at the end, fit the translations' confidence on the valid split (mtkit calibrate)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self):

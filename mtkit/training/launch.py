@@ -109,8 +109,11 @@ def resolve_config(config: Optional[Path], overrides: list[str], resume: Optiona
     return saved, True
 
 
-def train_main(*, config: Optional[Path], overrides: list[str], resume: Optional[Path], force: bool, gpus: int) -> None:
+def train_main(*, config: Optional[Path], overrides: list[str], resume: Optional[Path], force: bool, gpus: int):
     """`mtkit train`: resolve the config, then train here or relaunch under torchrun for ``gpus`` > 1.
+
+    Returns:
+        The run's config.
 
     Raises:
         MtkitError: what ``resolve_config``, ``launch_torchrun`` or the ``Trainer`` raise.
@@ -118,8 +121,9 @@ def train_main(*, config: Optional[Path], overrides: list[str], resume: Optional
     cfg, resuming = resolve_config(config, overrides, resume, force)  # config errors once, before any launch
     if gpus > 1 and "LOCAL_RANK" not in os.environ:
         launch_torchrun(gpus, cfg, config=config, overrides=overrides, resume=resume, force=force)
-        return
+        return cfg
     Trainer(cfg, resuming=resuming).run()
+    return cfg
 
 
 def launch_torchrun(

@@ -73,6 +73,11 @@ class Trainer:
         self._feed: Optional[BatchFeed] = None
         valid = [s for s in self.manifest.get("splits", {}) if s == "valid" or s.startswith("valid.")]
         self.valid_data = {s: ParallelData(data_dir, s) for s in valid} or None  # valid.en-de: one direction
+        if self.t.calibrate and "valid" not in self.manifest.get("splits", {}):
+            raise MtkitError(
+                f"{data_dir}: training.calibrate fits the confidence on the valid split, which this data dir lacks; "
+                "add data.splits.valid and rerun `mtkit prepare`, or set training.calibrate false"
+            )
         torch.manual_seed(self.t.seed + self.dist.rank)
         self.model = build_model(
             cfg.model, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size, self.tokenizer.joint
