@@ -27,6 +27,14 @@ import yaml
 os.environ.setdefault("MTKIT_AUTO_DTYPE", "int8")
 os.environ.setdefault("MTKIT_CACHE_DIR", "off")
 
+# Under pytest-xdist (pyproject's addopts: -n auto), each worker computes on its share of the cores, it and the
+# processes it starts: torch's default of one thread per core in every worker puts more busy threads than cores on
+# the machine, and OpenMP's spinning threads then run tiny models many times slower. Set before torch is imported.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.setdefault("OMP_NUM_THREADS", _share)
+    os.environ.setdefault("MKL_NUM_THREADS", _share)
+
 # A word-for-word "translation" table: the target side is learnable from the source side.
 EN_DE = {
     "a": "ein",
