@@ -188,7 +188,7 @@ register(
                 "mbr_pseudo_references",
                 "int",
                 0,
-                "references drawn apart by sampling (at mbr_epsilon); 0: the candidates are the references",
+                "references drawn apart by epsilon sampling (mbr_epsilon, or 0.02); 0: the candidates are the references",
                 ge=0,
                 le=1024,
             ),

@@ -18,6 +18,10 @@ from typing import Callable, Optional, Sequence
 
 from mtkit.decoding.hypothesis import Decoded
 
+# pseudo-references drawn for a beam's candidates: epsilon samples (Freitag et al. 2023); ancestral samples from the
+# whole distribution run long and make worse references
+REFERENCE_EPSILON = 0.02
+
 
 def chrf_matrix(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> list:
     """Sentence chrF (character 6-grams, beta 2, as sacreBLEU's default) of every hypothesis against every
@@ -130,11 +134,11 @@ def run_mbr(model, src, options, common: dict, generator=None, detokenize=None, 
     texts = [detokenize([h.tokens for h in hyps]) if hyps else [] for hyps in found]
     references = None
     pseudo = options.param("mbr_pseudo_references")
-    if pseudo:
+    if pseudo:  # epsilon samples (candidates from a beam: at the default epsilon, not from the whole distribution)
         drawn = sample(
             model,
             src,
-            epsilon=epsilon,
+            epsilon=epsilon or REFERENCE_EPSILON,
             generator=generator,
             nbest=pseudo,
             length_penalty=options.length_penalty,
