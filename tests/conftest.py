@@ -35,6 +35,20 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ.setdefault("OMP_NUM_THREADS", _share)
     os.environ.setdefault("MKL_NUM_THREADS", _share)
 
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist, the modules whose every test is slow go first (in file order, as the others after them): with
+    --dist loadfile and --no-loadscope-reorder, workers take whole modules in collection order, and a long module
+    taken last would keep one worker busy while the others have nothing left to do."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow: dict[str, bool] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        slow[path] = slow.get(path, True) and item.get_closest_marker("slow") is not None
+    items.sort(key=lambda item: not slow[item.nodeid.split("::")[0]])  # stable: file order within each part
+
+
 # A word-for-word "translation" table: the target side is learnable from the source side.
 EN_DE = {
     "a": "ein",
