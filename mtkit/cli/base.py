@@ -48,7 +48,6 @@ def with_algorithm_flags(fn):
 
     signature = inspect.signature(fn)
     kept = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    kinds = {"int": int, "float": float, "str": str}
     added = [
         inspect.Parameter(
             name,
@@ -56,7 +55,7 @@ def with_algorithm_flags(fn):
             default=typer.Option(
                 None, param.cli_flag, help=f"--algorithm {algorithm.name}: {param.help} (default {param.default})."
             ),
-            annotation=Optional[kinds[param.type]],
+            annotation=Optional[param.kind],
         )
         for name, (algorithm, param) in algorithms.params().items()
         if name not in signature.parameters

@@ -45,9 +45,8 @@ _VALUES: dict[str, tuple[str, Callable]] = {
     "--algorithm": ("algorithm", str),
     "--mark-below": ("mark_below", float),
 }
-_KINDS = {"int": int, "float": float, "str": str}
 # every registered algorithm's own options, as Typer's command gets them (cli/base.py: with_algorithm_flags)
-_VALUES.update({p.cli_flag: (name, _KINDS[p.type]) for name, (_, p) in algorithms.params().items()})
+_VALUES.update({p.cli_flag: (name, p.kind) for name, (_, p) in algorithms.params().items()})
 # flag -> (keyword, value)
 _SWITCHES: dict[str, tuple[str, bool]] = {
     "--split-sentences": ("split_sentences", True),

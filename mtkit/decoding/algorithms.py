@@ -44,9 +44,14 @@ class Param:
     def cli_flag(self) -> str:
         return self.flag or "--" + self.name.replace("_", "-")
 
+    @property
+    def kind(self) -> type:
+        """The Python type of its values."""
+        return {"int": int, "float": float, "str": str}[self.type]
+
     def convert(self, value: Any) -> Any:
         """``value`` as this option's type (a command line's string converted), or ``MtkitError``."""
-        kind = {"int": int, "float": float, "str": str}[self.type]
+        kind = self.kind
         if isinstance(value, bool) or (self.type == "int" and isinstance(value, float) and not value.is_integer()):
             raise MtkitError(f"{self.cli_flag} {value!r}: input should be a valid {self.type}")
         try:
