@@ -41,13 +41,12 @@ JOIN_PADDING = 1.3
 
 def decode_groups(ids: list[list[int]], options: Options) -> Iterator[tuple[list[int], list[int]]]:
     """``batches``, joined: consecutive batches decoded as one while their sentences x hypotheses per sentence
-    (the algorithm's ``rows``: ``beam_size``, or ``nbest`` when sampling) stay within ``step_rows`` and their sources, padded to the longest,
-    within ``JOIN_PADDING`` times the positions of each batch padded on its own. Yields each group's indices and
+    (``Options.rows_per_sentence``: ``beam_size``, or ``nbest`` when sampling) stay within ``step_rows`` and their
+    sources, padded to the longest, within ``JOIN_PADDING`` times the positions of each batch padded on its own.
+    Yields each group's indices and
     its batches' sizes, which ``Seq2Seq.encode_parts`` encodes one by one: the encoder keeps its short, even
     batches and the decoder's per-step work (one call per small operation) is shared by more hypotheses."""
-    rows = options.chosen.rows  # the option that gives the algorithm's hypotheses per sentence, "" for one
-    per_sentence = getattr(options, rows) if rows else 1
-    most = max(1, options.step_rows // per_sentence)
+    most = max(1, options.step_rows // options.rows_per_sentence)
     group: list[int] = []
     sizes: list[int] = []
     own = 0  # the group's source positions as its batches pad them

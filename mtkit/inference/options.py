@@ -81,14 +81,18 @@ class Options:
         return algorithms.get(self.algorithm)
 
     @property
+    def rows_per_sentence(self) -> int:
+        """The hypotheses the algorithm steps per sentence: the value of its ``rows`` option, 1 where it has none."""
+        rows = self.chosen.rows
+        return getattr(self, rows) if rows else 1
+
+    @property
     def most_hypotheses(self) -> int:
         """The most hypotheses a sentence may ask for (``nbest``) under this algorithm: 0 for no bound (samples)."""
         chosen = self.chosen
         if not chosen.nbest:
             return 1
-        if chosen.rows == "nbest":
-            return 0
-        return getattr(self, chosen.rows) if chosen.rows else 1
+        return 0 if chosen.rows == "nbest" else self.rows_per_sentence
 
     def param(self, name: str) -> Any:
         """The value of an algorithm's own option ``name``: as given, else its registered default."""
