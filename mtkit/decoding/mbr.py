@@ -109,6 +109,11 @@ def rank(
     return out
 
 
+def texts_of(found: list[list[Decoded]], detokenize: Callable) -> list[list[str]]:
+    """The text of every hypothesis, per sentence (``detokenize``: lists of target ids -> their texts)."""
+    return [detokenize([h.tokens for h in hyps]) if hyps else [] for hyps in found]
+
+
 def run_mbr(model, src, options, common: dict, generator=None, detokenize=None, **_) -> list[list[Decoded]]:
     """The ``mbr`` entry's torch runner: candidates by epsilon sampling (``mbr_epsilon`` > 0) or a beam of
     ``mbr_candidates`` (``mbr_epsilon`` 0), pseudo-references drawn apart where ``mbr_pseudo_references`` asks,
@@ -131,7 +136,7 @@ def run_mbr(model, src, options, common: dict, generator=None, detokenize=None, 
             stopping=options.stopping,
             **common,
         )
-    texts = [detokenize([h.tokens for h in hyps]) if hyps else [] for hyps in found]
+    texts = texts_of(found, detokenize)
     references = None
     pseudo = options.param("mbr_pseudo_references")
     if pseudo:  # epsilon samples (candidates from a beam: at the default epsilon, not from the whole distribution)
@@ -144,5 +149,5 @@ def run_mbr(model, src, options, common: dict, generator=None, detokenize=None, 
             length_penalty=options.length_penalty,
             **{**common, "need_attention": False},
         )
-        references = [detokenize([h.tokens for h in hyps]) if hyps else [] for hyps in drawn]
+        references = texts_of(drawn, detokenize)
     return rank(found, texts, references, options.param("mbr_utility"), options.nbest)

@@ -111,11 +111,11 @@ class Ct2Engine(Engine):
         n, pseudo = o.param("mbr_candidates"), o.param("mbr_pseudo_references")
         beam = o.replace(algorithm="beam", params=(), beam_size=n, nbest=n)
         candidates = self.translate_ids(ids, guidance, beam)
-        texts = [self.tokenizer.decode_tgt([h.tokens for h in hyps]) if hyps else [] for hyps in candidates]
+        texts = mbr.texts_of(candidates, self.tokenizer.decode_tgt)
         references = None
         if pseudo:
             drawn = self.translate_ids(ids, guidance, o.replace(algorithm="sampling", params=(), nbest=pseudo))
-            references = [self.tokenizer.decode_tgt([h.tokens for h in hyps]) if hyps else [] for hyps in drawn]
+            references = mbr.texts_of(drawn, self.tokenizer.decode_tgt)
         return mbr.rank(candidates, texts, references, o.param("mbr_utility"), o.nbest)
 
     def _search(
