@@ -107,9 +107,9 @@ class _FusedOutputLoss(torch.autograd.Function):
     The logits go into a reused buffer (one matmul), then ``chunk_rows`` rows at a time turn into log-probs
     (on a CPU ``CHUNK_ROWS``, while they are in cache; on a GPU ``chunk_rows_for``'s few large chunks, since
     there every chunk costs a dozen kernel launches and the memory is there), and the gradient with respect to
-    the logits (softmax minus the smoothed target) overwrites them in place. Backward is then two matmuls with that gradient: no (tokens, vocab) tensor is
-    allocated per update, and the logits are read and written once instead of four times. Autocast (bf16/fp16)
-    is honoured: the matmuls run in its dtype, the softmax in float32.
+    the logits (softmax minus the smoothed target) overwrites them in place. Backward is then two matmuls with
+    that gradient: no (tokens, vocab) tensor is allocated per update, and the logits are read and written once
+    instead of four times. Autocast (bf16/fp16) is honoured: the matmuls run in its dtype, the softmax in float32.
     """
 
     CHUNK_ROWS = 128

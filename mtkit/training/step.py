@@ -226,13 +226,14 @@ def train_step(
                         target = batch.tgt_out[keep]
                     if t.compile:  # model and loss compiled as one graph
                         loss, nll = net(batch.src, batch.tgt_in, keep, target, t.label_smoothing)
-                    elif fused:
-                        features = net(batch.src, batch.tgt_in, keep)  # (tokens, d)
-                        weight, bias = trainer.model.output_projection()
-                        loss, nll = fused_output_loss(features, weight, bias, target, t.label_smoothing, chunk_rows)
                     else:
-                        features = net(batch.src, batch.tgt_in, keep)
-                        loss, nll = label_smoothed_loss(trainer.model.project(features), target, t.label_smoothing)
+                        features = net(batch.src, batch.tgt_in, keep)  # (tokens, d)
+                        if fused:
+                            weight, bias = trainer.model.output_projection()
+                            loss, nll = fused_output_loss(features, weight, bias, target, t.label_smoothing, chunk_rows)
+                        else:
+                            logits = trainer.model.project(features)
+                            loss, nll = label_smoothed_loss(logits, target, t.label_smoothing)
                 (trainer.scaler.scale(loss) if trainer.scaler else loss).backward()
         except (torch.OutOfMemoryError, RuntimeError) as err:
             if is_out_of_memory(err):
