@@ -82,6 +82,8 @@ def find_cycle(graph: dict[str, set[str]]):
 # stands for the module and, for a package, everything in it.
 LAYERS = (
     ("mtkit.errors", "mtkit.version", "mtkit.languages"),
+    # the registry of decoding algorithms is plain data: the config's decoding section is made from it
+    ("mtkit.decoding.algorithms",),
     ("mtkit.files", "mtkit.manifest", "mtkit.config", "mtkit.flags"),
     ("mtkit.scoring",),  # sacreBLEU only: no torch, no model
     ("mtkit.tokenizer", "mtkit.devices", "mtkit.memory", "mtkit.plots", "mtkit.text"),
@@ -135,7 +137,7 @@ def test_find_cycle_names_a_cycle():
 
 def test_upward_imports_are_found():
     assert upward_imports({"mtkit.models.base": {"mtkit.decoding.search"}, "mtkit.decoding.search": set()}) == [
-        "mtkit.models.base (layer 4) imports mtkit.decoding.search (layer 7)"
+        "mtkit.models.base (layer 5) imports mtkit.decoding.search (layer 8)"
     ]
     assert upward_imports({"mtkit.serving.app": {"mtkit.inference.api", "mtkit.errors"}}) == []
 

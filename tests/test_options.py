@@ -10,6 +10,7 @@ import pytest
 
 import mtkit
 from mtkit import config as cfgmod
+from mtkit.decoding import algorithms
 from mtkit.inference.options import Options, check_instructions
 
 # (the options, words of the one-line error); each a rule of Options.check
@@ -54,8 +55,14 @@ def test_build_takes_the_run_section_then_the_overrides():
     built = Options.build(section, beam_size=4, nbest=None, length_penalty=0.0)
     assert (built.beam_size, built.max_len_b, built.stopping, built.length_penalty) == (4, 3, "first", 0.0)
     assert built.nbest == section.nbest  # None keeps the section's value
-    # every field of the section reaches the options, and nothing is spelled twice
-    assert set(cfgmod.DecodingConfig.model_fields) <= {f.name for f in dataclasses.fields(Options)}
+    # every field of the section reaches the options (a field, or an algorithm's option in ``params``)
+    registered = set(algorithms.params())
+    assert set(cfgmod.DecodingConfig.model_fields) <= {f.name for f in dataclasses.fields(Options)} | registered
+    assert registered <= set(cfgmod.DecodingConfig.model_fields)
+    mbr = cfgmod.DecodingConfig(algorithm="mbr", mbr_candidates=8, mbr_utility="bleu")
+    assert Options.build(mbr).params == (("mbr_candidates", 8), ("mbr_utility", "bleu"))
+    assert Options.build(mbr, mbr_candidates=4).mbr_candidates == 4  # an override wins
+    assert Options.build(mbr, algorithm="beam").params == ()  # the section's mbr options stay with mbr
     assert Options.build(cfgmod.DecodingConfig(), engine="ctranslate2").dtype is None  # the exported type
     with pytest.raises(mtkit.MtkitError, match="unknown decoding option.*beam_width"):
         Options.build(beam_width=3)

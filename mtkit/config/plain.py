@@ -21,6 +21,7 @@ import annotated_types
 from pydantic import BaseModel
 
 from mtkit.config.schema import DecodingConfig
+from mtkit.decoding import algorithms
 from mtkit.flags import OutputOptions
 
 TARGET = Path(__file__).resolve().parent.parent / "inference" / "plain_fields.py"
@@ -56,7 +57,10 @@ def plain_field(name: str, info) -> dict:
 
 
 def plain_fields(model: type[BaseModel]) -> dict[str, dict]:
-    return {name: plain_field(name, info) for name, info in model.model_fields.items()}
+    """The plain form of each field of ``model`` but the decoding algorithms' own options (their registry,
+    ``mtkit.decoding.algorithms``, is plain data already)."""
+    own = algorithms.params()
+    return {name: plain_field(name, info) for name, info in model.model_fields.items() if name not in own}
 
 
 def _literal(value) -> str:

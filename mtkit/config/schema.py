@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
+from mtkit.decoding import algorithms
 from mtkit.languages import language_tag  # noqa: F401  (a config name too: mtkit.config.language_tag)
 
 
@@ -287,9 +288,11 @@ class TrainingConfig(Section):
 
 
 # ------------------------------------------------------------------------------------------- decoding
-class DecodingConfig(Section):
+class _DecodingFields(Section):
+    """The decoding section's own fields; ``DecodingConfig`` adds each registered algorithm's options."""
+
     algorithm: str = Field(
-        "beam", description="beam, greedy, sampling or another entry of mtkit/decoding/algorithms.py"
+        "beam", description="beam, greedy, sampling, mbr or another entry of mtkit/decoding/algorithms.py"
     )
     beam_size: int = Field(5, ge=1)
     length_penalty: float = Field(1.0, ge=0, description="GNMT alpha; 0 = raw log-probability")
@@ -340,6 +343,36 @@ class DecodingConfig(Section):
         "each source subword (mtkit/decoding/shortlist.py); 0 = the whole vocabulary",
     )
     shortlist_frequent: int = Field(100, ge=0, le=1000, description="most frequent target subwords in every shortlist")
+
+    @model_validator(mode="after")
+    def _known_algorithm_and_its_options(self):
+        chosen = algorithms.REGISTRY.get(self.algorithm)
+        if chosen is None:
+            raise ValueError(f"algorithm {self.algorithm!r} is unknown; use one of {', '.join(algorithms.REGISTRY)}")
+        for name, (owner, param) in algorithms.params().items():
+            if owner is not chosen and getattr(self, name, param.default) != param.default:
+                raise ValueError(
+                    f"{name} is an option of algorithm {owner.name}, not {chosen.name}: "
+                    f"set algorithm: {owner.name} or drop {name}"
+                )
+        return self
+
+
+def _option_field(owner: algorithms.Algorithm, param: algorithms.Param) -> tuple:
+    """A registered algorithm's option as a field of the decoding section."""
+    kind = Literal[param.choices] if param.choices else param.kind
+    bounds = {key: getattr(param, key) for key in ("ge", "gt", "le", "lt") if getattr(param, key) is not None}
+    return kind, Field(param.default, description=f"{owner.name}: {param.help}", **bounds)
+
+
+# the registry's options (those registered when this module is first imported) are the section's fields too
+DecodingConfig = create_model(
+    "DecodingConfig",
+    __base__=_DecodingFields,
+    __module__=__name__,
+    __doc__="The decoding section: how ``translate`` and the server decode, and each algorithm's own options.",
+    **{param.name: _option_field(owner, param) for name, (owner, param) in algorithms.params().items()},
+)
 
 
 class Config(Section):

@@ -95,6 +95,7 @@ class TranslationModel:
         split_sentences: Optional[bool] = None,
         format: str = "text",
         target: Optional[str] = None,
+        **decoding,
     ) -> Union[Translation, list[Translation]]:
         """A ``Translation`` per line (one for a single line) with up to ``nbest`` hypotheses (default: the loaded
         ``nbest``), best first; ``scores``: fill score, log_prob and token_log_probs (on the CTranslate2 engine
@@ -124,8 +125,12 @@ class TranslationModel:
 
         ``target``: the target language of a multilingual model (one of ``targets``; a line's own ``target``
         wins), needed where the model has several.
+
+        ``decoding``: this call's decoding options, as ``mtkit.load`` takes them, but for those fixed when the model
+        loaded (``options.LOAD_TIME``: engine, device, dtype, threads, shortlist): ``algorithm="mbr"``,
+        ``beam_size=8``, ``top_p=0.9``... A new algorithm leaves the loaded one's own options behind.
         """
-        options = self.options_for(nbest=nbest, scores=scores, alignments=alignments)
+        options = self.options_for(nbest=nbest, scores=scores, alignments=alignments, **decoding)
         self.check_format(format, options)
         single = isinstance(lines, (str, bytes, Segment, dict))
         if single:
@@ -237,13 +242,16 @@ class TranslationModel:
         if options.nbest > 1:
             raise MtkitError(f"format html gives one translation per line; nbest must be 1, not {options.nbest}")
 
-    def options_for(self, *, nbest: Optional[int] = None, scores: bool = False, alignments: bool = False) -> Options:
-        """The options of one call: the loaded ones with these.
+    def options_for(
+        self, *, nbest: Optional[int] = None, scores: bool = False, alignments: bool = False, **decoding
+    ) -> Options:
+        """The options of one call: the loaded ones with these (``decoding``: see ``translate_batch``).
 
         Raises:
-            MtkitError: options that do not go together (``nbest`` over the beam size, alignments on CTranslate2).
+            MtkitError: options that do not go together (``nbest`` over the beam size, alignments on CTranslate2),
+                or a load-time option.
         """
-        return self.options.replace(nbest=nbest, scores=scores, alignments=alignments)
+        return self.options.for_call(nbest=nbest, scores=scores, alignments=alignments, **decoding)
 
     def check(self, line: Line, options: Optional[Options] = None) -> None:
         """Raise ``MtkitError`` (saying what, not where) if ``line`` is not one this model can translate under

@@ -28,8 +28,9 @@ class Options:
     """Every decoding option: how the search runs, what each hypothesis carries, where the model runs.
 
     Every instance is checked when made (``MtkitError`` otherwise); ``Options.build`` makes one from a run's
-    ``decoding`` section. ``engine``, ``device``,
-    ``dtype``, ``threads`` and ``shortlist`` are fixed when a model is loaded; the others may change per call.
+    ``decoding`` section. As in CTranslate2, the ``LOAD_TIME`` options (engine, device, dtype, threads, shortlist)
+    are fixed when a model is loaded; the others are a call's (``for_call``): the algorithm and its options, the
+    search's bounds, what each hypothesis carries, the batches.
 
     ``algorithm`` names an entry of ``mtkit.decoding.algorithms`` (``sampling=True`` is ``algorithm="sampling"``;
     ``greedy`` decodes with beam_size 1). The algorithms' own options are in ``params``, those given, as
@@ -137,7 +138,15 @@ class Options:
         if given.get("sampling") and "algorithm" not in given:  # --sampling wins over the run's algorithm
             section["algorithm"] = "sampling"
         fields = {**{k: v for k, v in section.items() if k in _FIELD_NAMES}, **given}
-        return cls(**fields, params=_merge(fields.get("params", ()), own))
+        # the section's values of the chosen algorithm's options (another's are left to that algorithm)
+        chosen = "sampling" if fields.get("sampling") else fields.get("algorithm", _DECODING["algorithm"])
+        registered = algorithms.params()
+        kept = {
+            k: v
+            for k, v in section.items()
+            if k in registered and registered[k][0].name == chosen and v != registered[k][1].default
+        }
+        return cls(**fields, params=_merge(_merge(fields.get("params", ()), kept), own))
 
     def replace(self, **changes) -> "Options":
         """A copy with ``changes`` applied (None keeps a value), checked."""
@@ -145,6 +154,33 @@ class Options:
         if own:
             given["params"] = _merge(self.params, own)
         return dataclasses.replace(self, **given) if given else self
+
+    def for_call(self, **changes) -> "Options":
+        """``replace`` for one call of a loaded model: ``changes`` may be any option but the ``LOAD_TIME`` ones.
+
+        A new ``algorithm`` drops the loaded algorithm's own options (the call's may be given beside it).
+
+        Raises:
+            MtkitError: a load-time option, an unknown one, or values that do not go together.
+        """
+        given = {k: v for k, v in changes.items() if v is not None}
+        fixed = sorted(set(given) & LOAD_TIME)
+        if fixed:
+            raise MtkitError(
+                f"{', '.join(fixed)}: fixed when the model loads; give {'it' if len(fixed) == 1 else 'them'} to "
+                "mtkit.load (or the command line), not to a call"
+            )
+        own, _ = self._split(given)
+        unknown = sorted(set(own) - _FIELD_NAMES)
+        if unknown:
+            raise MtkitError(f"unknown decoding option(s): {', '.join(unknown)}")
+        algorithm = given.get("algorithm")
+        if algorithm is None or algorithm == self.algorithm:
+            return self.replace(**given)
+        mine = {p.name for p in algorithms.get(algorithm).params}
+        kept = tuple(kv for kv in self.params if kv[0] in mine)
+        given, own = self._split(given)
+        return dataclasses.replace(self, **given, sampling=False, params=_merge(kept, own))
 
     def check(self) -> None:
         """Raise ``MtkitError`` for a value out of its range or options that do not go together."""
@@ -213,6 +249,8 @@ DTYPE_NEEDS_DEVICE = {
     "int8": "--dtype int8 is for the CPU (--device cpu); on a GPU use float16 or bfloat16, or --engine ctranslate2",
 }
 _FIELD_NAMES = {f.name for f in dataclasses.fields(Options)}
+# what a loaded model keeps whatever a call asks (CTranslate2's load-time options: device, compute type, threads)
+LOAD_TIME = frozenset({"engine", "device", "dtype", "threads", "shortlist", "shortlist_frequent"})
 _dataclass_init = Options.__init__
 
 
