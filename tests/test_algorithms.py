@@ -135,3 +135,86 @@ def test_the_server_bounds_alternatives_by_the_algorithm(run, algorithm, most):
     from mtkit.serving.models import model_spec
 
     assert model_spec(run, options={"algorithm": algorithm}).beam_size == most
+
+
+# ----------------------------------------------------------------------- one call's algorithm, the config, the server
+def test_a_call_may_choose_its_algorithm(run):
+    model = mtkit.load(run, device="cpu", dtype="float32")  # beam search, as the run decodes
+    sampled = mtkit.load(run, algorithm="sampling", seed=5, top_k=8, nbest=3, device="cpu", dtype="float32")
+    per_call = model.translate_batch(SOURCES, algorithm="sampling", seed=5, top_k=8, nbest=3)
+    assert [[h.text for h in t.hypotheses] for t in per_call] == [
+        [h.text for h in t.hypotheses] for t in sampled.translate_batch(SOURCES)
+    ]
+    assert model.translate(SOURCES) == mtkit.load(run, device="cpu", dtype="float32").translate(SOURCES)  # kept
+    # a sampling model's own options stay behind when a call chooses beam search
+    assert sampled.options_for(algorithm="beam", nbest=1).params == ()
+    with pytest.raises(mtkit.MtkitError, match="^device: fixed when the model loads; give it to mtkit.load"):
+        model.translate_batch(SOURCES, device="cpu")
+    with pytest.raises(mtkit.MtkitError, match="^--top-p takes effect with --sampling only"):
+        model.translate_batch(SOURCES, top_p=0.9)
+
+
+def test_the_config_takes_each_algorithms_options(tmp_path):
+    from mtkit import config as cfgmod
+
+    section = cfgmod.DecodingConfig(algorithm="mbr", mbr_candidates=8, mbr_utility="bleu")
+    options = Options.build(section)
+    assert (options.algorithm, options.mbr_candidates, options.mbr_utility) == ("mbr", 8, "bleu")
+    tree = {"data": {"dir": str(tmp_path)}, "decoding": {"algorithm": "beam", "top_p": 0.9}}
+    with pytest.raises(mtkit.MtkitError) as err:
+        cfgmod.from_dict(tree)
+    assert "top_p is an option of algorithm sampling, not beam: set algorithm: sampling or drop top_p" in str(err.value)
+    tree["decoding"] = {"algorithm": "sampling", "top_p": 1.5}
+    with pytest.raises(mtkit.MtkitError, match="'decoding.top_p': Input should be less than or equal to 1"):
+        cfgmod.from_dict(tree)
+
+
+def test_a_registered_algorithm_reaches_the_server(run, shortest):
+    """The toy algorithm is in /openapi.json (a choice of ``options.algorithm``, its option a property bounded as
+    registered) and a request naming it is decoded by it; its option without its name is a 422."""
+    from fastapi.testclient import TestClient
+
+    from mtkit.serving.app import create_app
+
+    model = mtkit.load(run, device="cpu", dtype="float32")
+    with TestClient(create_app(model, ("en", "de"))) as client:
+        schema = client.get("/openapi.json").json()["components"]["schemas"]["RequestOptions"]
+        [names] = [c["enum"] for c in schema["properties"]["algorithm"]["anyOf"] if "enum" in c]
+        assert "shortest" in names and "mbr" in names
+        [width] = [c for c in schema["properties"]["shortest_width"]["anyOf"] if c.get("type") == "integer"]
+        assert width["minimum"] == 2
+        asked = {"text": SOURCES, "options": {"algorithm": "shortest", "shortest_width": 4}}
+        found = client.post("/v1/translate", json=asked)
+        assert found.status_code == 200, found.text
+        assert [t["text"] for t in found.json()["translations"]] == expected_shortest(run, 4)
+        bad = client.post("/v1/translate", json={"text": SOURCES, "options": {"shortest_width": 4}})
+        assert bad.status_code == 422
+        assert 'shortest_width is an option of algorithm shortest: add "algorithm": "shortest"' in bad.json()["error"]
+        low = client.post(
+            "/v1/translate", json={"text": SOURCES, "options": {"algorithm": "shortest", "shortest_width": 1}}
+        )
+        assert low.status_code == 422 and "greater than or equal to 2" in low.json()["error"]
+
+
+def test_a_request_may_choose_mbr_and_sampling(run):
+    from fastapi.testclient import TestClient
+
+    from mtkit.serving.app import create_app
+
+    model = mtkit.load(run, device="cpu", dtype="float32")
+    with TestClient(create_app(model, ("en", "de"))) as client:
+        asked = {"text": SOURCES, "options": {"algorithm": "mbr", "mbr_utility": "bleu", "mbr_seed": 2}}
+        found = client.post("/v1/translate", json=asked).json()["translations"]
+        other = mtkit.load(run, device="cpu", dtype="float32")  # the served model's draws went on: a fresh one
+        direct = other.translate_batch(SOURCES, algorithm="mbr", mbr_utility="bleu", mbr_seed=2, scores=False)
+        assert [t["text"] for t in found] == [t.text for t in direct]
+        asked = {"text": SOURCES[0], "options": {"algorithm": "sampling", "nbest": 6, "seed": 1}}
+        hyps = client.post("/v1/translate", json=asked).json()["translations"][0]["hypotheses"]
+        assert len(hyps) == 6  # more than the run's beam of 4: samples have no bound
+        schema = client.get("/openapi.json").json()["components"]["schemas"]["RequestOptions"]
+        rules = [r for r in schema["allOf"] if "nbest" in r["then"]["properties"]]
+        bounds = {r["if"]["properties"]["algorithm"].get("const"): r["then"]["properties"] for r in rules}
+        assert bounds["greedy"]["nbest"]["anyOf"][1]["maximum"] == 1 and "sampling" not in bounds
+        assert bounds[None]["nbest"]["anyOf"][1]["maximum"] == 4  # no algorithm named: the model's own beam
+        assert bounds["mbr"]["nbest"]["anyOf"][1]["maximum"] == 16  # the candidates: the server's, not a request's
+        assert "mbr_candidates" not in schema["properties"] and "mbr_utility" in schema["properties"]

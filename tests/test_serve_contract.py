@@ -90,10 +90,8 @@ class Upper:
     def __init__(self):
         self.options = DecodingOptions(batch_size=16, beam_size=4)
 
-    def options_for(self, *, nbest=None, scores=False, alignments=False) -> DecodingOptions:
-        if (nbest or 1) > self.options.beam_size:
-            raise MtkitError(f"nbest {nbest} is larger than beam_size {self.options.beam_size}")
-        return self.options.replace(nbest=nbest, scores=scores, alignments=alignments)
+    def options_for(self, *, nbest=None, scores=False, alignments=False, **decoding) -> DecodingOptions:
+        return self.options.for_call(nbest=nbest, scores=scores, alignments=alignments, **decoding)
 
     def check_format(self, fmt: str, options=None) -> None:
         if fmt == "html" and options is not None and options.nbest > 1:
@@ -106,7 +104,9 @@ class Upper:
         if target not in (None, "de"):
             raise MtkitError(f"unknown target {target!r}; this model translates into de")
 
-    def translate_batch(self, lines, nbest=None, scores=True, alignments=False, format="text", split_sentences=None):
+    def translate_batch(
+        self, lines, nbest=None, scores=True, alignments=False, format="text", split_sentences=None, **decoding
+    ):
         texts = [line if isinstance(line, str) else line.text for line in lines]
         hyps = [(Hypothesis(t.upper(), ()),) * (nbest or 1) if t.strip() else () for t in texts]
         return [Translation(t, (), h) for t, h in zip(texts, hyps)]

@@ -63,9 +63,21 @@ class TorchEngine(Engine):
     def __init__(self, model: Seq2Seq, tokenizer, options: Options, device: torch.device):
         super().__init__(tokenizer, options, model.max_positions)
         self.model, self.device = model, device
-        seed = options.chosen.seed  # the option seeding an algorithm that draws
-        self.generator = torch.Generator(device="cpu").manual_seed(options.param(seed)) if seed else None
+        self._generators: dict[tuple[str, int], torch.Generator] = {}  # one stream of draws per seed option
+        self.generator = self.generator_for(options)
         self._glue: Optional[torch.Tensor] = None
+
+    def generator_for(self, options: Options) -> Optional[torch.Generator]:
+        """The generator of the draws of ``options``' algorithm (None for one that does not draw): one per seed,
+        made on first use, so that successive calls with one seed continue one stream, the loaded options' or a
+        call's own."""
+        seed = options.chosen.seed  # the option seeding an algorithm that draws
+        if not seed:
+            return None
+        key = (seed, options.param(seed))
+        if key not in self._generators:
+            self._generators[key] = torch.Generator(device="cpu").manual_seed(key[1])
+        return self._generators[key]
 
     dtype_name = "float32"  # what computes (``dtype: auto`` resolved) and why: set by whoever loads the model
     dtype_reason = ""
@@ -91,6 +103,7 @@ class TorchEngine(Engine):
     ) -> list[list]:
         results: list[list] = [[] for _ in ids]  # empty inputs give empty outputs without a model call
         o = options or self.options
+        generator = self.generator_for(o)
         for idx, sizes in decode_groups(ids, o):
             items = [guidance[i] for i in idx] if guidance is not None else []
             guide = Guide(items, self.device, self.glue()) if any(items) else None
@@ -103,7 +116,7 @@ class TorchEngine(Engine):
             common = dict(
                 max_len_a=o.max_len_a, max_len_b=o.max_len_b, need_attention=o.alignments, guide=guide, parts=sizes
             )  # the algorithm of o.algorithm runs the batch (mtkit.decoding.algorithms)
-            out = o.chosen.runner()(self.model, src, o, common, self.generator, detokenize=self.tokenizer.decode_tgt)
+            out = o.chosen.runner()(self.model, src, o, common, generator, detokenize=self.tokenizer.decode_tgt)
             for i, hyps in zip(idx, out):
                 results[i] = hyps
         return results

@@ -34,6 +34,7 @@ from mtkit.serving.schemas import (
     ModelsOut,
     TranslateRequest,
     TranslateResponse,
+    options_model,
     translation_out,
 )
 from mtkit.serving.service import TranslationService, client_gone
@@ -73,6 +74,7 @@ def create_models_app(
     api_key: Optional[str] = None,
     cors_origins: tuple[str, ...] = (),
     executor=None,
+    algorithms: Optional[list[str]] = None,
 ) -> FastAPI:
     """The app serving the models of ``pool``, each request routed by its languages (``routing.Router``).
 
@@ -82,6 +84,8 @@ def create_models_app(
         api_key: the key every translate request must give; None for none.
         cors_origins: the origins browsers may call from.
         executor: the one-thread executor models are loaded and run on (``batcher.model_thread``), or None.
+        algorithms: the decoding algorithms a request may choose, each with its options
+            (``schemas.options_model``; default: every registered one).
 
     Returns:
         The app; ``app.state.batcher`` is its batcher, ``app.state.pool`` its pool.
@@ -90,6 +94,8 @@ def create_models_app(
         MtkitError: two models serve one pair and one of them has no name (``routing.Router``).
     """
     router = Router(list(pool.specs.values()))
+    # the request's schema made now, from the decoding algorithms registered now
+    translate_request = TranslateRequest.with_options(options_model(algorithms))
     metrics = Metrics()
     count = metrics.model_requests
     service = TranslationService(
@@ -135,14 +141,7 @@ def create_models_app(
         why its last load failed."""
         return {"models": pool.status()}
 
-    @app.post(
-        "/v1/translate",
-        response_model=TranslateResponse,
-        response_model_exclude_none=True,
-        dependencies=[Depends(key.require)],  # the key is checked before the body is validated
-        responses=error_responses(400, *((403,) if api_key is not None else ()), 413, 422, 503, 504),
-    )
-    async def v1_translate(body: TranslateRequest, request: Request) -> TranslateResponse:
+    async def v1_translate(body, request: Request) -> TranslateResponse:
         """Translate a sentence or a list of sentences: one translation per sentence, in order. A sentence may carry
         instructions: a prefix its translation starts with, phrases it must contain (constraints) or avoid; in the
         sentence's object or in the parallel lists ``prefix``, ``constraints``, ``avoid``. With source ``auto``
@@ -179,6 +178,15 @@ def create_models_app(
             out.append(translation)
         return TranslateResponse(translations=out)
 
+    v1_translate.__annotations__["body"] = translate_request  # a class made here, not a name to look up
+    app.post(
+        "/v1/translate",
+        response_model=TranslateResponse,
+        response_model_exclude_none=True,
+        dependencies=[Depends(key.require)],  # the key is checked before the body is validated
+        responses=error_responses(400, *((403,) if api_key is not None else ()), 413, 422, 503, 504),
+    )(v1_translate)
+
     libretranslate.add_routes(app, dispatcher, key)
     documents.add_routes(app, dispatcher, key, store)
 
@@ -190,7 +198,7 @@ def create_models_app(
 
     def openapi() -> dict:  # FastAPI's document, with this server's bounds, languages and models
         if app.openapi_schema is None:
-            beam_size, html, alignments = _abilities(pool)
+            beam_size, html, alignments, runs = _abilities(pool)
             contract.tighten(
                 fastapi_document(),
                 limits,
@@ -200,6 +208,7 @@ def create_models_app(
                 alignments,
                 sources=list(router.sources),
                 models={name: spec.directions for name, spec in pool.specs.items()},
+                algorithms=runs,
             )
         return app.openapi_schema
 
@@ -207,21 +216,29 @@ def create_models_app(
     return app
 
 
-def _abilities(pool: ModelPool) -> tuple[int, bool, bool]:
-    """What requests may ask of the pool's models: the most hypotheses per sentence (0: no bound), HTML, alignments;
-    a loaded model tells for itself, the others by their specs."""
-    beams, html, alignments = [], False, False
+def _abilities(pool: ModelPool) -> tuple[int, bool, bool, dict[str, int]]:
+    """What requests may ask of the pool's models: the most hypotheses per sentence (0: no bound), HTML, alignments,
+    and the algorithms every model runs with the most hypotheses under each (``contract.most_hypotheses``); a loaded
+    model tells for itself, the others by their specs."""
+    beams, html, alignments, runs = [], False, False, []
     for name, spec in pool.specs.items():
         model = pool.resident(name)
         if model is None:
             beams.append(spec.beam_size)
             html, alignments = html or spec.html, alignments or spec.alignments
+            runs.append(dict(spec.algorithms))
             continue
         options = model.options
         beams.append(options.most_hypotheses)
         html = html or _works(model.check_format, "html")
         alignments = alignments or _works(model.options_for, alignments=True)
-    return (0 if 0 in beams else max(beams)), html, alignments
+        runs.append(contract.most_hypotheses(options))
+    every = {
+        name: 0 if any(r[name] == 0 for r in runs) else max(r[name] for r in runs)
+        for name in (runs[0] if runs else {})
+        if all(name in r for r in runs)
+    }
+    return (0 if 0 in beams else max(beams)), html, alignments, every
 
 
 def _works(call, *args, **kwargs) -> bool:

@@ -9,7 +9,9 @@ from typing import Any, Optional, Sequence, Union
 
 from pydantic import BaseModel
 
+from mtkit.decoding import algorithms as registry
 from mtkit.documents.formats import FORMATS
+from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
 
 
@@ -183,6 +185,7 @@ def tighten(
     *,
     sources: Optional[list[str]] = None,
     models: Optional[dict[str, Sequence[tuple[str, str]]]] = None,
+    algorithms: Optional[dict[str, int]] = None,
 ) -> None:
     """Write this server's bounds, languages and models into ``POST /v1/translate``'s schemas of ``document``.
 
@@ -196,6 +199,8 @@ def tighten(
         sources: the languages the server reads (None: any string).
         models: its models' names and directions (None: any name); a request naming a model keeps to its
             languages.
+        algorithms: the algorithms every model runs for a request that names one, each with the most hypotheses
+            a sentence may ask for under it (0: no bound; ``most_hypotheses``); None: as the schema has them.
     """
     schemas = document["components"]["schemas"]
     most = most_sentences(limits)
@@ -213,16 +218,67 @@ def tighten(
         _bound_texts(segment[name], limits.max_chars)
     _bound_texts(segment["text"], limits.max_chars)
     options = schemas["RequestOptions"]["properties"]
-    if beam_size:
-        for choice in options["nbest"]["anyOf"]:
-            if choice.get("type") == "integer":
-                choice["maximum"] = beam_size
+    _bound_hypotheses(schemas["RequestOptions"], beam_size, algorithms)
     if not html:
         options["format"]["enum"] = ["text"]
     if not alignments:
         options["alignments"]["const"] = False
     rules = [HTML_TAKES, *(_model_keeps(name, pairs) for name, pairs in (models or {}).items())]
     schemas["TranslateRequest"]["allOf"] = rules
+
+
+def most_hypotheses(options) -> dict[str, int]:
+    """For a model loaded with ``options``: each registered algorithm it runs when a request names it, with the most
+    hypotheses a sentence may then ask for (0: no bound); one it cannot run is left out."""
+    out = {}
+    for name in registry.REGISTRY:
+        try:
+            out[name] = options.for_call(algorithm=name).most_hypotheses
+        except MtkitError:
+            continue
+    return out
+
+
+def _at_most(most: int) -> dict:
+    return {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 1, "maximum": most}]}
+
+
+def _bound_hypotheses(options: dict, beam_size: int, algorithms: Optional[dict[str, int]]) -> None:
+    """``nbest`` bounded by the model's own algorithm (``beam_size``; 0: no bound) where a request names none, and
+    by the one it names otherwise; the ``algorithm`` choices cut to ``algorithms``."""
+    props = options["properties"]
+    rules = []
+    if algorithms is not None and "algorithm" in props:
+        for choice in props["algorithm"]["anyOf"]:
+            if "enum" in choice:
+                choice["enum"] = [name for name in choice["enum"] if name in algorithms]
+        rules = [
+            {
+                "if": {"properties": {"algorithm": {"const": name}}, "required": ["algorithm"]},
+                "then": {"properties": {"nbest": _at_most(most)}},
+            }
+            for name, most in algorithms.items()
+            if most
+        ]
+        if beam_size:
+            rules.append(
+                {
+                    "if": {"properties": {"algorithm": {"type": "null"}}},
+                    "then": {"properties": {"nbest": _at_most(beam_size)}},
+                }
+            )
+    for algorithm in registry.REGISTRY.values():  # an algorithm's options come with its name
+        own = [param.name for param in algorithm.params if param.name in props]
+        if own:
+            named = {"properties": {"algorithm": {"const": algorithm.name}}, "required": ["algorithm"]}
+            rules.append({"if": {"not": named}, "then": {"properties": {name: {"type": "null"} for name in own}}})
+    loosest = [beam_size, *(algorithms or {}).values()]
+    if 0 not in loosest:
+        for choice in props["nbest"]["anyOf"]:
+            if choice.get("type") == "integer":
+                choice["maximum"] = max(loosest)
+    if rules:
+        options["allOf"] = rules
 
 
 def _model_keeps(name: str, pairs: Sequence[tuple[str, str]]) -> dict:

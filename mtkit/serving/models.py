@@ -22,6 +22,7 @@ from pydantic import AfterValidator, Field, ValidationError, create_model
 from mtkit.config import Section, read_yaml
 from mtkit.errors import MtkitError
 from mtkit.inference.options import Options
+from mtkit.serving.contract import most_hypotheses
 from mtkit.serving.languages import data_directions, run_config
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -78,6 +79,7 @@ class ModelSpec:
     beam_size: int = 0
     html: bool = True
     alignments: bool = True
+    algorithms: tuple[tuple[str, int], ...] = ()  # contract.most_hypotheses: what a request naming one may ask
 
 
 def model_spec(
@@ -132,6 +134,7 @@ def model_spec(
         beam_size=decoding.most_hypotheses,
         html=engine == "torch" and decoding.nbest == 1,
         alignments=engine == "torch",
+        algorithms=tuple(most_hypotheses(decoding).items()),
     )
 
 

@@ -11,11 +11,15 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     WithJsonSchema,
+    create_model,
+    model_validator,
 )
 
+from mtkit.decoding import algorithms
 from mtkit.errors import MtkitError
 from mtkit.inference.segments import with_parallel
 
@@ -57,6 +61,67 @@ class RequestOptions(BaseModel):
     )
     split_sentences: StrictBool = Field(
         True, description="Cut each text into sentences and join their translations with its own whitespace."
+    )
+
+    def decoding(self) -> tuple[tuple[str, Any], ...]:
+        """The decoding algorithm and its options this request gives, as (name, value) pairs (``options_model``'s
+        fields beyond these; none for this base)."""
+        own = type(self).model_fields.keys() - RequestOptions.model_fields.keys()
+        return tuple((name, getattr(self, name)) for name in sorted(own) if getattr(self, name) is not None)
+
+
+def _option_field(owner: algorithms.Algorithm, param: algorithms.Param) -> tuple:
+    """A registered algorithm's option as an optional field of a request's options."""
+    bounds = {key: getattr(param, key) for key in ("ge", "gt", "le", "lt") if getattr(param, key) is not None}
+    if param.choices:
+        kind = Literal[param.choices]
+    elif param.type == "int":
+        whole = {key: int(value) if float(value).is_integer() else value for key, value in bounds.items()}
+        kind = Annotated[StrictInt, Field(**whole), BeforeValidator(_integral)]
+    elif param.type == "float":
+        kind = Annotated[StrictFloat, Field(allow_inf_nan=False, **bounds)]
+    else:
+        kind = StrictStr
+    about = f"With algorithm {owner.name}: {param.help} (default {param.default})."
+    return Optional[kind], Field(None, description=about)
+
+
+def _options_of_their_algorithm(options: RequestOptions) -> RequestOptions:
+    """An algorithm's option is given with that algorithm named."""
+    for name, _value in options.decoding():
+        if name == "algorithm":
+            continue
+        owner = algorithms.params()[name][0].name
+        if options.algorithm != owner:
+            raise ValueError(f'{name} is an option of algorithm {owner}: add "algorithm": "{owner}" or drop it')
+    return options
+
+
+def options_model(names: Optional[list[str]] = None) -> type[RequestOptions]:
+    """``RequestOptions`` with ``algorithm`` and the options of each algorithm in ``names`` (default: every one
+    registered now, ``mtkit.decoding.algorithms``): a request may decode with another algorithm than the loaded
+    one (the loaded one's options left behind), e.g. ``{"algorithm": "sampling", "top_p": 0.9, "nbest": 4}``. The
+    option that bounds an algorithm's n-best (``mbr_candidates``) stays the server's."""
+    chosen = [algorithms.get(name) for name in (list(algorithms.REGISTRY) if names is None else names)]
+    fields = {
+        "algorithm": (
+            Optional[Literal[tuple(a.name for a in chosen)]],
+            Field(
+                None,
+                description="The decoding algorithm (default: the model's own): "
+                + "; ".join(f"{a.name}: {a.summary}" for a in chosen)
+                + ".",
+            ),
+        ),
+        # but the option that bounds an algorithm's n-best (mbr_candidates): the schema's nbest bound is a number
+        **{p.name: _option_field(a, p) for a in chosen for p in a.params if not (a.nbest and a.rows == p.name)},
+    }
+    return create_model(
+        "RequestOptions",
+        __base__=RequestOptions,
+        __module__=__name__,
+        __validators__={"_own_algorithm": model_validator(mode="after")(_options_of_their_algorithm)},
+        **fields,
     )
 
 
@@ -114,6 +179,16 @@ class TranslateRequest(BaseModel):
         None, description="The model to translate with, among those serving the pair (GET /v1/models)."
     )
     options: RequestOptions = Field(default_factory=RequestOptions)
+
+    @classmethod
+    def with_options(cls, options: type[RequestOptions]) -> type["TranslateRequest"]:
+        """This request with ``options`` (an ``options_model``) as its ``options``."""
+        return create_model(
+            "TranslateRequest",
+            __base__=cls,
+            __module__=__name__,
+            options=(options, Field(default_factory=options, description="How to decode and what to give back.")),
+        )
 
     def lines(self) -> list:
         """The sentences with their instructions merged from the parallel lists.

@@ -93,9 +93,11 @@ class TranslationService:
                 the beam holds, alignments from CTranslate2), with the message the CLI and the API give.
         """
         model = self.model if model is None else model
-        nbest = options.nbest
+        nbest, decoding = options.nbest, options.decoding()
         try:
-            found = model.options_for(nbest=nbest, scores=options.scores, alignments=options.alignments)
+            found = model.options_for(
+                nbest=nbest, scores=options.scores, alignments=options.alignments, **dict(decoding)
+            )
             model.check_format(options.format, found)
         except MtkitError as err:
             raise ApiError(422, str(err)) from None
@@ -105,6 +107,7 @@ class TranslationService:
             ("alignments", options.alignments),
             ("format", options.format),
             ("split_sentences", options.split_sentences),
+            *decoding,  # the algorithm and its options: a request's own batches
         )
         return arguments + ((("target", target),) if target is not None else ())
 
