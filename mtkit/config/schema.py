@@ -270,6 +270,11 @@ class TrainingConfig(Section):
     calibrate: bool = Field(
         False, description="at the end, fit the translations' confidence on the valid split (mtkit calibrate)"
     )
+    tensorboard: bool = Field(
+        False,
+        description="also write the metrics.jsonl records and a sample translation per validation as TensorBoard "
+        "event files in RUN/tensorboard (pip install 'mtkit[tensorboard]')",
+    )
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -17,6 +17,7 @@ from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.training import distributed as distmod
+from mtkit.training.board import writer_class
 from mtkit.training.loop import Trainer
 
 STOP_KEYS = {
@@ -31,6 +32,7 @@ STOP_KEYS = {
     "keep_best",
     "average_last",
     "valid_max_sentences",
+    "tensorboard",
     "threads",
     "compile",
     "devices",
@@ -119,6 +121,8 @@ def train_main(*, config: Optional[Path], overrides: list[str], resume: Optional
         MtkitError: what ``resolve_config``, ``launch_torchrun`` or the ``Trainer`` raise.
     """
     cfg, resuming = resolve_config(config, overrides, resume, force)  # config errors once, before any launch
+    if cfg.training.tensorboard:  # a missing package fails here, before any launch or update
+        writer_class(str(config if config is not None else Path(resume) / "config.yaml"))
     if gpus > 1 and "LOCAL_RANK" not in os.environ:
         launch_torchrun(gpus, cfg, config=config, overrides=overrides, resume=resume, force=force)
         return cfg

@@ -32,6 +32,7 @@ from mtkit.plots import plot_curves
 from mtkit.tokenizer import Tokenizer
 from mtkit.training import distributed as distmod
 from mtkit.training import state as state_mod
+from mtkit.training.board import Board, open_board
 from mtkit.training.console import Progress, Window, append_jsonl, print_summary, trim_metrics
 from mtkit.training.finetune import start_from
 from mtkit.training.optim import learning_rate, make_optimizer, model_width
@@ -91,6 +92,7 @@ class Trainer:
             raise MtkitError(cfgmod.FP16_NEEDS_CUDA)
         self.state = TrainState()  # restored by run() on --resume
         self.stop_signal: Optional[str] = None  # the name of the first SIGINT / SIGTERM received
+        self.board: Optional[Board] = None  # the TensorBoard writer of training.tensorboard (main rank, in run())
 
     # -- set-up -------------------------------------------------------------------------------------
     @property
@@ -189,6 +191,8 @@ class Trainer:
             record = {"kind": "valid", "update": s.update, "epoch": s.epoch, "elapsed": s.elapsed}
             record = {**record, "best": result.improved, **result.metrics}
             append_jsonl(metrics_path, record)
+            if self.board is not None:
+                self.board.valid(record)
             progress.log(record)
         return result
 
@@ -233,6 +237,9 @@ class Trainer:
                         signal.signal(s, h)
                 if self._feed is not None:
                     self._feed.close()
+                if self.board is not None:  # what is queued reaches the event file, also on an interrupt
+                    self.board.close()
+                    self.board = None
                 distmod.teardown(self.dist, wait=finished)
 
     def _install_signal_handlers(self):
@@ -285,6 +292,8 @@ class Trainer:
             if s.update % t.log_every == 0 and d.is_main:
                 record = window.record(s.update, s.epoch, step.lr, s.elapsed)
                 append_jsonl(metrics_path, record)
+                if self.board is not None:
+                    self.board.train(record)
                 progress.log(record)
             progress.advance(s.update)
             valid = None
@@ -322,6 +331,8 @@ class Trainer:
             self.tokenizer.save(self.run_dir, atomic_write_bytes)
             if self.resuming:
                 trim_metrics(self.run_dir / "metrics.jsonl", self.state.update)
+            # TensorBoard continues from the same update: what a killed run wrote past it is dropped
+            self.board = open_board(self.cfg, self.state.update, str(self.run_dir / "config.yaml"))
             print_summary(self.cfg, self.model, self.manifest, self.dist, self.matmuls)
         if t.compile:
             self.net = torch.compile(self.net)

@@ -36,8 +36,8 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
         autocast: returns the autocast context of training.precision.
 
     Returns:
-        {"loss", "nll", "ppl"} per target token; with training.valid_bleu also "bleu", "chrf" and an "example"
-        {"hyp", "ref"}.
+        {"loss", "nll", "ppl"} per target token; with training.valid_bleu also "bleu", "chrf" and an "example":
+        the first sentence's {"src", "hyp", "ref"} (the same sentence at every validation).
     """
     t = cfg.training
     was_training = model.training
@@ -81,9 +81,18 @@ def validate(model, data: ParallelData, tokenizer, cfg, device: torch.device, au
         refs = data.reference_lines()[:n]
         scores = corpus_scores(hyps, [refs], metrics=("bleu", "chrf"))
         result["bleu"], result["chrf"] = scores["bleu"]["score"], scores["chrf"]["score"]
-        result["example"] = {"hyp": hyps[order[len(order) // 2]], "ref": refs[order[len(order) // 2]]}
+        result["example"] = {"src": _first_source(data), "hyp": hyps[0], "ref": refs[0]}
     model.train(was_training)
     return result
+
+
+def _first_source(data: ParallelData) -> str:
+    """The first sentence of the split's cleaned source text ("" where prepare kept none)."""
+    path = data.text_path("src")
+    if path is None or not path.is_file():
+        return ""
+    with open(path, encoding="utf-8", newline="\n") as f:
+        return f.readline().rstrip("\n")
 
 
 def _forced_tag(data: ParallelData, tokenizer) -> Optional[int]:
