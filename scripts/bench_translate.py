@@ -8,10 +8,12 @@
     python scripts/bench_translate.py runs/multi30k-transformer --split val --shortlist 10 20 50   # tune on val
     python scripts/bench_translate.py runs/multi30k-transformer --peer /tmp/mtkit-peer-opennmt  # x onmt_translate
     python scripts/bench_translate.py runs/multi30k-transformer --peer WORKDIR --turns 5  # median of 5 turns' ratios
+    python scripts/bench_translate.py runs/multi30k-transformer --beams 5 --decode mbr mbr:mbr_epsilon=0,mbr_candidates=8
 
 Both engines run in this process through the code `mtkit translate` uses (``translate_stream`` over the
 model ``mtkit.load`` returns, on the torch engine or CTranslate2) with the run's decoding options (length penalty, a * len + b output limit,
-batch size), the beam size set per row. Only translation is timed (tokenizing, searching, detokenizing; after
+batch size), the beam size set per row; each ``--decode`` adds a row decoded by another registered algorithm
+(``ALGORITHM[:OPTION=VALUE,...]``, the beam column naming it). Only translation is timed (tokenizing, searching, detokenizing; after
 a short warm-up), not model loading or conversion. Prints sentences/s, target subwords/s (EOS not counted) and
 sacreBLEU BLEU / chrF against the references, with their signatures.
 """
@@ -140,6 +142,7 @@ def build(
     batch_size: int | None,
     stopping: str | None = None,
     shortlist: int | None = None,
+    decode: dict | None = None,
 ):
     """The model for one row of the table, from ``mtkit.load`` (loading and conversion happen here, untimed)."""
     import mtkit
@@ -158,10 +161,20 @@ def build(
         dtype=compute_type,
         stopping=stopping,
         shortlist=shortlist,
+        **(decode or {}),
     )
 
 
-def run_row(args, row: str, compute_type: str, beam: int, shortlist, sources, references, peer, record) -> None:
+def decode_spec(spec: str) -> dict:
+    """``ALGORITHM[:OPTION=VALUE,...]`` as ``mtkit.load``'s keywords (the values converted by the options' types)."""
+    algorithm, _, rest = spec.partition(":")
+    options = dict(item.split("=", 1) for item in rest.split(",") if item)
+    return {"algorithm": algorithm, **options}
+
+
+def run_row(
+    args, row: str, compute_type: str, beam: int, shortlist, sources, references, peer, record, decode=None
+) -> None:
     """Translate the split with one row's settings and print the row (with --direct, CTranslate2 called directly
     too), or say on its line why it cannot run on this machine. ``record`` holds the runs' signatures, ratio lines
     and ratios to ``onmt_translate`` per row, ``peer`` the latter's sentences/s per beam."""
@@ -180,6 +193,7 @@ def run_row(args, row: str, compute_type: str, beam: int, shortlist, sources, re
             args.batch_size,
             args.stopping,
             shortlist,
+            decode,
         )
         counter = TokenCounter(translator)
     except MtkitError as err:  # e.g. a compute type this CPU lacks: say so, go on with the next row
@@ -235,6 +249,13 @@ def main() -> None:
         "(default: float32, and int8 for ctranslate2)",
     )
     parser.add_argument("--beams", type=int, nargs="+", default=[5, 1])
+    parser.add_argument(
+        "--decode",
+        nargs="+",
+        default=[],
+        metavar="ALGORITHM[:OPTION=VALUE,...]",
+        help="a row decoded by this algorithm (beam size: the first of --beams), e.g. mbr:mbr_candidates=8",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default: the run's)")
     parser.add_argument(
@@ -309,6 +330,13 @@ def main() -> None:
                         f"{args.engine:<12} {compute_type:<13} {beam:>4} {'run' if shortlist is None else shortlist:>9}"
                     )
                     run_row(args, row, compute_type, beam, shortlist, sources, references, peer, record)
+                for spec in args.decode:
+                    label = "run" if shortlist is None else shortlist
+                    row = f"{args.engine:<12} {compute_type:<13} {spec:>4} {label:>9}"
+                    beam = args.beams[0]
+                    run_row(
+                        args, row, compute_type, beam, shortlist, sources, references, {}, record, decode_spec(spec)
+                    )
     for line in ratios:
         print(line)
     if args.turns > 1:  # each turn's ratio compares runs minutes apart at most: their median is the figure

@@ -26,6 +26,7 @@ import pytest
 import sacrebleu
 import yaml
 
+import mtkit
 from conftest import TINY_TRANSFORMER, write_toy_splits
 
 pytestmark = pytest.mark.slow  # processes, training runs, benchmark scripts
@@ -185,17 +186,23 @@ def test_bench_translate_prints_a_row_per_beam(bench_run, tmp_path):
         "1",
         "--warmup",
         "2",
+        "--decode",
+        "mbr:mbr_candidates=2,mbr_epsilon=0",
         cwd=run_dir.parent,
     )
     elapsed = time.perf_counter() - start
     rows = [line.split() for line in out.splitlines() if line.startswith("torch ")]
-    assert [row[2] for row in rows] == ["5", "1"], out
+    mbr = "mbr:mbr_candidates=2,mbr_epsilon=0"
+    assert [row[2] for row in rows] == ["5", "1", mbr], out
     sources, refs = read_gz(TEST_EN), read_gz(TEST_DE)
     hyps = {beam: mtkit_translate(run_dir, sources, beam, tmp_path, "float32") for beam in (5, 1)}  # the rows' dtype
+    hyps[mbr] = mtkit.load(
+        run_dir, algorithm="mbr", mbr_candidates=2, mbr_epsilon=0, beam_size=5, nbest=1, device="cpu", dtype="float32"
+    ).translate(sources)
     for row in rows:
         seconds, sentences_per_s, bleu, chrf = float(row[4]), float(row[5]), float(row[7]), float(row[8])
         assert 0 < seconds < elapsed and rate_matches(sentences_per_s, len(sources), seconds), row
-        expected = bleu_chrf(hyps[int(row[2])], refs)
+        expected = bleu_chrf(hyps[row[2] if row[2] == mbr else int(row[2])], refs)
         assert (bleu, chrf) == tuple(float(f"{x:.2f}") for x in expected), (row, expected)
 
 
