@@ -170,11 +170,24 @@ def detect_body(limits: ServeLimits) -> dict:
     return _body(as_json, {**as_json, "title": "DetectForm"}, "LibreTranslate's fields, as JSON or a form.")
 
 
+def file_endings() -> list[str]:
+    """The file name endings of every document format the server translates."""
+    return [ending for _, endings in FORMATS.values() for ending in endings]
+
+
+# which files the document routes take: a schema cannot tell a document from other bytes, so the description says it
+# and the routes declare the 415 every other file gets
+DOCUMENTS = (
+    f"The document: a file whose name ends in {', '.join(file_endings())}, or of the format the format field names"
+    " (its content that format's); any other file is refused with 415."
+)
+
+
 def file_body(sources: list[str], targets: list[str], target_required: bool) -> dict:
     """The request body of ``POST /translate_file`` and ``POST /v1/translate_file``: a multipart form (the
     languages as ``translate_body``'s)."""
     fields = {  # an empty field is one not given, as a web form sends it
-        "file": {"type": "string", "format": "binary", "description": "The document; its name's ending its format."},
+        "file": {"type": "string", "format": "binary", "description": DOCUMENTS},
         "source": {"type": "string", "enum": ["auto", *sources, ""], "description": "auto: detected from its text."},
         "target": {"type": "string", "enum": targets + ([] if target_required else [""])},
         "format": {"type": "string", "enum": [*FORMATS, ""], "description": "Where the file's name does not say it."},
@@ -183,11 +196,6 @@ def file_body(sources: list[str], targets: list[str], target_required: bool) -> 
     required = ["file", "target"] if target_required else ["file"]
     schema = {"type": "object", "title": "DocumentForm", "properties": fields, "required": required}
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
-
-
-def file_endings() -> list[str]:
-    """The file name endings of every document format the server translates."""
-    return [ending for _, endings in FORMATS.values() for ending in endings]
 
 
 def _bound_texts(schema: Any, chars: int, most: int = 0) -> None:
