@@ -37,7 +37,9 @@ def check_flags(**values) -> OutputOptions:
 class ServeLimits(Section):
     """`mtkit serve`'s bounds (flags, not config keys): their defaults and checks, written once."""
 
-    max_body_bytes: int = Field(1 << 20, ge=1)
+    # room for a text of max_chars characters however escaped (serving.contract.text_bytes): a text over the
+    # schema's maxLength is refused by its route (422), not by the body limit (413) checked before it
+    max_body_bytes: int = Field(2 << 20, ge=1)
     max_file_bytes: int = Field(10 << 20, ge=1, description="per document sent to /translate_file")
     max_sentences: int = Field(128, ge=1, description="per request")
     max_chars: int = Field(100_000, ge=1, description="per request, all sentences together")

@@ -250,9 +250,12 @@ def test_bounds_and_bad_input_are_json_errors():
     with TestClient(app) as client:
         post = client.post
         assert_error(post("/v1/translate", content=b'{"text": "' + b"a" * 3000 + b'"}'), 413, "2000 bytes")
-        assert_error(post("/v1/translate", json={"text": ["a"] * 6}), 413, "at most 5")
-        assert_error(post("/v1/translate", json={"text": "a" * 101}), 413, "at most 100")
-        assert_error(post("/translate", data={"q": ["a"] * 6, "target": "de"}), 413, "at most 5")
+        # over the schema's maxItems or maxLength: the 422 of a schema violation; over the characters of all texts
+        # together, which no schema states: 413
+        assert_error(post("/v1/translate", json={"text": ["a"] * 6}), 422, "text: 6 texts; at most 5 in one request")
+        assert_error(post("/v1/translate", json={"text": "a" * 101}), 422, "text item 1: 101 characters; at most 100")
+        assert_error(post("/v1/translate", json={"text": ["a" * 60] * 2}), 413, "120 characters in one request")
+        assert_error(post("/translate", data={"q": ["a"] * 6, "target": "de"}), 422, "q: 6 texts; at most 5")
         bad_json = post("/v1/translate", content=b'{"text": ', headers={"content-type": "application/json"})
         assert_error(bad_json, 400, "JSON")
         assert_error(post("/translate", content=b"{", headers={"content-type": "application/json"}), 400, "JSON")

@@ -146,6 +146,7 @@ def create_models_app(
         instructions: a prefix its translation starts with, phrases it must contain (constraints) or avoid; in the
         sentence's object or in the parallel lists ``prefix``, ``constraints``, ``avoid``. With source ``auto``
         each sentence's language is detected and each goes its own route."""
+        contract.check_request(body, limits)  # the schema's maxItems and maxLength: 422, as every schema violation
         try:
             lines = body.lines()
         except MtkitError as err:

@@ -1,6 +1,14 @@
 """What ``/openapi.json`` promises beyond FastAPI's own document: LibreTranslate's request bodies and answers, and
 each server's bounds and languages in ``POST /v1/translate``'s schema, so that a request the schema accepts is one
 the server accepts (the characters of all sentences together excepted: no JSON Schema sums lengths, 413 says it).
+
+A request over a bound the schema states (a text longer than its ``maxLength``, more texts than its ``maxItems``)
+breaks the schema, and is answered as any other request that breaks it: 422 (``check_text``, ``check_texts``), not
+413. 413 is kept for what no schema can say: the characters of all texts of a request together, and a body over
+``--max-body-bytes`` (``middleware.BodyLimit``). The body limit is checked first, before any route reads the body:
+the default limits leave it room for a text over the character bound however its characters are escaped
+(``text_bytes``), so such a text reaches its route and gets its 422; a --max-body-bytes below ``text_bytes`` lets
+the 413 of the body's bytes come first.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from mtkit.decoding import algorithms as registry
 from mtkit.documents.formats import FORMATS
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
+from mtkit.serving.errors import ApiError
 
 
 class DetectedOut(BaseModel):
@@ -55,6 +64,58 @@ class FrontendSettings(BaseModel):
 def most_sentences(limits: ServeLimits) -> int:
     """The most sentences one request may have: more could never fit in the queue."""
     return min(limits.max_sentences, limits.queue_size)
+
+
+def text_bytes(limits: ServeLimits) -> int:
+    """The bytes a body may need for a text of ``limits.max_chars`` characters: 12 a character at most (4 UTF-8
+    bytes percent-encoded in a form, or a surrogate pair escaped in JSON), and 64 KiB for the other fields."""
+    return 12 * limits.max_chars + (64 << 10)
+
+
+def check_text(where: str, text: Any, limits: ServeLimits) -> None:
+    """Refuse a text the schema's ``maxLength`` refuses.
+
+    Args:
+        where: the field, for the message.
+        text: a string, or a list of strings and lists of them (None: nothing).
+        limits: the server's bounds.
+
+    Raises:
+        ApiError: 422 for a string of more than ``limits.max_chars`` characters.
+    """
+    if isinstance(text, str):
+        if len(text) > limits.max_chars:
+            raise ApiError(422, f"{where}: {len(text)} characters; at most {limits.max_chars} per text")
+    elif isinstance(text, (list, tuple)):
+        for item in text:
+            check_text(where, item, limits)
+
+
+def check_texts(where: str, texts: list, limits: ServeLimits) -> None:
+    """Refuse a list of texts the schema's ``maxItems`` refuses, then each text its ``maxLength`` refuses.
+
+    Raises:
+        ApiError: 422 for more than ``most_sentences(limits)`` texts, or a text over ``limits.max_chars``.
+    """
+    most = most_sentences(limits)
+    if len(texts) > most:
+        raise ApiError(422, f"{where}: {len(texts)} texts; at most {most} in one request")
+    for i, text in enumerate(texts, 1):
+        check_text(f"{where} item {i}", text, limits)
+
+
+def check_request(body, limits: ServeLimits) -> None:
+    """Refuse a ``POST /v1/translate`` body over the bounds ``tighten`` writes into its schema: the sentences, and
+    each text, prefix and phrase of the sentences' objects and of the parallel lists.
+
+    Raises:
+        ApiError: 422, as ``check_texts``.
+    """
+    check_texts("text", [item.text for item in body.text], limits)
+    for i, item in enumerate(body.text, 1):
+        check_text(f"text item {i}", [item.prefix, item.constraints, item.avoid], limits)
+    for name in ("prefix", "constraints", "avoid"):
+        check_text(name, getattr(body, name), limits)
 
 
 def _body(json_schema: dict, form_schema: dict, description: str) -> dict:
@@ -111,11 +172,24 @@ def detect_body(limits: ServeLimits) -> dict:
     return _body(as_json, {**as_json, "title": "DetectForm"}, "LibreTranslate's fields, as JSON or a form.")
 
 
+def file_endings() -> list[str]:
+    """The file name endings of every document format the server translates."""
+    return [ending for _, endings in FORMATS.values() for ending in endings]
+
+
+# which files the document routes take: a schema cannot tell a document from other bytes, so the description says it
+# and the routes declare the 415 every other file gets
+DOCUMENTS = (
+    f"The document: a file whose name ends in {', '.join(file_endings())}, or of the format the format field names"
+    " (its content that format's); any other file is refused with 415."
+)
+
+
 def file_body(sources: list[str], targets: list[str], target_required: bool) -> dict:
     """The request body of ``POST /translate_file`` and ``POST /v1/translate_file``: a multipart form (the
     languages as ``translate_body``'s)."""
     fields = {  # an empty field is one not given, as a web form sends it
-        "file": {"type": "string", "format": "binary", "description": "The document; its name's ending its format."},
+        "file": {"type": "string", "format": "binary", "description": DOCUMENTS},
         "source": {"type": "string", "enum": ["auto", *sources, ""], "description": "auto: detected from its text."},
         "target": {"type": "string", "enum": targets + ([] if target_required else [""])},
         "format": {"type": "string", "enum": [*FORMATS, ""], "description": "Where the file's name does not say it."},
@@ -124,11 +198,6 @@ def file_body(sources: list[str], targets: list[str], target_required: bool) -> 
     required = ["file", "target"] if target_required else ["file"]
     schema = {"type": "object", "title": "DocumentForm", "properties": fields, "required": required}
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
-
-
-def file_endings() -> list[str]:
-    """The file name endings of every document format the server translates."""
-    return [ending for _, endings in FORMATS.values() for ending in endings]
 
 
 def _bound_texts(schema: Any, chars: int, most: int = 0) -> None:

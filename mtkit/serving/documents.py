@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response
 
 from mtkit.documents.files import translate_bytes
-from mtkit.documents.formats import format_of
+from mtkit.documents.formats import FORMATS, format_of
 from mtkit.errors import MtkitError
 from mtkit.serving import contract
 from mtkit.serving.auth import ApiKey
@@ -33,6 +33,11 @@ from mtkit.serving.libretranslate import languages_of, query_fields
 from mtkit.serving.schemas import RequestOptions
 
 FILE_ROUTES = ("/translate_file", "/v1/translate_file")
+# what the 415 of another file says: the formats, as the request schema's description of the file does
+ACCEPTED = (
+    f"send a file whose name ends in {', '.join(contract.file_endings())}, or name its format in the format field"
+    f" (one of {', '.join(FORMATS)})"
+)
 KEEP_SECONDS = 15 * 60
 SLICE = 32  # a document's texts per trip through the batcher
 _TAG = re.compile(r"<[^>]*>")  # an HTML tag: left out of the text whose language is detected
@@ -143,10 +148,13 @@ def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey, store: Sto
     async def translate_upload(request: Request) -> tuple[str, str, bytes]:
         name, data, fields = await read_document(request, limits.max_file_bytes, api_key)
         source, target = languages_of(fields, router)
+        given = fields.get("format") or None
+        if given is not None and given not in FORMATS:
+            raise ApiError(415, f"format {given!r} is not a document format; use one of {', '.join(FORMATS)}")
         try:
-            fmt = format_of(name, fields.get("format") or None)
-        except MtkitError as err:
-            raise ApiError(415, str(err)) from None
+            fmt = format_of(name, given)
+        except MtkitError:  # its message names the command line's --format
+            raise ApiError(415, f"{name} is not a document this server translates: {ACCEPTED}") from None
         model = _ThroughBatcher(dispatcher, source, target, asyncio.get_running_loop())
         try:
             translated, _ = await asyncio.to_thread(translate_bytes, model, data, fmt, where=name)

@@ -14,9 +14,11 @@ MEANINGS = {
     400: "A body that does not parse, a missing field or a language pair or format this server does not translate.",
     403: "No valid API key (the api_key field, the X-API-Key header or a bearer token).",
     404: "No such resource.",
-    413: "Over a bound: the body's bytes, the sentences or characters of one request, a document's bytes.",
+    413: "Over a bound no schema states: the body's bytes, the characters of all texts of one request together, a"
+    " document's bytes.",
     415: "A content type or document format this route does not read.",
-    422: "A field of the wrong type or value, or instructions the model cannot follow.",
+    422: "A field of the wrong type or value (a text over the schema's maxLength, more texts than its maxItems), or"
+    " instructions the model cannot follow.",
     503: "The queue is full or the server is stopping; retry after the Retry-After seconds.",
     504: "No translation within the server's timeout; retry later or send fewer sentences.",
 }  # a client that leaves before its answer is logged with 499, which no client receives

@@ -56,8 +56,11 @@ async def _body_fields(request: Request) -> dict:
             raise ApiError(422, "the JSON body must be an object")
         return fields
     if kind in ("application/x-www-form-urlencoded", "multipart/form-data", ""):
+        # a field may take the whole body, which the body limit bounds (starlette's own bound, 1 MiB a field, would
+        # refuse a text within --max-chars whose characters take more percent-encoded)
+        whole = len(await request.body())
         try:
-            form = await request.form()
+            form = await request.form(max_part_size=max(whole, 1))
         except Exception:  # a malformed form: python-multipart and starlette raise several kinds
             raise ApiError(400, "the body is not a valid form") from None
         fields = {key: form.getlist(key) for key in form.keys()}
@@ -162,6 +165,11 @@ def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey) -> None:
         fields = await read_fields(request)
         api_key.check_fields(fields, request)
         q, fmt, source, target = text_to_translate(fields, router)
+        # over the schema's maxLength or maxItems: its 422; over the characters of all texts together: 413
+        if isinstance(q, str):
+            contract.check_text("q", q, limits)
+        else:
+            contract.check_texts("q", q, limits)
         lines = [q] if isinstance(q, str) else q
         results, plan = await dispatcher.run(
             lines, source, [target] * len(lines), RequestOptions(format=fmt), lambda: client_gone(request)
@@ -189,6 +197,5 @@ def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey) -> None:
         fields = await read_fields(request)
         api_key.check_fields(fields, request)
         q = text_to_detect(fields)
-        if len(q) > limits.max_chars:
-            raise ApiError(413, f"{len(q)} characters; at most {limits.max_chars}")
+        contract.check_text("q", q, limits)  # over the schema's maxLength: its 422
         return dispatcher.detection.detect(q)
