@@ -42,6 +42,9 @@ class ServeLimits(Section):
     max_body_bytes: int = Field(2 << 20, ge=1)
     max_file_bytes: int = Field(10 << 20, ge=1, description="per document sent to /translate_file")
     max_sentences: int = Field(128, ge=1, description="per request")
+    max_hypotheses: int = Field(
+        64, ge=1, description="per sentence: a request's nbest and the hypotheses of an algorithm it names"
+    )
     max_chars: int = Field(100_000, ge=1, description="per request, all sentences together")
     queue_size: int = Field(1024, ge=1, description="sentences waiting, all requests together")
     max_wait: float = Field(

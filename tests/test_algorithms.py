@@ -214,7 +214,30 @@ def test_a_request_may_choose_mbr_and_sampling(run):
         schema = client.get("/openapi.json").json()["components"]["schemas"]["RequestOptions"]
         rules = [r for r in schema["allOf"] if "nbest" in r["then"]["properties"]]
         bounds = {r["if"]["properties"]["algorithm"].get("const"): r["then"]["properties"] for r in rules}
-        assert bounds["greedy"]["nbest"]["anyOf"][1]["maximum"] == 1 and "sampling" not in bounds
+        assert bounds["greedy"]["nbest"]["anyOf"][1]["maximum"] == 1
+        assert bounds["sampling"]["nbest"]["anyOf"][1]["maximum"] == 64  # samples: the server's --max-hypotheses
         assert bounds[None]["nbest"]["anyOf"][1]["maximum"] == 4  # no algorithm named: the model's own beam
         assert bounds["mbr"]["nbest"]["anyOf"][1]["maximum"] == 16  # the candidates: the server's, not a request's
         assert "mbr_candidates" not in schema["properties"] and "mbr_utility" in schema["properties"]
+
+
+def test_the_server_bounds_the_hypotheses_a_request_decodes(run):
+    """--max-hypotheses bounds nbest and every option counting hypotheses (mbr_pseudo_references) in the schema and
+    in the answer: a request past it is a 422 naming the bound."""
+    from fastapi.testclient import TestClient
+
+    from mtkit.flags import ServeLimits
+    from mtkit.serving.app import create_app
+
+    model = mtkit.load(run, device="cpu", dtype="float32")
+    with TestClient(create_app(model, ("en", "de"), limits=ServeLimits(max_hypotheses=8))) as client:
+        schema = client.get("/openapi.json").json()["components"]["schemas"]["RequestOptions"]["properties"]
+        assert [c["maximum"] for c in schema["mbr_pseudo_references"]["anyOf"] if "maximum" in c] == [8]
+        for options in (
+            {"algorithm": "sampling", "nbest": 9},
+            {"algorithm": "mbr", "mbr_pseudo_references": 9},
+        ):
+            bad = client.post("/v1/translate", json={"text": SOURCES[0], "options": options})
+            assert bad.status_code == 422 and "less than or equal to 8" in bad.json()["error"], bad.text
+        fine = client.post("/v1/translate", json={"text": SOURCES[0], "options": {"algorithm": "sampling", "nbest": 8}})
+        assert fine.status_code == 200 and len(fine.json()["translations"][0]["hypotheses"]) == 8

@@ -159,6 +159,11 @@ def serve(
     max_sentences: int = typer.Option(
         _LIMITS.max_sentences, "--max-sentences", help="Sentences per request; beyond: 413."
     ),
+    max_hypotheses: int = typer.Option(
+        _LIMITS.max_hypotheses,
+        "--max-hypotheses",
+        help="Hypotheses a request may ask per sentence (nbest, samples, MBR references); beyond: 422.",
+    ),
     max_chars: int = typer.Option(_LIMITS.max_chars, "--max-chars", help="Characters per request; beyond: 413."),
     max_body_bytes: int = typer.Option(
         _LIMITS.max_body_bytes, "--max-body-bytes", help="Bytes per request body; beyond: 413."
@@ -186,6 +191,7 @@ def serve(
     limits = serve_limits(
         {
             "max_sentences": ("--max-sentences", max_sentences),
+            "max_hypotheses": ("--max-hypotheses", max_hypotheses),
             "max_chars": ("--max-chars", max_chars),
             "max_body_bytes": ("--max-body-bytes", max_body_bytes),
             "max_file_bytes": ("--max-file-bytes", max_file_bytes),
@@ -195,6 +201,7 @@ def serve(
             "timeout": ("--timeout", timeout),
         },
         max_sentences=max_sentences,
+        max_hypotheses=max_hypotheses,
         max_chars=max_chars,
         max_body_bytes=max_body_bytes,
         max_file_bytes=max_file_bytes,

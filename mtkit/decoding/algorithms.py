@@ -27,7 +27,9 @@ from mtkit.errors import MtkitError
 @dataclasses.dataclass(frozen=True)
 class Param:
     """One option of an algorithm: its name (a keyword of ``mtkit.load``, ``--name-with-dashes`` on the command
-    line unless ``flag`` says otherwise), type ("int", "float" or "str"), default, help and bounds or choices."""
+    line unless ``flag`` says otherwise), type ("int", "float" or "str"), default, help and bounds or choices;
+    ``count``: its value is a number of hypotheses each sentence decodes, which a server bounds per request (as it
+    bounds ``nbest`` and the algorithm's ``rows`` option)."""
 
     name: str
     type: str
@@ -39,6 +41,7 @@ class Param:
     lt: Optional[float] = None
     choices: tuple = ()
     flag: str = ""
+    count: bool = False
 
     @property
     def cli_flag(self) -> str:
@@ -180,7 +183,7 @@ register(
         "minimum Bayes risk: of mbr_candidates candidates, the one that agrees most with the others (chrF or BLEU)",
         torch="mtkit.decoding.mbr:run_mbr",
         params=(
-            Param("mbr_candidates", "int", 16, "candidates a sentence", ge=2, le=1024),
+            Param("mbr_candidates", "int", 16, "candidates a sentence", ge=2, le=1024, count=True),
             Param(
                 "mbr_epsilon",
                 "float",
@@ -196,6 +199,7 @@ register(
                 "references drawn apart by epsilon sampling (mbr_epsilon, or 0.02); 0: the candidates are the references",
                 ge=0,
                 le=1024,
+                count=True,
             ),
             Param("mbr_utility", "str", "chrf", "the sentence metric candidates agree by", choices=("chrf", "bleu")),
             Param("mbr_seed", "int", 0, "seed of the draws"),

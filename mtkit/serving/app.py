@@ -95,7 +95,7 @@ def create_models_app(
     """
     router = Router(list(pool.specs.values()))
     # the request's schema made now, from the decoding algorithms registered now
-    translate_request = TranslateRequest.with_options(options_model(algorithms))
+    translate_request = TranslateRequest.with_options(options_model(algorithms, limits.max_hypotheses))
     metrics = Metrics()
     count = metrics.model_requests
     service = TranslationService(

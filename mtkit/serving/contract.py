@@ -287,7 +287,7 @@ def tighten(
         _bound_texts(segment[name], limits.max_chars)
     _bound_texts(segment["text"], limits.max_chars)
     options = schemas["RequestOptions"]["properties"]
-    _bound_hypotheses(schemas["RequestOptions"], beam_size, algorithms)
+    _bound_hypotheses(schemas["RequestOptions"], beam_size, algorithms, limits.max_hypotheses)
     if not html:
         options["format"]["enum"] = ["text"]
     if not alignments:
@@ -312,9 +312,12 @@ def _at_most(most: int) -> dict:
     return {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 1, "maximum": most}]}
 
 
-def _bound_hypotheses(options: dict, beam_size: int, algorithms: Optional[dict[str, int]]) -> None:
-    """``nbest`` bounded by the model's own algorithm (``beam_size``; 0: no bound) where a request names none, and
-    by the one it names otherwise; the ``algorithm`` choices cut to ``algorithms``."""
+def _bound_hypotheses(options: dict, beam_size: int, algorithms: Optional[dict[str, int]], most: int) -> None:
+    """``nbest`` bounded by the model's own algorithm (``beam_size``) where a request names none, and by the one it
+    names otherwise, and at most ``most`` (the server's; 0 from an algorithm: no bound of its own); the
+    ``algorithm`` choices cut to ``algorithms``."""
+    beam_size = min(beam_size or most, most)
+    algorithms = None if algorithms is None else {k: min(v or most, most) for k, v in algorithms.items()}
     props = options["properties"]
     rules = []
     if algorithms is not None and "algorithm" in props:
@@ -324,28 +327,24 @@ def _bound_hypotheses(options: dict, beam_size: int, algorithms: Optional[dict[s
         rules = [
             {
                 "if": {"properties": {"algorithm": {"const": name}}, "required": ["algorithm"]},
-                "then": {"properties": {"nbest": _at_most(most)}},
+                "then": {"properties": {"nbest": _at_most(bound)}},
             }
-            for name, most in algorithms.items()
-            if most
+            for name, bound in algorithms.items()
         ]
-        if beam_size:
-            rules.append(
-                {
-                    "if": {"properties": {"algorithm": {"type": "null"}}},
-                    "then": {"properties": {"nbest": _at_most(beam_size)}},
-                }
-            )
+        rules.append(
+            {
+                "if": {"properties": {"algorithm": {"type": "null"}}},
+                "then": {"properties": {"nbest": _at_most(beam_size)}},
+            }
+        )
     for algorithm in registry.REGISTRY.values():  # an algorithm's options come with its name
         own = [param.name for param in algorithm.params if param.name in props]
         if own:
             named = {"properties": {"algorithm": {"const": algorithm.name}}, "required": ["algorithm"]}
             rules.append({"if": {"not": named}, "then": {"properties": {name: {"type": "null"} for name in own}}})
-    loosest = [beam_size, *(algorithms or {}).values()]
-    if 0 not in loosest:
-        for choice in props["nbest"]["anyOf"]:
-            if choice.get("type") == "integer":
-                choice["maximum"] = max(loosest)
+    for choice in props["nbest"]["anyOf"]:
+        if choice.get("type") == "integer":
+            choice["maximum"] = max([beam_size, *(algorithms or {}).values()])
     if rules:
         options["allOf"] = rules
 

@@ -70,9 +70,12 @@ class RequestOptions(BaseModel):
         return tuple((name, getattr(self, name)) for name in sorted(own) if getattr(self, name) is not None)
 
 
-def _option_field(owner: algorithms.Algorithm, param: algorithms.Param) -> tuple:
-    """A registered algorithm's option as an optional field of a request's options."""
+def _option_field(owner: algorithms.Algorithm, param: algorithms.Param, most: Optional[int] = None) -> tuple:
+    """A registered algorithm's option as an optional field of a request's options; a count of hypotheses (its
+    ``count`` or ``rows`` option) at most ``most`` (None: as registered)."""
     bounds = {key: getattr(param, key) for key in ("ge", "gt", "le", "lt") if getattr(param, key) is not None}
+    if most is not None and (param.count or owner.rows == param.name):
+        bounds["le"] = min(bounds.get("le", most), most)
     if param.choices:
         kind = Literal[param.choices]
     elif param.type == "int":
@@ -97,11 +100,12 @@ def _options_of_their_algorithm(options: RequestOptions) -> RequestOptions:
     return options
 
 
-def options_model(names: Optional[list[str]] = None) -> type[RequestOptions]:
+def options_model(names: Optional[list[str]] = None, most: Optional[int] = None) -> type[RequestOptions]:
     """``RequestOptions`` with ``algorithm`` and the options of each algorithm in ``names`` (default: every one
     registered now, ``mtkit.decoding.algorithms``): a request may decode with another algorithm than the loaded
     one (the loaded one's options left behind), e.g. ``{"algorithm": "sampling", "top_p": 0.9, "nbest": 4}``. The
-    option that bounds an algorithm's n-best (``mbr_candidates``) stays the server's."""
+    option that bounds an algorithm's n-best (``mbr_candidates``) stays the server's. ``most``: the most hypotheses
+    a sentence may decode (``ServeLimits.max_hypotheses``), bounding ``nbest`` and each option that counts them."""
     chosen = [algorithms.get(name) for name in (list(algorithms.REGISTRY) if names is None else names)]
     fields = {
         "algorithm": (
@@ -114,8 +118,10 @@ def options_model(names: Optional[list[str]] = None) -> type[RequestOptions]:
             ),
         ),
         # but the option that bounds an algorithm's n-best (mbr_candidates): the schema's nbest bound is a number
-        **{p.name: _option_field(a, p) for a in chosen for p in a.params if not (a.nbest and a.rows == p.name)},
+        **{p.name: _option_field(a, p, most) for a in chosen for p in a.params if not (a.nbest and a.rows == p.name)},
     }
+    if most is not None:
+        fields["nbest"] = (Optional[Annotated[Count, Field(le=most)]], RequestOptions.model_fields["nbest"])
     return create_model(
         "RequestOptions",
         __base__=RequestOptions,
