@@ -232,6 +232,10 @@ def test_a_sentence_shows_its_alternatives_and_alignment_grid(page, server):
     expect(hypotheses.nth(1)).to_have_attribute("aria-pressed", "true")
     expect(page.locator("#alignment thead th")).to_have_count(1 + len(answer["hypotheses"][1]["tokens"]))
     expect(rows).to_have_count(len(answer["source_tokens"]))
+    # a new text: the alternatives of the old one go
+    page.fill("#input", OTHER)
+    expect(page.locator("#output")).to_have_text(translated(server, OTHER, "en", "de"))
+    expect(page.locator("#details")).to_be_hidden()
 
 
 def test_an_answer_to_an_older_text_never_replaces_the_newer(page, server):

@@ -161,6 +161,8 @@ function sentencesOf(text, lang) {
 
 function showOutput(shown) {
   state.shown = shown;
+  state.detailSeq++; // the alternatives of the translation shown before are no longer asked for
+  $("details").hidden = true;
   const output = $("output");
   if (!shown) {
     output.replaceChildren();
