@@ -185,8 +185,9 @@ def serve(
 ):
     """Serve models over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, /health, /metrics.
 
-    Each request goes to the model of its language pair (or through a pivot language). Example:
-    mtkit serve runs/en-de runs/de-en --port 8000  (needs the extra: pip install "mtkit\\[serve]")
+    Each request goes to the model of its language pair (or through a pivot language); GET / is a web page over the
+    same routes. Example: mtkit serve runs/en-de runs/de-en --port 8000, then open http://127.0.0.1:8000/ (needs
+    the extra: pip install "mtkit\\[serve]")
     """
     limits = serve_limits(
         {

@@ -2,10 +2,11 @@
 
 Endpoints: ``POST /v1/translate`` (JSON, schema at ``/openapi.json``), ``GET /v1/models``, the
 LibreTranslate-compatible ``POST /translate``, ``POST /detect``, ``GET /languages``, ``GET /frontend/settings`` and
-``POST /translate_file``, ``POST /v1/translate_file`` (documents), ``GET /health`` and ``GET /metrics`` (Prometheus
-text). Each request goes to the models its languages route it to (``routing.Router``); sentences of concurrent
-requests are translated together by one worker thread (``batcher.Batcher``), which also loads the models
-(``pool.ModelPool``). Every error is a JSON body ``{"error": "one readable message"}``.
+``POST /translate_file``, ``POST /v1/translate_file`` (documents), ``GET /health``, ``GET /metrics`` (Prometheus
+text) and ``GET /``, a web page over these routes (``page``). Each request goes to the models its languages route it
+to (``routing.Router``); sentences of concurrent requests are translated together by one worker thread
+(``batcher.Batcher``), which also loads the models (``pool.ModelPool``). Every error is a JSON body
+``{"error": "one readable message"}``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from fastapi.responses import PlainTextResponse
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
 from mtkit.inference.segments import Segment
-from mtkit.serving import contract, documents, libretranslate
+from mtkit.serving import contract, documents, libretranslate, page
 from mtkit.serving.auth import ApiKey
 from mtkit.serving.dispatch import AUTO, Dispatcher
 from mtkit.serving.errors import ApiError, add_error_handlers, error_responses
@@ -190,6 +191,7 @@ def create_models_app(
 
     libretranslate.add_routes(app, dispatcher, key)
     documents.add_routes(app, dispatcher, key, store)
+    page.add_routes(app)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_() -> PlainTextResponse:
