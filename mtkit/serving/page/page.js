@@ -202,11 +202,15 @@ async function copy() {
 
 // ------------------------------------------------------------------------------------------- alternatives
 // What /v1/translate's options allow on this server, from its OpenAPI document: the most hypotheses a sentence
-// may ask for (at most 5 here) and whether its models give alignments.
+// may ask for under the models' own algorithm (the rule for a request naming none; at most 5 here) and whether
+// its models give alignments.
 async function requestOptions() {
   if (!state.options) {
-    const props = (await call("openapi.json")).components.schemas.RequestOptions.properties;
-    const most = (props.nbest.anyOf || []).find((choice) => choice.type === "integer")?.maximum;
+    const schema = (await call("openapi.json")).components.schemas.RequestOptions;
+    const props = schema.properties;
+    const own = (schema.allOf || []).find((rule) => rule.if?.properties?.algorithm?.type === "null");
+    const bound = own ? own.then.properties.nbest : props.nbest;
+    const most = (bound.anyOf || []).find((choice) => choice.type === "integer")?.maximum;
     state.options = { nbest: Math.min(5, most || 5), alignments: props.alignments.const !== false };
   }
   return state.options;
