@@ -1,4 +1,5 @@
-"""The commands that build a model: prepare (the data), train, distill (a teacher's translations as data)."""
+"""The commands that build a model: prepare (the data), clean (a noisy corpus), train, distill (a teacher's
+translations as data)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,32 @@ def prepare(
 
     cfg = load(config, set_ or [])
     run_prepare(cfg.data, force=force, init_from=cfg.model.init_from)
+
+
+@_command
+def clean(
+    in_src: Path = typer.Argument(..., help="Source side: one sentence a line, plain or .gz (corpus.en)."),
+    in_tgt: Path = typer.Argument(..., help="Target side, line-aligned with IN_SRC (corpus.de)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the kept pairs (same file names) and report.json."),
+    filters: Optional[str] = typer.Option(
+        None, "--filters", help="Comma-separated filters to run (default: all of them, docs/data.md)."
+    ),
+    option: Optional[List[str]] = typer.Option(
+        None, "--option", help="A filter's option: --option language.min_letters=20 (repeatable)."
+    ),
+    src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Default: IN_SRC's last suffix."),
+    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Default: IN_TGT's last suffix."),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Drop pairs with invalid UTF-8."),
+):
+    """Filter a noisy parallel corpus: language, copies, length, script, repeats, URLs, duplicates (docs/data.md).
+
+    Example: mtkit clean crawl.en.gz crawl.de.gz --out clean/ --filters language,copy,dedup
+    """
+    from mtkit.data.clean import clean as run_clean
+    from mtkit.data.clean import parse_filters
+
+    spec = parse_filters(filters, option or [])
+    run_clean(in_src, in_tgt, out, src_lang=src_lang, tgt_lang=tgt_lang, filters=spec, skip_bad_lines=skip_bad_lines)
 
 
 @_command

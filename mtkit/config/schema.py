@@ -5,9 +5,9 @@ Every default is written once, here; ``mtkit.config.reading`` reads, overrides a
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from mtkit.decoding import algorithms
 from mtkit.languages import language_tag  # noqa: F401  (a config name too: mtkit.config.language_tag)
@@ -55,6 +55,10 @@ class HFDataset(Section):
     tgt_field: Optional[str] = None
 
 
+# the filters of noisy corpora (mtkit/data/filters.py registers them, in the order they run)
+FILTER_NAMES = ("length", "char_ratio", "url", "repeat", "copy", "script", "language", "dedup")
+
+
 class DataConfig(Section):
     src_lang: str = "en"
     tgt_lang: str = "de"
@@ -69,6 +73,10 @@ class DataConfig(Section):
     )
     dedup: bool = False
     skip_bad_lines: bool = Field(False, description="drop lines that are not valid UTF-8 instead of failing")
+    filters: Union[list[str], dict[str, Optional[dict[str, Any]]]] = Field(
+        default_factory=list,
+        description="filters of noisy training pairs (docs/data.md): a list of names, or name -> options",
+    )
     # tokenizer
     vocab_size: int = Field(8000, gt=4)
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
@@ -100,12 +108,22 @@ class DataConfig(Section):
         """The target languages, in the order the directions first name them."""
         return list(dict.fromkeys(d.tgt_lang for d in self.directions)) if self.directions else [self.tgt_lang]
 
+    @field_validator("filters")
+    @classmethod
+    def _known_filters(cls, filters):
+        for name in filters:
+            if name not in FILTER_NAMES:
+                raise ValueError(f"unknown filter {name!r}; known filters: {', '.join(FILTER_NAMES)}")
+        return filters
+
     @model_validator(mode="after")
     def _directions(self):
         if not self.directions:
             if self.temperature != 1.0 or self.target_tag != "decoder" or self.tag_template != "<2{lang}>":
                 raise ValueError("temperature, target_tag, tag_template are for data.directions (a multilingual model)")
             return self
+        if self.filters:
+            raise ValueError("data.filters is for one language pair (data.src_lang, data.tgt_lang), not directions")
         if self.splits or self.hf is not None:
             raise ValueError("give either data.directions (multilingual) or data.splits / data.hf, not both")
         if not self.joint_vocab:

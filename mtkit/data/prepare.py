@@ -26,6 +26,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from mtkit.config import language_tag
+from mtkit.data import filters as pair_filters
 from mtkit.data.builddir import (
     check_not_distilled,
     check_replaceable,
@@ -42,8 +43,8 @@ from mtkit.manifest import FORMAT_VERSION, MANIFEST
 from mtkit.tokenizer import Tokenizer, seed_sampling, train_sentencepiece
 
 CHUNK_LINES = 10_000  # lines encoded per SentencePiece batch call
-LATER_KEYS = ("src_subword_alpha", "tgt_subword_alpha", "subword_samples")  # see _inputs_fingerprint
-FILTER_REASONS = ("empty", "max_chars", "duplicate", "max_tokens", "length_ratio")  # train only
+LATER_KEYS = ("src_subword_alpha", "tgt_subword_alpha", "subword_samples", "filters")  # see _inputs_fingerprint
+FILTER_REASONS = ("empty", "max_chars", "duplicate", "max_tokens", "length_ratio")  # train only; then data.filters
 
 
 def prepare(
@@ -87,6 +88,7 @@ def prepare(
             raise MtkitError(f"data.directions[{i}] ({direction.name}): no splits; give its files or drop it")
     if data_cfg.src_lang == data_cfg.tgt_lang and not data_cfg.multilingual:
         raise MtkitError(f"data.src_lang and data.tgt_lang are both {data_cfg.src_lang!r}; they must differ")
+    _filters(data_cfg, data_cfg.src_lang, data_cfg.tgt_lang)  # a bad data.filters fails before any work
     inputs = input_files(data_cfg)
     fingerprint = _inputs_fingerprint(data_cfg, inputs, tokenizer.fingerprint() if tokenizer else None)
     if not force:
@@ -119,9 +121,10 @@ class SplitStats:
     bad_lines_skipped: int = 0
     src_tokens: int = 0
     tgt_tokens: int = 0
+    filter_names: tuple = ()  # data.filters' names, counted after FILTER_REASONS
 
     def to_json(self, train: bool) -> dict:
-        reasons = FILTER_REASONS if train else ()
+        reasons = FILTER_REASONS + self.filter_names if train else ()
         return dict(
             pairs_read=self.pairs_read,
             pairs_kept=self.pairs_kept,
@@ -139,18 +142,20 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
     else:
         src, tgt = cfg.src_lang, cfg.tgt_lang
         sources, described = open_sources(cfg, build_dir / ".hf_cache")
-    stats = {split: SplitStats() for split in sources}
+    chosen = () if cfg.multilingual else _filters(cfg, src, tgt)
+    stats = {split: SplitStats(filter_names=tuple(f.name for f in chosen)) for split in sources}
 
     # pass 1: read, clean and (train only) filter by characters / duplicates -> cleaned text files
     text_files = {}
     for split, pairs in sources.items():
         text_files[split] = (build_dir / f"{split}.{src}.txt", build_dir / f"{split}.{tgt}.txt")
-        _clean_split(pairs, text_files[split], stats[split], cfg, train=split == "train")
+        train = split == "train"
+        _clean_split(pairs, text_files[split], stats[split], cfg, train=train, filters=chosen if train else ())
     train_stats = stats["train"]
     if train_stats.pairs_kept == 0:
         raise MtkitError(
             f"{describe(described['train'])}: no training pairs left after cleaning "
-            f"({_filter_summary(train_stats)}); check the files or relax data.max_chars"
+            f"({_filter_summary(train_stats)}); check the files or relax data.max_chars or data.filters"
         )
     shutil.rmtree(build_dir / ".hf_cache", ignore_errors=True)
 
@@ -224,16 +229,23 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
 
 
 # ------------------------------------------------------------------------------------------ cleaning
+def _filters(cfg, src: str, tgt: str) -> list:
+    return pair_filters.build(cfg.filters, src, tgt, "data.filters", ("data.src_lang", "data.tgt_lang"))
+
+
 def _normalise(text: str) -> str:
     """Strip and collapse every run of (Unicode) whitespace, line separators included, to one space."""
     return " ".join(text.split())
 
 
-def _clean_split(pairs: Iterator[Pair], out_paths: tuple[Path, Path], stats: SplitStats, cfg, *, train: bool):
+def _clean_split(
+    pairs: Iterator[Pair], out_paths: tuple[Path, Path], stats: SplitStats, cfg, *, train: bool, filters=()
+):
     """Stream pairs into two cleaned text files (one sentence per line).
 
-    Train: drop empty pairs, pairs over max_chars and (dedup) repeats. Other splits keep every pair
-    that could be decoded, empty lines included, so hypotheses and references stay aligned.
+    Train: drop empty pairs, pairs over max_chars and (dedup) repeats, then what ``filters`` (data.filters)
+    remove. Other splits keep every pair that could be decoded, empty lines included, so hypotheses and
+    references stay aligned.
     """
     seen: set[bytes] = set()
     src_buf: list[str] = []
@@ -259,6 +271,9 @@ def _clean_split(pairs: Iterator[Pair], out_paths: tuple[Path, Path], stats: Spl
                     if key in seen:
                         reason = "duplicate"
                     seen.add(key)
+                if not reason and filters:
+                    objection = pair_filters.first_objection(filters, src, tgt)
+                    reason = objection and objection[0]
                 if reason:
                     stats.filtered[reason] += 1
                     continue

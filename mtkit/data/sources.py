@@ -54,7 +54,10 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb", buffering=1 << 20)
 
 
-def _decode(raw: bytes, path: Path, lineno: int, skip_bad: bool) -> Optional[str]:
+SKIP_HINT = "set data.skip_bad_lines: true"
+
+
+def _decode(raw: bytes, path: Path, lineno: int, skip_bad: bool, skip_hint: str = SKIP_HINT) -> Optional[str]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -62,15 +65,16 @@ def _decode(raw: bytes, path: Path, lineno: int, skip_bad: bool) -> Optional[str
             return None
         raise MtkitError(
             f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start + 1} "
-            "of the line); fix the file or set data.skip_bad_lines: true"
+            f"of the line); fix the file or {skip_hint}"
         ) from None
     if lineno == 1 and text.startswith("\ufeff"):
         text = text[1:]  # UTF-8 byte order mark
     return text
 
 
-def file_pairs(src_path: Path, tgt_path: Path, skip_bad: bool) -> Iterator[Pair]:
-    """Stream decoded line pairs of two line-aligned files; one line at a time, plain or gzip."""
+def file_pairs(src_path: Path, tgt_path: Path, skip_bad: bool, skip_hint: str = SKIP_HINT) -> Iterator[Pair]:
+    """Stream decoded line pairs of two line-aligned files; one line at a time, plain or gzip. ``skip_hint``: how
+    the invalid UTF-8 error tells to skip such lines instead."""
     try:
         with _open_binary(src_path) as fs, _open_binary(tgt_path) as ft:
             for lineno, (raw_src, raw_tgt) in enumerate(zip_longest(fs, ft), 1):
@@ -80,8 +84,8 @@ def file_pairs(src_path: Path, tgt_path: Path, skip_bad: bool) -> Iterator[Pair]
                     raise MtkitError(
                         f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; parallel files must be line-aligned"
                     )
-                src = _decode(raw_src, src_path, lineno, skip_bad)
-                tgt = _decode(raw_tgt, tgt_path, lineno, skip_bad)
+                src = _decode(raw_src, src_path, lineno, skip_bad, skip_hint)
+                tgt = _decode(raw_tgt, tgt_path, lineno, skip_bad, skip_hint)
                 yield None if src is None or tgt is None else (src, tgt)
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
         raise MtkitError(f"{src_path} / {tgt_path}: corrupt gzip data ({err}); re-download or decompress it") from None
