@@ -224,6 +224,33 @@ def test_a_lone_clients_next_sentence_does_not_wait_even_when_it_comes_back_at_o
     assert results([first] + follow) == ["A", "B"]
 
 
+def test_each_keys_batch_waits_for_its_own_clients_only(clock):
+    """Two models' clients taking turns: while B's batch translates, A's clients come back; A's next batch expects
+    its own two clients (not those two plus B's batch) and starts at once."""
+    calls, gates = [], [threading.Event() for _ in range(3)]
+
+    def translate(lines: list, key) -> list:
+        calls.append((clock.now, key, list(lines)))
+        clock.moved()
+        assert gates[len(calls) - 1].wait(DEADLINE)
+        return [x.upper() for x in lines]
+
+    batcher = Batcher(translate, 8, 1.0, 16, max_delay=100.0, clock=clock, wait=clock.wait)
+    clock.settle(batcher.start)
+    try:
+        first = submit(clock, batcher, ["a1", "a2"], "A")  # A's batch translates
+        other = batcher.submit(["b1", "b2"], "B")  # B's clients wait meanwhile
+        clock.settle(gates[0].set)  # A's answers go out; B's batch translates
+        assert results(first) == ["A1", "A2"] and [key for _, key, _ in calls] == ["A", "B"]
+        again = batcher.submit(["a3", "a4"], "A")  # A's clients are back while B translates
+        gates[2].set()
+        clock.settle(gates[1].set)
+        assert len(calls) == 3 and calls[2] == (0.0, "A", ["a3", "a4"]), "held for sentences of another key"
+        assert results(other + again) == ["B1", "B2", "A3", "A4"]
+    finally:
+        batcher.stop()
+
+
 def test_dropped_sentences_are_never_translated(make, clock, model):
     batcher = make(batch_size=1, max_wait=0, queue_size=8)
     model.gate.clear()

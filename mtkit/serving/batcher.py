@@ -38,6 +38,9 @@ def model_thread() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtkit-model")
 
 
+KEYS_KEPT = 256  # the keys whose expected batch the worker remembers (a key not among them expects one sentence)
+
+
 class QueueFull(Exception):
     """The queue has no room for a request's sentences, or the batcher is stopping."""
 
@@ -50,6 +53,7 @@ class Item:
     key: Hashable  # sentences are batched only with others of an equal key; the key goes to the translate call
     future: Future = field(default_factory=Future)
     arrived: float = 0.0  # the batcher's clock when it was queued
+    number: int = 0  # the sentences submitted before it
 
 
 @dataclass
@@ -116,7 +120,9 @@ class Batcher:
         self._arrived = 0  # sentences submitted so far
         self._last_arrival = 0.0  # clock() at the latest submit
         self._arrived_by_end = 0  # self._arrived when the last batch ended
-        self._expected = 1  # sentences to wait for: the previous batch's and those that arrived while it ran
+        # per key, the sentences to wait for: its previous batch's and those of its key that arrived while it ran
+        # (the clients of another model's batch come back after that batch, not this one's)
+        self._expected: dict[Hashable, int] = {}
 
     @property
     def depth(self) -> int:
@@ -167,8 +173,8 @@ class Batcher:
             QueueFull: the lines do not fit in the queue, or the batcher is stopped.
         """
         now = self._clock()
-        items = [Item(text, key, arrived=now) for text in lines]
         with self._cond:
+            items = [Item(text, key, arrived=now, number=self._arrived + i) for i, text in enumerate(lines)]
             if self._stopped:
                 raise QueueFull("the server is shutting down")
             if len(self._pending) + len(items) > self.queue_size:
@@ -193,12 +199,12 @@ class Batcher:
         """The next batch: the oldest sentence (of a ready key first, ``_next_key``) and up to batch_size - 1
         more of its key.
 
-        Waits first for as many as the previous batch had plus those that arrived while it ran, as long as each
+        Waits first for as many as its key's previous batch had plus those of its key that arrived while it ran
+        (one for a key not seen lately), as long as each
         next sentence comes within max_wait, and for max_delay at most. Returns None once stopped, [] when every
         sentence was dropped while waiting.
         """
         with self._cond:
-            expected = self._expected
             while not self._pending and not self._stopped:
                 self._wait(self._cond, None)
             if self._stopped:
@@ -206,6 +212,7 @@ class Batcher:
             cap = self._clock() + max(self.max_wait, self.max_delay)
             while True:
                 key = self._next_key()
+                expected = self._expected.get(key, 1)
                 same = sum(1 for x in self._pending if x.key == key)
                 # until a sentence comes after the last batch, its answers may still be going out: up to the cap;
                 # then max_wait after the latest one
@@ -250,7 +257,12 @@ class Batcher:
             finally:  # counted before any answer goes out: a client's next request must not look like another's
                 self.stats.busy += self._clock() - started
                 with self._cond:
-                    self._expected = min(self.batch_size, len(batch) + self._arrived - arrived)
+                    key = batch[0].key
+                    meanwhile = sum(1 for x in self._pending if x.key == key and x.number >= arrived)
+                    self._expected.pop(key, None)  # the most recent last: the oldest go first past KEYS_KEPT
+                    self._expected[key] = min(self.batch_size, len(batch) + meanwhile)
+                    while len(self._expected) > KEYS_KEPT:
+                        del self._expected[next(iter(self._expected))]
                     self._arrived_by_end = self._arrived
             self.stats.batches += 1
             self.stats.sentences += len(batch)
