@@ -126,6 +126,23 @@ def write_toy_splits(root: Path, sizes=(("train", 300, 0), ("valid", 30, 1), ("t
     return splits
 
 
+def prepared_toy_data(root: Path, sizes=(("train", 300, 0), ("valid", 30, 1))) -> dict:
+    """The toy corpus's splits (name, pairs, seed) written under ``root`` and prepared (vocabulary 100, joint)
+    into ``root/data``; returns the config's data section."""
+    from mtkit import config as cfgmod
+    from mtkit.data.prepare import prepare
+
+    splits = {}
+    for name, n, seed in sizes:
+        pairs = toy_pairs(n, seed)
+        src = write_lines(root / "corpus" / f"{name}.en", [p[0] for p in pairs])
+        tgt = write_lines(root / "corpus" / f"{name}.de", [p[1] for p in pairs])
+        splits[name] = {"src": str(src), "tgt": str(tgt)}
+    section = {"dir": str(root / "data"), "vocab_size": 100, "splits": splits}
+    prepare(cfgmod.from_dict({"data": section}).data)
+    return section
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models: intra-op threads only add contention (100x slower on a busy 2-core machine)."""

@@ -17,9 +17,8 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from conftest import TINY_TRANSFORMER, assert_one_line_error, toy_pairs, write_lines
+from conftest import TINY_TRANSFORMER, assert_one_line_error, prepared_toy_data
 from mtkit import checkpoint as ckpt
-from mtkit import config as cfgmod
 from mtkit.training import board as boardmod
 from mtkit.training import step as stepmod
 from mtkit.training.board import sample_markdown
@@ -50,18 +49,7 @@ def _restore_threads():
 @pytest.fixture(scope="module")
 def data_section(tmp_path_factory) -> dict:
     """The toy corpus of conftest (train and valid), prepared once for this module."""
-    from mtkit.data.prepare import prepare
-
-    root = tmp_path_factory.mktemp("toy")
-    splits = {}
-    for name, n, seed in (("train", 300, 0), ("valid", 30, 1)):
-        pairs = toy_pairs(n, seed)
-        src = write_lines(root / "corpus" / f"{name}.en", [p[0] for p in pairs])
-        tgt = write_lines(root / "corpus" / f"{name}.de", [p[1] for p in pairs])
-        splits[name] = {"src": str(src), "tgt": str(tgt)}
-    section = {"dir": str(root / "data"), "vocab_size": 100, "splits": splits}
-    prepare(cfgmod.from_dict({"data": section}).data)
-    return section
+    return prepared_toy_data(tmp_path_factory.mktemp("toy"))
 
 
 def make_config(folder: Path, data_section: dict, **training) -> Path:

@@ -10,9 +10,8 @@ import pytest
 import torch
 import yaml
 
-from conftest import TINY_TRANSFORMER, toy_pairs, write_lines
+from conftest import TINY_TRANSFORMER, prepared_toy_data
 from mtkit import checkpoint as ckpt
-from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.training import loop as trainmod
 from mtkit.training.distributed import Dist
@@ -97,18 +96,7 @@ def test_validation_out_of_memory_names_the_batch_sizes():
 # ------------------------------------------------------------------------------------------ in a run
 @pytest.fixture(scope="module")
 def data_section(tmp_path_factory) -> dict:
-    from mtkit.data.prepare import prepare
-
-    root = tmp_path_factory.mktemp("state")
-    splits = {}
-    for name, n, seed in (("train", 120, 0), ("valid", 10, 1)):
-        pairs = toy_pairs(n, seed)
-        src = write_lines(root / "corpus" / f"{name}.en", [p[0] for p in pairs])
-        tgt = write_lines(root / "corpus" / f"{name}.de", [p[1] for p in pairs])
-        splits[name] = {"src": str(src), "tgt": str(tgt)}
-    section = {"dir": str(root / "data"), "vocab_size": 100, "splits": splits}
-    prepare(cfgmod.from_dict({"data": section}).data)
-    return section
+    return prepared_toy_data(tmp_path_factory.mktemp("state"), (("train", 120, 0), ("valid", 10, 1)))
 
 
 # validation losses by update: improves at 1 and 2, then not at 3, 4 (patience 2 stops at 4)
