@@ -27,7 +27,7 @@ import sacrebleu
 import yaml
 
 import mtkit
-from conftest import TINY_TRANSFORMER, write_toy_splits
+from conftest import TINY_TRANSFORMER, write_lines, write_toy_splits
 
 pytestmark = pytest.mark.slow  # processes, training runs, benchmark scripts
 
@@ -526,3 +526,37 @@ def test_bench_multilingual_reports_each_direction_the_speed_and_zero_shot_again
     assert (float(pivot), float(pivot_chrf)) == tuple(
         float(f"{x:.2f}") for x in bleu_chrf(many_model.translate(english, target=tgt), source[tgt])
     )
+
+
+def test_bench_clean_judges_the_noise_and_trains_on_each_split(tmp_path):
+    """The noise experiment on 300 pairs: the filters' table adds up and catches what it must (every copied target
+    and every French or Czech one); three tiny models train 2 updates each and their scores are sacreBLEU's on
+    the hypotheses they wrote."""
+    test_src = write_lines(tmp_path / "test.en", read_gz(TEST_EN)[:20])
+    test_tgt = write_lines(tmp_path / "test.de", read_gz(TEST_DE)[:20])
+    tree = {
+        "data": {"dir": "unused", "vocab_size": 100, "splits": {"train": {"src": "x", "tgt": "y"}}},
+        "model": TINY_TRANSFORMER,
+        "training": {"run_dir": "unused", "devices": "cpu", "batch_tokens": 400, "warmup_updates": 2},
+        "decoding": {"max_len_a": 1.0, "max_len_b": 4},
+    }
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    work = tmp_path / "bench"
+    args = ["--workdir", work, "--pairs", "300", "--config", config, "--updates", "2", "--minutes", "5"]
+    args += ["--test-src", test_src, "--test-tgt", test_tgt]
+    out = run_script(ROOT / "scripts" / "bench_clean.py", *args, cwd=tmp_path)
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"^[a-z_]+ +\d+ +\d+ +[\d.]+", line)}
+    for kind in ("copy", "other_language"):
+        assert float(rows[kind][3]) == 1.0, out
+    total = rows["all"]
+    assert int(total[1]) == sum(
+        int(r[1])
+        for k, r in rows.items()
+        if k in ("char_ratio", "copy", "language", "dedup", "url", "repeat", "length", "script")
+    )
+    refs, out = read_gz(TEST_DE)[:20], out[out.index("train split") :]
+    for name in ("clean", "noisy", "filtered"):
+        bleu, chrf = figure(rf"^{name} +\d+ +([\d.]+)", out), figure(rf"^{name} +\d+ +[\d.]+ +([\d.]+)", out)
+        hyps = (work / name / "test.hyp").read_text(encoding="utf-8").splitlines()
+        assert (bleu, chrf) == tuple(round(x, 2) for x in bleu_chrf(hyps, refs)), (name, out)
