@@ -95,6 +95,8 @@ def distill(
         raise MtkitError("data.directions: mtkit distill translates one direction; give data.splits or data.hf")
     if data.hf is None and "train" not in data.splits:
         raise MtkitError("data: needs splits.train (src and tgt files) or an hf section")
+    if data.mix:
+        raise MtkitError("data.mix: mtkit distill translates the train split alone; drop data.mix from the config")
     input_files(data)  # every split's files exist before any translation
     check_vocabulary(cfg, teacher)
     out_dir, work = Path(data.dir), work_dir(Path(data.dir))
