@@ -7,8 +7,9 @@ the real side (bt.en), training data for a de->en model. A real use runs a de->e
 
 - The corpus: MONO's non-empty lines, whitespace-normalised, in order, beside the run's own translations of them
   chunk by chunk; --tag puts the tag first on every synthetic line, and rewrites the folder without translating.
-- Resume: interrupted after its first chunk, a rerun goes on and writes the bytes of an uninterrupted run, with
-  beam search and with sampling (each chunk drawn with its own seed); another decoding is refused meanwhile.
+- Resume: interrupted after its first chunk (Ctrl-C in process, kill -9 of a process), a rerun goes on and writes the
+  bytes of an uninterrupted run, with beam search and with sampling (each chunk drawn with its own seed); another
+  decoding is refused meanwhile.
 - Refusals, one line, exit 2, nothing written: invalid UTF-8 (file and line), a missing MONO, an --out that is a
   file or a foreign folder, sampling on CTranslate2.
 - prepare: a tag in data.user_symbols is one SentencePiece id in the prepared data (several without it); data.mix
@@ -20,6 +21,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -27,7 +33,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import assert_one_line_error, toy_pairs, write_lines
+from conftest import SUBPROCESS_ENV, assert_one_line_error, toy_pairs, write_lines
 from mtkit.tokenizer import Tokenizer
 
 CHUNK = 20
@@ -132,6 +138,36 @@ def test_an_interrupted_run_resumes_to_the_bytes_of_an_uninterrupted_one(
         assert calls[0] == {"seed": 7} and calls[1] == {"seed": 8}
         beam = run_cli("backtranslate", run, mono, "--out", tmp_path / "beam", *COMMON)
         assert beam.code == 0 and corpus(tmp_path / "beam")["bt.de"] != corpus(out)["bt.de"]
+
+
+def test_kill_9_then_rerun_gives_the_corpus_of_an_uninterrupted_run(tmp_path, toy_run_workdir, mono):
+    """A back-translation killed after its first chunk, then run again, writes the corpus of one run straight
+    through (each in a process of its own)."""
+    run = toy_run_workdir / "run"
+    env = {**SUBPROCESS_ENV, "PYTHONUNBUFFERED": "1"}
+
+    def command(out: Path) -> list[str]:
+        flags = ("--engine", "torch", "--threads", "1", "--chunk-size", "5")
+        return [sys.executable, "-m", "mtkit", "backtranslate", str(run), str(mono), "--out", str(out), *flags]
+
+    done = subprocess.run(command(tmp_path / "straight"), capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out, work = tmp_path / "killed", tmp_path / "killed.work"
+    proc = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 120
+    while not (work / "chunk-000000.tsv").is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    alive = proc.poll() is None
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert alive, "the back-translation ended before it could be killed"
+    chunks = len(list(work.glob("chunk-*.tsv")))
+    assert 1 <= chunks < 10 and not out.exists()
+    again = subprocess.run(command(out), capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming at chunk {chunks + 1} of 10" in again.stdout
+    assert corpus(out) == corpus(tmp_path / "straight")
+    assert not list(work.glob(".*.tmp"))
 
 
 def test_bad_inputs_are_one_line_and_write_nothing(tmp_path, toy_run_workdir, run_cli, mono):
@@ -248,3 +284,9 @@ def test_mix_refusals_name_the_key(mixed, run_cli, tmp_path, write_config):
     tree["data"]["mix"] = []
     assert_one_line_error(run_cli("prepare", write_config(tree, "spaced.yaml")), "user_symbols")
     assert not (tmp_path / "missing").exists() and not (tmp_path / "zero").exists()
+    from mtkit import config as cfgmod
+    from mtkit.data.distill import distill
+    from mtkit.errors import MtkitError
+
+    with pytest.raises(MtkitError, match=r"data.mix: mtkit distill translates the train split alone"):
+        distill(cfgmod.load(config), teacher=None, select="top")
