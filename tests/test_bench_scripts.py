@@ -3,7 +3,9 @@ tiny model for a few seconds on the toy corpus and scores the shipped test_2016_
 reports again with --reuse; `scripts/bench_translate.py` times and scores that run; `scripts/bench_positions.py`
 trains a tiny model 3 updates with two position schemes on data prepared once and prints its table;
 `scripts/bench_distill.py` trains a tiny teacher for a few seconds, distils the toy corpus with it, trains a student
-on that and on the original data, and decodes, sizes and tabulates each model. The figures are checked against
+on that and on the original data, and decodes, sizes and tabulates each model; `scripts/bench_backtranslate.py
+--smoke` trains a de->en model on half of 300 Multi30k pairs, back-translates the other half's German with it (plain
+and tagged), trains the four en->de systems a few updates each and tabulates their scores. The figures are checked against
 what they are computed from: BLEU and chrF against sacreBLEU on hypotheses the test reads or writes itself, rates
 against the counts and seconds printed beside them, training figures against the run's metrics.jsonl and the test's
 own clock. Timings are never held to a speed.
@@ -560,3 +562,44 @@ def test_bench_clean_judges_the_noise_and_trains_on_each_split(tmp_path):
         bleu, chrf = figure(rf"^{name} +\d+ +([\d.]+)", out), figure(rf"^{name} +\d+ +[\d.]+ +([\d.]+)", out)
         hyps = (work / name / "test.hyp").read_text(encoding="utf-8").splitlines()
         assert (bleu, chrf) == tuple(round(x, 2) for x in bleu_chrf(hyps, refs)), (name, out)
+
+
+def test_bench_backtranslate_smoke_trains_the_four_systems_and_tabulates_what_it_decoded(tmp_path):
+    work = tmp_path / "work"
+    out = run_script(
+        ROOT / "scripts" / "bench_backtranslate.py", "--smoke", "--threads", "1", "--workdir", work, cwd=tmp_path
+    )
+    pairs = read_gz(ROOT / "data" / "multi30k" / "train.en.gz")[:300]
+    assert "parallel: 150 pairs; monolingual: 150 lines" in out
+    assert (work / "corpus" / "mono.de").read_text(encoding="utf-8").splitlines() == read_gz(
+        ROOT / "data" / "multi30k" / "train.de.gz"
+    )[150:300]
+    assert (work / "corpus" / "half.en").read_text(encoding="utf-8").splitlines() == pairs[:150]
+    plain = (work / "bt-plain" / "bt.en").read_text(encoding="utf-8").splitlines()
+    tagged = (work / "bt-tagged" / "bt.en").read_text(encoding="utf-8").splitlines()
+    assert len(plain) == 150 and tagged == [f"<BT> {line}".strip() for line in plain]
+    refs = read_gz(TEST_DE)[:50]
+    decoded = dict(re.findall(r"^(\([a-d]\) [^:]+): BLEU [\d.]+ chrF [\d.]+ on 50 sentences \((.+)\)$", out, re.M))
+    rows = re.findall(rf"^\| (\([a-d]\) [^|]+?) \| (\d+) \| (\d+) \| {NUMBER} \| {NUMBER} \|$", out, re.M)
+    names = ["(a) half", "(b) half + BT", "(c) half + tagged BT", "(d) all pairs"]
+    assert [row[0] for row in rows] == names and sorted(decoded) == names, out
+    runs = dict(zip(names, ("en-de-half", "en-de-bt", "en-de-tagged-bt", "en-de-all")))
+    kept = {}
+    for name, train_pairs, updates, bleu, chrf in rows:
+        hyps = Path(decoded[name]).read_text(encoding="utf-8").splitlines()
+        assert len(hyps) == 50
+        assert (float(bleu), float(chrf)) == tuple(float(f"{x:.2f}") for x in bleu_chrf(hyps, refs)), name
+        manifest = json.loads((work / "data" / runs[name] / "manifest.json").read_text(encoding="utf-8"))
+        kept[name] = manifest["splits"]["train"]["pairs_kept"]
+        assert int(train_pairs) == kept[name]
+        records = metrics(work / runs[name])
+        assert int(updates) == max(r["update"] for r in records if "update" in r) == 3
+    assert kept["(a) half"] <= 150 < kept["(b) half + BT"] <= 300 and kept["(d) all pairs"] <= 300
+    manifest = json.loads((work / "data" / "en-de-tagged-bt" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["inputs"]["train"]["mix"][0]["pairs_drawn"] == 150
+    assert manifest["config"]["user_symbols"] == ["<BT>"]
+    from mtkit.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(work / "data" / "en-de-tagged-bt")
+    assert "<BT>" in tok.src_pieces(tok.encode_src(["<BT> A dog runs ."])[0])
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d; .+ cores; torch kernels", out, re.M), out

@@ -1,5 +1,5 @@
 """The commands that build a model: prepare (the data), clean (a noisy corpus), train, distill (a teacher's
-translations as data)."""
+translations as data), backtranslate (monolingual text as a synthetic parallel corpus)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from mtkit.cli.base import SetOption, _command
+from mtkit.cli.base import SetOption, _command, with_algorithm_flags
 
 
 @_command
@@ -126,4 +126,62 @@ def distill(
         device=device,
         dtype=dtype,
         threads=threads,
+    )
+
+
+@_command
+@with_algorithm_flags
+def backtranslate(
+    run: Path = typer.Argument(..., help="The model translating MONO's language (de->en for more en->de data)."),
+    mono: Path = typer.Argument(..., help="Monolingual text in RUN's source language, one sentence a line (or .gz)."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Folder of the corpus: bt.SRC (synthetic), bt.TGT (MONO's lines), report.json."
+    ),
+    tag: bool = typer.Option(False, "--tag", help="Tagged back-translation: each synthetic line starts with a tag."),
+    tag_token: Optional[str] = typer.Option(
+        None, "--tag-token", help="The tag (implies --tag; default <BT>); declare it in data.user_symbols."
+    ),
+    algorithm: Optional[str] = typer.Option(
+        None, "--algorithm", help="beam (default), greedy, sampling (--top-k, --top-p, --epsilon, --temperature)."
+    ),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b", help="Default: RUN's decoding section."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
+    batch_tokens: Optional[int] = typer.Option(
+        None, "--batch-tokens", help="Also at most this many source tokens per batch (sentences x the longest)."
+    ),
+    chunk_size: Optional[int] = typer.Option(
+        None, "--chunk-size", help="Sentences per chunk of the work folder, the most an interrupt loses (2000)."
+    ),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Drop MONO's lines of invalid UTF-8."),
+    engine: str = typer.Option(
+        "auto", "--engine", help="auto (CTranslate2 where it can run RUN and the algorithm does not draw), torch."
+    ),
+    device: Optional[str] = typer.Option(None, "--device"),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    **algorithm_options,
+):
+    """Translate monolingual text into a synthetic parallel corpus for the reverse direction (docs/data.md).
+
+    Example: mtkit backtranslate runs/multi30k-de-en mono.de.gz --out work/bt --tag
+    """
+    from mtkit.data.backtranslate import DEFAULT_TAG
+    from mtkit.inference.teacher import backtranslate_main
+
+    backtranslate_main(
+        run,
+        mono,
+        out,
+        tag=tag_token if tag_token is not None else (DEFAULT_TAG if tag else None),
+        chunk_size=chunk_size,
+        skip_bad_lines=skip_bad_lines,
+        engine=engine,
+        algorithm=algorithm,
+        beam_size=beam_size,
+        batch_size=batch_size,
+        batch_tokens=batch_tokens,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        **algorithm_options,
     )

@@ -55,6 +55,16 @@ class HFDataset(Section):
     tgt_field: Optional[str] = None
 
 
+class MixPart(Section):
+    """Extra training pairs mixed into data.splits.train at a ratio (back-translations, say): ``ratio`` pairs of
+    this part per pair of the train split, drawn deterministically by ``seed`` (docs/data.md)."""
+
+    src: str
+    tgt: str
+    ratio: float = Field(gt=0, le=1000, description="pairs of this part per pair read from data.splits.train")
+    seed: int = Field(1, description="seed of the draw of the pairs kept or repeated")
+
+
 # the filters of noisy corpora (mtkit/data/filters.py registers them, in the order they run)
 FILTER_NAMES = ("length", "char_ratio", "url", "repeat", "copy", "script", "language", "dedup")
 
@@ -77,12 +87,19 @@ class DataConfig(Section):
         default_factory=list,
         description="filters of noisy training pairs (docs/data.md): a list of names, or name -> options",
     )
+    mix: list[MixPart] = Field(
+        default_factory=list, description="more training pairs, each part at a ratio to data.splits.train"
+    )
     # tokenizer
     vocab_size: int = Field(8000, gt=4)
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
     joint_vocab: bool = True
     character_coverage: float = Field(1.0, gt=0, le=1)
     spm_input_sentence_size: int = Field(2_000_000, gt=0, description="sentences sampled to train SentencePiece")
+    user_symbols: list[Annotated[str, Field(pattern=r"^\S+$")]] = Field(
+        default_factory=list,
+        description="pieces SentencePiece keeps whole wherever they occur (a back-translation tag such as <BT>)",
+    )
     # subword regularisation of the training split (BPE-dropout for bpe models, sampling for unigram ones)
     src_subword_alpha: float = Field(0.0, ge=0, lt=1, description="bpe: merge dropout probability; unigram: smoothing")
     tgt_subword_alpha: float = Field(0.0, ge=0, lt=1)
@@ -124,6 +141,8 @@ class DataConfig(Section):
             return self
         if self.filters:
             raise ValueError("data.filters is for one language pair (data.src_lang, data.tgt_lang), not directions")
+        if self.mix:
+            raise ValueError("data.mix is for one language pair (data.splits.train), not directions")
         if self.splits or self.hf is not None:
             raise ValueError("give either data.directions (multilingual) or data.splits / data.hf, not both")
         if not self.joint_vocab:

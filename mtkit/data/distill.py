@@ -20,28 +20,22 @@ re-encodes its chunks without translating again. Remove it to free the space.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import json
-import os
 import shutil
-import sys
-from itertools import islice
 from pathlib import Path
 from typing import Iterator, Optional, Protocol
 
 from mtkit.config import ParallelFiles
+from mtkit.data import chunkwork
 from mtkit.data.builddir import check_replaceable, current_manifest
 from mtkit.data.prepare import input_files, prepare
 from mtkit.data.selection import Selector, check_selection
 from mtkit.data.sources import hf_paths, open_sources
 from mtkit.data.teacher_vocab import check_vocabulary
 from mtkit.errors import MtkitError
-from mtkit.files import atomic_open, atomic_write_text, remove_stale_temps
+from mtkit.files import atomic_open
 from mtkit.manifest import read_manifest
 
-JOB = "job.json"
+JOB = chunkwork.JOB
 JOB_FORMAT = "mtkit-distill-1"
 CHUNK_SIZE = 2000  # sentences per chunk: the most an interrupt loses
 
@@ -101,6 +95,8 @@ def distill(
         raise MtkitError("data.directions: mtkit distill translates one direction; give data.splits or data.hf")
     if data.hf is None and "train" not in data.splits:
         raise MtkitError("data: needs splits.train (src and tgt files) or an hf section")
+    if data.mix:
+        raise MtkitError("data.mix: mtkit distill translates the train split alone; drop data.mix from the config")
     input_files(data)  # every split's files exist before any translation
     check_vocabulary(cfg, teacher)
     out_dir, work = Path(data.dir), work_dir(Path(data.dir))
@@ -145,8 +141,7 @@ def distill(
 
 
 # ---------------------------------------------------------------------------------------- the job
-def _digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
+_digest = chunkwork.digest
 
 
 def _names(members: list) -> str:
@@ -190,6 +185,13 @@ DIFFERENCES = (  # job key -> how a refusal names it
     ("source", "the training corpus (its files or data.max_chars, skip_bad_lines)"),
     ("chunk_size", "--chunk-size"),
 )
+WORK = chunkwork.Kind(
+    command="mtkit distill",
+    job_name="distillation",
+    lock="distill.lock",
+    differences=DIFFERENCES,
+    shown={"teacher_fingerprint": lambda job: _names(job.get("teachers", []))},
+)
 
 
 def _open_work(work: Path, job: dict, chunk_size: Optional[int]) -> int:
@@ -198,48 +200,12 @@ def _open_work(work: Path, job: dict, chunk_size: Optional[int]) -> int:
     Returns:
         The chunk size: the folder's own, ``chunk_size`` or ``CHUNK_SIZE`` for a new folder.
     """
-    record = work / JOB
-    if work.is_dir():
-        remove_stale_temps(work)  # a job.json whose write was cut short, say
-    if not record.is_file():
-        if work.exists() and (not work.is_dir() or any(p.name != "distill.lock" for p in work.iterdir())):
-            raise MtkitError(f"{work}: exists and is not an mtkit distill work folder (no {JOB}); remove it")
-        if chunk_size is not None and chunk_size < 1:
-            raise MtkitError(f"--chunk-size {chunk_size}: give 1 or more sentences")
-        work.mkdir(parents=True, exist_ok=True)
-        size = chunk_size or CHUNK_SIZE
-        atomic_write_text(record, json.dumps({**job, "chunk_size": size}, indent=2) + "\n")
-        return size
-    try:
-        old = json.loads(record.read_text(encoding="utf-8"))
-        old_size = int(old["chunk_size"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise MtkitError(f"{record}: unreadable; remove {work} to start over") from None
-    new = {**job, "chunk_size": old_size if chunk_size is None else chunk_size}
-    for key, what in DIFFERENCES:
-        if old.get(key) != new.get(key):
-            was = _names(old.get("teachers", [])) if key == "teacher_fingerprint" else old.get(key)
-            asked = _names(new["teachers"]) if key == "teacher_fingerprint" else new.get(key)
-            raise MtkitError(
-                f"{work}: holds the translations of another distillation: {what} was {was}, now {asked}; "
-                f"rerun with the same, or remove {work} to start over"
-            )
-    return old_size
+    return chunkwork.open_work(work, job, chunk_size, WORK, CHUNK_SIZE)
 
 
-@contextlib.contextmanager
-def _locked(work: Path) -> Iterator[None]:
+def _locked(work: Path):
     """Hold an exclusive lock on the work folder (released by the OS when the process dies)."""
-    fd = os.open(work / "distill.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise MtkitError(f"{work}: another mtkit distill is writing this folder; wait for it to finish") from None
-    try:
-        yield
-    finally:
-        os.close(fd)
+    return chunkwork.locked(work, WORK)
 
 
 # ------------------------------------------------------------------------------------- translating
@@ -264,13 +230,8 @@ def _kept_pairs(data, work: Path, skipped: Optional[dict] = None) -> Iterator[tu
         yield src, ref
 
 
-def _chunks(pairs: Iterator, size: int) -> Iterator[list]:
-    while chunk := list(islice(pairs, size)):
-        yield chunk
-
-
-def _chunk_path(work: Path, index: int) -> Path:
-    return work / f"chunk-{index:06d}.tsv"
+_chunks = chunkwork.chunks
+_chunk_path = chunkwork.chunk_path
 
 
 def read_chunk(path: Path) -> list[tuple[str, str, str, int]]:
@@ -297,45 +258,28 @@ def read_chunk(path: Path) -> list[tuple[str, str, str, int]]:
 
 def _translate(data, teacher: Teacher, job: dict, work: Path) -> dict:
     """Translate every chunk the work folder lacks; the counts for the manifest."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     skipped: dict = {}
     total = sum(1 for _ in _kept_pairs(data, work, skipped))
     if total == 0:
         raise MtkitError(f"data.splits.train: no training pairs left to translate ({skipped or 'no lines'})")
     size, selector, nbest = job["chunk_size"], Selector(job["select"]), job["search"]["nbest"]
-    chunks = (total + size - 1) // size
-    first = next((i for i in range(chunks) if not _chunk_path(work, i).is_file()), chunks)
-    if first:
-        print(f"{work}: resuming at chunk {first + 1} of {chunks} ({min(first * size, total)} sentences done)")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+
+    def rows_of(index: int, chunk: list) -> list[str]:
+        found = teacher.translate([src for src, _ in chunk], nbest)
+        rows = []
+        for (src, ref), hyps in zip(chunk, found):
+            hyps = [" ".join(h.split()) for h in hyps]  # one line, no tab, as the corpus text
+            pick = selector.pick(hyps, ref)
+            rows.append(f"{src}\t{ref}\t{hyps[pick] if pick >= 0 else ''}\t{pick}\n")
+        return rows
+
     not_best = 0
-    with Progress(*columns, TimeRemainingColumn(), console=Console(file=sys.stderr), transient=False) as bar:
-        task = bar.add_task(f"distill ({teacher.engine}): sentences", total=total)
-        for index, chunk in enumerate(_chunks(_kept_pairs(data, work), size)):
-            path = _chunk_path(work, index)
-            if not path.is_file():
-                found = teacher.translate([src for src, _ in chunk], nbest)
-                rows = []
-                for (src, ref), hyps in zip(chunk, found):
-                    hyps = [" ".join(h.split()) for h in hyps]  # one line, no tab, as the corpus text
-                    pick = selector.pick(hyps, ref)
-                    rows.append(f"{src}\t{ref}\t{hyps[pick] if pick >= 0 else ''}\t{pick}\n")
-                with atomic_open(path, "w", encoding="utf-8", newline="\n") as f:
-                    f.writelines(rows)
-            done = read_chunk(path)
-            if [(r[0], r[1]) for r in done] != chunk:
-                raise MtkitError(f"{path}: holds other sentences than the corpus; remove {work} to start over")
-            not_best += sum(r[3] > 0 for r in done)
-            bar.advance(task, len(chunk))
+    label = f"distill ({teacher.engine}): sentences"
+    for _, chunk, path in chunkwork.fill(work, _kept_pairs(data, work), total, size, rows_of, label):
+        done = read_chunk(path)
+        if [(r[0], r[1]) for r in done] != chunk:
+            raise MtkitError(f"{path}: holds other sentences than the corpus; remove {work} to start over")
+        not_best += sum(r[3] > 0 for r in done)
     return {"sentences": total, "skipped": skipped, "not_best": not_best}
 
 

@@ -35,7 +35,7 @@ from mtkit.data.builddir import (
     remove_stale_builds,
 )
 from mtkit.data.directions import MULTILINGUAL, manifest_entry, open_directions
-from mtkit.data.sources import Pair, describe, hf_paths, open_sources
+from mtkit.data.sources import Pair, describe, hf_paths, mixed_train, open_sources
 from mtkit.data.summary import print_prepare_summary
 from mtkit.errors import MtkitError
 from mtkit.files import current_umask, fsync_tree, replace_dir
@@ -43,7 +43,8 @@ from mtkit.manifest import FORMAT_VERSION, MANIFEST
 from mtkit.tokenizer import Tokenizer, seed_sampling, train_sentencepiece
 
 CHUNK_LINES = 10_000  # lines encoded per SentencePiece batch call
-LATER_KEYS = ("src_subword_alpha", "tgt_subword_alpha", "subword_samples", "filters")  # see _inputs_fingerprint
+# keys added after FORMAT_VERSION 1 (see _inputs_fingerprint)
+LATER_KEYS = ("src_subword_alpha", "tgt_subword_alpha", "subword_samples", "filters", "mix", "user_symbols")
 FILTER_REASONS = ("empty", "max_chars", "duplicate", "max_tokens", "length_ratio")  # train only; then data.filters
 
 
@@ -142,6 +143,10 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
     else:
         src, tgt = cfg.src_lang, cfg.tgt_lang
         sources, described = open_sources(cfg, build_dir / ".hf_cache")
+        if cfg.mix:  # the train split's pairs counted first: each part's share is a ratio of them
+            train_pairs = sum(1 for _ in open_sources(cfg, build_dir / ".hf_cache")[0]["train"])
+            sources["train"], parts = mixed_train(cfg, sources["train"], train_pairs)
+            described["train"] = {**described["train"], "mix": parts}
     chosen = () if cfg.multilingual else _filters(cfg, src, tgt)
     stats = {split: SplitStats(filter_names=tuple(f.name for f in chosen)) for split in sources}
 
@@ -165,7 +170,7 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
         model_type=cfg.spm_model_type,
         character_coverage=cfg.character_coverage,
         input_sentence_size=cfg.spm_input_sentence_size,
-        user_symbols=[language_tag(lang, cfg.tag_template) for lang in cfg.targets] if cfg.multilingual else [],
+        user_symbols=_user_symbols(cfg),
     )
     train_src, train_tgt = text_files["train"]
     if tokenizer is not None and cfg.multilingual:
@@ -226,6 +231,12 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
     }
     (build_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return manifest
+
+
+def _user_symbols(cfg) -> list[str]:
+    """The pieces SentencePiece keeps whole: a multilingual dir's language tags, then data.user_symbols."""
+    tags = [language_tag(lang, cfg.tag_template) for lang in cfg.targets] if cfg.multilingual else []
+    return list(dict.fromkeys([*tags, *cfg.user_symbols]))
 
 
 # ------------------------------------------------------------------------------------------ cleaning
@@ -429,6 +440,7 @@ def input_files(cfg) -> list[Path]:
     keyed += [
         (f"data.directions[{i}].splits.{s}", spec) for i, d in enumerate(cfg.directions) for s, spec in d.splits.items()
     ]
+    keyed += [(f"data.mix[{i}]", part) for i, part in enumerate(getattr(cfg, "mix", []))]
     for key, spec in keyed:
         for side in ("src", "tgt"):
             path = Path(getattr(spec, side))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
 import zlib
-from itertools import zip_longest
+from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -89,6 +90,61 @@ def file_pairs(src_path: Path, tgt_path: Path, skip_bad: bool, skip_hint: str = 
                 yield None if src is None or tgt is None else (src, tgt)
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
         raise MtkitError(f"{src_path} / {tgt_path}: corrupt gzip data ({err}); re-download or decompress it") from None
+
+
+def text_lines(path: Path, skip_bad: bool, skip_hint: str = SKIP_HINT) -> Iterator[Optional[str]]:
+    """Stream the decoded lines of one file (plain or gzip), without their line break; a line skipped for invalid
+    UTF-8 (``skip_bad``) is None, else invalid UTF-8 is an error naming the file and line."""
+    try:
+        with _open_binary(path) as f:
+            for lineno, raw in enumerate(f, 1):
+                text = _decode(raw, path, lineno, skip_bad, skip_hint)
+                yield None if text is None else text.rstrip("\r\n")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise MtkitError(f"{path}: corrupt gzip data ({err}); re-download or decompress it") from None
+
+
+def mixed_train(cfg, train: Iterator[Pair], train_pairs: int) -> tuple[Iterator[Pair], list[dict]]:
+    """The train split followed by each part of ``cfg.mix``, drawn to its ratio.
+
+    A part of n pairs gives m = round(ratio x train_pairs) pairs: every pair m // n times, and m % n of them once
+    more, drawn without replacement by the part's seed; the pairs keep the file's order (the trainer shuffles).
+
+    Args:
+        cfg: the data section (``mix``, ``skip_bad_lines``).
+        train: the pairs of data.splits.train.
+        train_pairs: how many pairs ``train`` holds (lines read, before cleaning).
+
+    Returns:
+        The pairs, and per part {"src", "tgt", "ratio", "seed", "pairs_read", "pairs_drawn"} for the manifest.
+    """
+    plans, described = [], []
+    for part in cfg.mix:
+        n = sum(1 for _ in file_pairs(Path(part.src), Path(part.tgt), cfg.skip_bad_lines))
+        m = round(part.ratio * train_pairs) if n else 0
+        repeats, extra = divmod(m, n) if n else (0, 0)
+        plans.append((part, repeats, set(random.Random(part.seed).sample(range(n), extra))))
+        described.append(
+            {
+                "src": part.src,
+                "tgt": part.tgt,
+                "ratio": part.ratio,
+                "seed": part.seed,
+                "pairs_read": n,
+                "pairs_drawn": m,
+            }
+        )
+
+    def drawn(part, repeats: int, once_more: set) -> Iterator[Pair]:
+        for i, pair in enumerate(file_pairs(Path(part.src), Path(part.tgt), cfg.skip_bad_lines)):
+            times = repeats + (i in once_more)
+            if pair is None and times:
+                yield None  # counted once as a line skipped for invalid UTF-8
+                continue
+            for _ in range(times):
+                yield pair
+
+    return chain(train, *(drawn(*plan) for plan in plans)), described
 
 
 def _load_hf(cfg, cache_dir: Path) -> dict[str, tuple[object, str]]:

@@ -60,17 +60,20 @@ class Teacher:
         """The options that change the translations: beam_size, length_penalty, max_len_a, max_len_b."""
         return {key: getattr(self.model.options, key) for key in SEARCH_KEYS}
 
-    def translate(self, lines: list[str], nbest: int) -> list[list[str]]:
+    def translate(self, lines: list[str], nbest: int, **decoding) -> list[list[str]]:
         """Up to ``nbest`` translations of each line (one sentence each, never cut into several), best first.
 
         Args:
             lines: source sentences.
             nbest: hypotheses per line, at most the beam size.
+            **decoding: this call's own decoding options (``TranslationModel.translate_batch``), e.g. a seed.
 
         Returns:
             One list of texts per line.
         """
-        found = self.model.translate_batch(lines, nbest=nbest, scores=False, split_sentences=False, target=self.target)
+        found = self.model.translate_batch(
+            lines, nbest=nbest, scores=False, split_sentences=False, target=self.target, **decoding
+        )
         return [[h.text for h in t.hypotheses] for t in found]
 
 
@@ -222,3 +225,66 @@ def distill_main(
         teachers, engine=engine, target=cfg.data.tgt_lang, chunk_size=chunk_size or CHUNK_SIZE, **given
     )
     return distill(cfg, teacher, select=select, chunk_size=chunk_size, keep_original=keep_original)
+
+
+def backtranslate_main(
+    run: Path,
+    mono: Path,
+    out: Path,
+    *,
+    tag: Optional[str] = None,
+    chunk_size: Optional[int] = None,
+    skip_bad_lines: bool = False,
+    engine: str = "auto",
+    algorithm: Optional[str] = None,
+    **options,
+) -> dict:
+    """``mtkit backtranslate``: load RUN, then ``data.backtranslate.backtranslate``.
+
+    Args:
+        run: the model (a run dir, checkpoint or export) translating MONO's language.
+        mono: the monolingual text.
+        out: the corpus folder.
+        tag: the tag token of tagged back-translation, None for none.
+        chunk_size: sentences per chunk of the work folder.
+        skip_bad_lines: drop MONO's lines of invalid UTF-8.
+        engine: ``auto`` (CTranslate2 where it runs the model and the algorithm does not draw), ``torch`` or
+            ``ctranslate2``.
+        algorithm: the decoding algorithm (default beam).
+        **options: decoding options (beam_size, batch_size, top_k, seed..., device, dtype, threads); None: not given.
+
+    Returns:
+        The report of the corpus folder.
+
+    Raises:
+        MtkitError: bad inputs (checked before the model loads), options that do not go together, an algorithm
+            that draws on CTranslate2 (whose draws a chunk cannot reseed).
+    """
+    from mtkit.data.backtranslate import CHUNK_SIZE, backtranslate, check_inputs, search_of
+
+    check_inputs(Path(mono), Path(out), tag)
+    given = {k: v for k, v in options.items() if v is not None}
+    chosen = engine
+    if engine == "auto":
+        from mtkit.decoding import algorithms
+
+        chosen = "torch" if algorithms.get(algorithm or "beam").seed else pick_engine([Path(run)], "auto")
+    model = load_teacher(
+        [run], engine=chosen, algorithm=algorithm or "beam", chunk_size=chunk_size or CHUNK_SIZE, **given
+    )
+    seed_option = model.model.options.chosen.seed
+    if seed_option and model.engine == "ctranslate2":
+        raise MtkitError(
+            f"--algorithm {model.model.options.algorithm} draws, and CTranslate2 cannot reseed its draws chunk by "
+            "chunk (a resumed run would differ): use --engine torch"
+        )
+    return backtranslate(
+        model,
+        Path(mono),
+        Path(out),
+        search=search_of(model.model.options),
+        seed_option=seed_option,
+        tag=tag,
+        chunk_size=chunk_size,
+        skip_bad_lines=skip_bad_lines,
+    )
