@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
+from mtkit import lora
 from mtkit.data.batches import ParallelData, direction_sample, make_batches, shard_batches
 from mtkit.devices import float32_matmuls
 from mtkit.errors import MtkitError
@@ -83,6 +84,13 @@ class Trainer:
         self.model = build_model(
             cfg.model, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size, self.tokenizer.joint
         ).to(self.device)
+        # training.lora: adapters on the model now (the base weights come in _start), only they train
+        self.lora_layers = lora.inject(self.model, self.t.lora) if self.t.lora is not None else None
+        self.lora_meta: Optional[dict] = None  # the checkpoints' "lora" entry, once the base is known
+        if self.t.freeze_embeddings:
+            lora.freeze_embeddings(self.model)
+        if self.t.gradient_checkpointing:
+            self.model.checkpoint_layers = True
         self.net = TeacherForcing(self.model)  # compiled and DDP-wrapped by run()
         self.optimizer = make_optimizer(self.model, self.t, self.lr_at(1))
         self.scaler = (
@@ -319,7 +327,9 @@ class Trainer:
         if self.resuming:
             self.restore()
         elif self.cfg.model.init_from:
-            start_from(self.cfg, self.model, self.tokenizer)
+            base = start_from(self.cfg, self.model, self.tokenizer)
+            if self.lora_layers is not None:
+                self.lora_meta = lora.metadata(self.t.lora, self.lora_layers, base)
         # each rank read the run dir on its own machine: a stale copy on one of them restores another update
         if not distmod.same_on_all_ranks(self.state.update, d):
             raise MtkitError(
