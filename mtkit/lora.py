@@ -26,9 +26,9 @@ from torch import nn
 from mtkit import checkpoint as ckpt
 from mtkit.errors import MtkitError
 
-PEFT_MISSING = "training.lora needs PEFT, which is not installed: pip install 'mtkit[lora]'"
+PEFT_MISSING = "LoRA adapters (training.lora) need PEFT, which is not installed: pip install 'mtkit[lora]'"
 ADAPTER = re.compile(r"\.lora_[AB]\.")
-EMBEDDINGS = ("src_embed", "tgt_embed", "output", "out_proj", "pre_output")  # token tables and output projections
+EMBEDDINGS = ("src_embed", "tgt_embed", "output", "out_proj")  # the token tables and the output projections
 
 
 def require_peft():

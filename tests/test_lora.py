@@ -162,6 +162,18 @@ def test_lora_resume_equals_uninterrupted_bitwise(tmp_path, base, run_cli):
     assert sorted(a.train) == sorted(b.train) and all(torch.equal(a.train[k], b.train[k]) for k in a.train)
     first = _ckpt(tmp_path / "straight", 3)
     assert any(not torch.equal(first.model[k], a.model[k]) for k in a.model)  # the second half did train
+    # the mean of adapters is not the adapters of the mean: mtkit average refuses them
+    assert_one_line_error(run_cli("average", tmp_path / "straight", "--last", "2"), "LoRA", "merge-lora")
+
+
+def test_a_resumed_run_without_a_checkpoint_starts_from_the_base(tmp_path, base, run_cli):
+    config = _config(tmp_path, base, max_updates=1)
+    assert run_cli("train", config).code == 0
+    shutil.rmtree(tmp_path / "ft" / "checkpoints")  # as if stopped before its first checkpoint
+    resumed = run_cli("train", "--resume", tmp_path / "ft")
+    assert resumed.code == 0, resumed.err
+    assert "no checkpoint" in resumed.out and "(model.init_from)" in resumed.out
+    assert _ckpt(tmp_path / "ft", 1).metadata["lora"]["base"] == str(ckpt.resolve(base[0] / "base").resolve())
 
 
 def test_a_run_starts_from_a_lora_run_with_its_adapters_merged(tmp_path, base, run_cli):
@@ -205,6 +217,8 @@ def test_base_weights_changed_or_gone_are_named(tmp_path, base, run_cli):
 def test_lora_without_init_from_is_refused(tmp_path, base, run_cli):
     config = _config(tmp_path, base, max_updates=1, model=TINY_TRANSFORMER)
     assert_one_line_error(run_cli("train", config), "training.lora", "model.init_from")
+    config = _config(tmp_path, base, name="avg", max_updates=1, average_last=2)
+    assert_one_line_error(run_cli("train", config), "training.average_last", "merge-lora")
 
 
 def test_unknown_modules_name_the_linear_layers(tmp_path, base, run_cli):

@@ -149,8 +149,8 @@ class Trainer:
             best_metric=self.t.best_metric,
         )
 
-    def restore(self) -> None:
-        """Continue from the newest checkpoint that loads; a run without one starts at update 0.
+    def restore(self) -> bool:
+        """Continue from the newest checkpoint that loads; a run without one starts at update 0 (returns False).
 
         Raises:
             MtkitError: every checkpoint is damaged, or the newest one does not fit this run.
@@ -159,7 +159,7 @@ class Trainer:
         if bundle is None:
             if self.dist.is_main:
                 print(f"no checkpoint in {self.ckpt_dir} yet: starting from update 0")
-            return
+            return False
         if self.dist.is_main:
             for err in errors:
                 print(f"mtkit: warning: {err} -- resuming from {path.name} instead", file=sys.stderr)
@@ -170,6 +170,7 @@ class Trainer:
                 f" ({saved_world} -> {self.dist.world_size} processes)" if saved_world != self.dist.world_size else ""
             )
             print(f"resumed from {path.name}: update {self.state.update}, epoch {self.state.epoch}{moved}")
+        return True
 
     def validate(self) -> dict:
         """``validate.validate``'s metrics of the model now on the valid split (each direction's, for a
@@ -324,9 +325,8 @@ class Trainer:
     def _start(self) -> None:
         """Restore a resumed run, write its config and tokenizer, show the summary, wrap the model for training."""
         t, d = self.t, self.dist
-        if self.resuming:
-            self.restore()
-        elif self.cfg.model.init_from:
+        restored = self.restore() if self.resuming else False
+        if not restored and self.cfg.model.init_from:  # a new run, or one stopped before its first checkpoint
             base = start_from(self.cfg, self.model, self.tokenizer)
             if self.lora_layers is not None:
                 self.lora_meta = lora.metadata(self.t.lora, self.lora_layers, base)
