@@ -170,19 +170,27 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], where
     Raises:
         MtkitError: the first tensor that is missing, unexpected or misshapen, named with ``where``.
     """
-    own = model.state_dict()
-    for name, tensor in own.items():
+    check_weights({name: tensor.shape for name, tensor in model.state_dict().items()}, weights, where)
+    model.load_state_dict(weights, strict=True)
+
+
+def check_weights(own: dict[str, torch.Size], weights: dict[str, torch.Tensor], where: Path) -> None:
+    """``weights`` has exactly the tensors ``own`` names, each of the shape it gives.
+
+    Raises:
+        MtkitError: the first tensor that is missing, unexpected or misshapen, named with ``where``.
+    """
+    for name, shape in own.items():
         if name not in weights:
             raise MtkitError(f"{where}: tensor '{name}' missing from checkpoint; it does not match its config")
-        if weights[name].shape != tensor.shape:
+        if weights[name].shape != shape:
             raise MtkitError(
                 f"{where}: tensor '{name}' has shape {tuple(weights[name].shape)}, the config implies "
-                f"{tuple(tensor.shape)}; checkpoint and config do not match"
+                f"{tuple(shape)}; checkpoint and config do not match"
             )
     extra = sorted(set(weights) - set(own))
     if extra:
         raise MtkitError(f"{where}: unexpected tensor '{extra[0]}' in checkpoint; it does not match its config")
-    model.load_state_dict(weights, strict=True)
 
 
 def list_checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
@@ -323,6 +331,11 @@ def average(paths: list[Path]) -> Bundle:
     newest = None
     for p in paths:
         bundle = load(p)
+        if bundle.metadata.get("lora"):
+            raise MtkitError(
+                f"{p}: holds LoRA adapters, whose mean is not the mean of the adapted weights; merge each "
+                "checkpoint first (mtkit merge-lora)"
+            )
         newest = bundle
         for k, v in bundle.model.items():
             if k in total and total[k].shape != v.shape:
@@ -396,7 +409,13 @@ def load_checkpoint(
             f"do not match the model's {(src_v, tgt_v)}"
         )
     model = build_model(cfg.model, src_v, tgt_v, joint)
-    load_weights(model, bundle.model, file)
+    if meta.get("lora"):  # adapters on base weights kept elsewhere: merged into them here
+        from mtkit import lora
+
+        lora.load_lora_checkpoint(model, bundle, file, cfg.training.lora if cfg.training else None)
+        model = lora.merged(model)
+    else:
+        load_weights(model, bundle.model, file)
     if dtype == torch.qint8:
         model = quantize_int8(model.eval())
     else:

@@ -603,3 +603,23 @@ def test_bench_backtranslate_smoke_trains_the_four_systems_and_tabulates_what_it
     tok = Tokenizer.from_dir(work / "data" / "en-de-tagged-bt")
     assert "<BT>" in tok.src_pieces(tok.encode_src(["<BT> A dog runs ."])[0])
     assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d; .+ cores; torch kernels", out, re.M), out
+
+
+def test_bench_lora_smoke_prints_each_mode_and_its_trained_parameters(tmp_path):
+    """scripts/bench_lora.py --smoke: full, lora and lora-ckpt rows; the counts are the model's (d_model 32, 1+1
+    layers, FFN 64, 100 subwords) and those of rank-8 adapters on its attention projections."""
+    out = run_script(ROOT / "scripts" / "bench_lora.py", "--smoke", cwd=tmp_path)
+    rows = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if fields and fields[0] in ("full", "lora", "lora-ckpt"):
+            rows[fields[0]] = [float(x.replace(",", "")) for x in fields[1:]]
+    assert sorted(rows) == ["full", "lora", "lora-ckpt"], out
+    params, trained, memory, tokens_per_s, seconds = rows["full"]
+    assert params == trained and memory > 0 and tokens_per_s > 0
+    # r x (in + out) per adapted layer: encoder qkv 32->96, out 32->32; decoder qkv, out, cross q, kv 32->64, out
+    adapters = 8 * ((32 + 96) + 64 + (32 + 96) + 64 + 64 + (32 + 64) + 64)
+    for mode in ("lora", "lora-ckpt"):
+        assert rows[mode][:2] == [params + adapters, adapters], (mode, rows[mode])
+        assert rows[mode][2] > 0 and rows[mode][3] > 0
+    assert "LoRA rank 8" in out and "peak RSS MiB" in out

@@ -251,6 +251,27 @@ def test_two_processes_match_one_with_alibi_positions(toy):
     assert_same_weights(weights(double, 2), weights(single, 2))
 
 
+def test_two_processes_match_one_with_lora_and_frozen_embeddings(toy):
+    """training.lora on a base run, embeddings frozen: DDP over the adapters alone (the frozen base has no gradient)
+    gives the adapters of one process."""
+    pytest.importorskip("peft")
+    base_cfg = toy(TRANSFORMER, "lora-base")
+    base = base_cfg.parent / "lora-base"
+    train_here(base_cfg, "--set", "training.max_updates=2", "--set", f"training.run_dir={base}")
+    cfg = toy({"init_from": str(base)}, "lora")
+    tree = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+    tree["training"].update(lora={"rank": 4}, freeze_embeddings=True)  # no dropout: the ranks draw their own
+    cfg.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    single, double = cfg.parent / "lora-single", cfg.parent / "lora-double"
+    common = ["--set", "training.max_updates=2"]
+    train_here(cfg, *common, "--set", "training.update_freq=4", "--set", f"training.run_dir={single}")
+    ok(run(torchrun("-m", "mtkit", "train", cfg, *common, "--set", f"training.run_dir={double}")))
+    adapters = weights(single, 2)
+    assert adapters and all(".lora_" in name for name in adapters)
+    assert any(t.abs().max() > 0 for name, t in adapters.items() if ".lora_B." in name)  # they trained
+    assert_same_weights(weights(double, 2), adapters)
+
+
 # A worker that is `python -m mtkit` except that rank 1's third batch raises, as a crashing rank would.
 FAILING_WORKER = textwrap.dedent("""
     import os, sys

@@ -29,6 +29,21 @@ def average(
 
 
 @_command
+def merge_lora(
+    run: Path = typer.Argument(..., help="A training.lora run directory or checkpoint."),
+    out: Path = typer.Option(..., "--out", "-o", help="The new run directory."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier run directory at --out."),
+):
+    """Merge a LoRA run's adapters into its base weights: a run directory that needs neither PEFT nor the base.
+
+    Example: mtkit merge-lora runs/opus-mt-en-de-lora --out runs/opus-mt-en-de-merged
+    """
+    from mtkit.lora import merge_main
+
+    merge_main(run, out, force=force)
+
+
+@_command
 def calibrate(
     run: Path = typer.Argument(..., help="Run directory."),
     split: str = typer.Option("valid", "--split", help="The data dir's split to calibrate on (not train)."),

@@ -265,6 +265,25 @@ ModelConfig = Annotated[Union[TransformerConfig, BahdanauConfig, LuongConfig], F
 FP16_NEEDS_CUDA = "training.precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU"
 
 
+# the Transformer's attention projections: self-attention's fused qkv, cross-attention's q and fused kv, each out
+LORA_DEFAULT_MODULES = ("qkv", "q", "kv", "out")
+
+
+class LoraSection(Section):
+    """training.lora: low-rank adapters (LoRA, Hu et al. 2021, through PEFT) on some linear layers of a base model
+    (``model.init_from``); only the adapters train (docs/pretrained.md)."""
+
+    rank: int = Field(8, ge=1, le=4096, description="r: the adapters' inner dimension")
+    alpha: float = Field(16.0, gt=0, description="the adapters' output is scaled by alpha / rank")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input")
+    modules: list[str] = Field(
+        default_factory=lambda: list(LORA_DEFAULT_MODULES),
+        min_length=1,
+        description="the linear layers to adapt: a name matches a layer whose dotted path ends with it (qkv, "
+        "self_attn.qkv, decoder.0.ffn.fc1); * and ? match as in file names (decoder.*.ffn.fc1)",
+    )
+
+
 class TrainingConfig(Section):
     run_dir: str
     seed: int = 1
@@ -312,6 +331,15 @@ class TrainingConfig(Section):
         description="also write the metrics.jsonl records and a sample translation per validation as TensorBoard "
         "event files in RUN/tensorboard (pip install 'mtkit[tensorboard]')",
     )
+    lora: Optional[LoraSection] = Field(
+        None, description="train low-rank adapters on model.init_from's weights, which stay frozen (mtkit[lora])"
+    )
+    freeze_embeddings: bool = Field(
+        False, description="the token embeddings and the output projection (tied or not) are not trained"
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="keep only each layer's input for the backward pass and run the layer again there"
+    )
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -326,6 +354,11 @@ class TrainingConfig(Section):
             )
         if self.precision == "fp16" and self.devices == "cpu":  # devices auto: checked once the device is known
             raise ValueError(FP16_NEEDS_CUDA)
+        if self.lora is not None and self.average_last > 1:
+            raise ValueError(
+                "training.average_last averages whole weights, and a training.lora run saves only its adapters: "
+                "set average_last 0 (or average the merged runs of mtkit merge-lora)"
+            )
         return self
 
 
@@ -422,3 +455,20 @@ class Config(Section):
     model: ModelConfig = Field(default_factory=TransformerConfig)
     training: Optional[TrainingConfig] = None
     decoding: DecodingConfig = Field(default_factory=DecodingConfig)
+
+    @model_validator(mode="after")
+    def _training_fits_the_model(self):
+        t = self.training
+        if t is None:
+            return self
+        if t.lora is not None and not self.model.init_from:
+            raise ValueError(
+                "training.lora adapts the weights of a trained model: set model.init_from to a run (or an imported "
+                "model) to start from"
+            )
+        if t.gradient_checkpointing and self.model.arch != "transformer":
+            raise ValueError(
+                f"training.gradient_checkpointing runs the Transformer's layers again; model.arch {self.model.arch} "
+                "has none: set it false"
+            )
+        return self

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor, nn
 
 from mtkit.models import decoder_state
@@ -217,8 +218,20 @@ class DecoderLayer(nn.Module):
         return x, k, v, weights
 
 
+def _decoder_layer(x: Tensor, memory: Tensor, src_mask: Tensor, layer: DecoderLayer) -> Tensor:
+    """One decoder layer in training, its cross-attention's keys and values included: what a checkpoint recomputes."""
+    mem_k, mem_v = layer.cross_attn.project_memory(memory)
+    return layer(x, None, None, mem_k, mem_v, src_mask, 0)[0]
+
+
 class Transformer(Seq2Seq):
-    """The Transformer of the ``model`` section ``cfg``; memory (batch, src_len, d_model); methods as in ``Seq2Seq``."""
+    """The Transformer of the ``model`` section ``cfg``; memory (batch, src_len, d_model); methods as in ``Seq2Seq``.
+
+    ``checkpoint_layers`` (training.gradient_checkpointing): in training, each layer keeps only its input for the
+    backward pass, which runs the layer again (``torch.utils.checkpoint``, the RNG state restored: the same dropout).
+    """
+
+    checkpoint_layers = False
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
         super().__init__()
@@ -285,7 +298,7 @@ class Transformer(Seq2Seq):
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         x = self._embed(src, self.src_embed, 0, getattr(self, "src_pos", None))
         for layer in self.encoder:
-            x = layer(x, src_mask)
+            x = self._checkpointed(layer, x, src_mask) if self._recomputing() else layer(x, src_mask)
         return self.encoder_norm(x)  # (batch, src_len, d_model)
 
     def encode_parts(self, src: Tensor, src_mask: Tensor, sizes: Sequence[int]) -> Tensor:
@@ -369,11 +382,22 @@ class Transformer(Seq2Seq):
         cross-attention). With ``keep`` (batch, tgt_len) bool, the features only there: (tokens, d_model)."""
         x = self._embed(tgt_in, self.tgt_embed, 0, getattr(self, "tgt_pos", None))
         last, weights = len(self.decoder) - 1, None
+        if self._recomputing() and not need_attention:
+            for layer in self.decoder:
+                x = self._checkpointed(_decoder_layer, x, memory, src_mask, layer)
+            return self.decoder_norm(x if keep is None else at_positions(x, keep)), None
         for i, layer in enumerate(self.decoder):
             mem_k, mem_v = layer.cross_attn.project_memory(memory)
             x, _, _, w = layer(x, None, None, mem_k, mem_v, src_mask, 0, need_weights=need_attention and i == last)
             weights = w if w is not None else weights
         return self.decoder_norm(x if keep is None else at_positions(x, keep)), weights
+
+    def _recomputing(self) -> bool:
+        return self.checkpoint_layers and self.training and torch.is_grad_enabled()
+
+    @staticmethod
+    def _checkpointed(function, *args):
+        return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, preserve_rng_state=True)
 
     def decode_full(
         self, memory: Tensor, src_mask: Tensor, tgt_in: Tensor, need_attention: bool = False

@@ -62,6 +62,9 @@ def print_summary(cfg, model, manifest: dict, dist, matmuls: str = "fp32") -> No
     table.add_column()
     n_params = model.num_parameters()
     table.add_row("parameters", f"{n_params:,} ({n_params / 1e6:.2f}M)")
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if trained != n_params:  # training.lora, training.freeze_embeddings
+        table.add_row("trained", f"{trained:,} ({trained / 1e6:.2f}M, {100 * trained / max(n_params, 1):.2f}%)")
     for k, v in model_rows(cfg):
         table.add_row(k, v)
     vocab = manifest.get("vocab_size", {})

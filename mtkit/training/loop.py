@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
+from mtkit import lora
 from mtkit.data.batches import ParallelData, direction_sample, make_batches, shard_batches
 from mtkit.devices import float32_matmuls
 from mtkit.errors import MtkitError
@@ -83,6 +84,13 @@ class Trainer:
         self.model = build_model(
             cfg.model, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size, self.tokenizer.joint
         ).to(self.device)
+        # training.lora: adapters on the model now (the base weights come in _start), only they train
+        self.lora_layers = lora.inject(self.model, self.t.lora) if self.t.lora is not None else None
+        self.lora_meta: Optional[dict] = None  # the checkpoints' "lora" entry, once the base is known
+        if self.t.freeze_embeddings:
+            lora.freeze_embeddings(self.model)
+        if self.t.gradient_checkpointing:
+            self.model.checkpoint_layers = True
         self.net = TeacherForcing(self.model)  # compiled and DDP-wrapped by run()
         self.optimizer = make_optimizer(self.model, self.t, self.lr_at(1))
         self.scaler = (
@@ -141,8 +149,8 @@ class Trainer:
             best_metric=self.t.best_metric,
         )
 
-    def restore(self) -> None:
-        """Continue from the newest checkpoint that loads; a run without one starts at update 0.
+    def restore(self) -> bool:
+        """Continue from the newest checkpoint that loads; a run without one starts at update 0 (returns False).
 
         Raises:
             MtkitError: every checkpoint is damaged, or the newest one does not fit this run.
@@ -151,7 +159,7 @@ class Trainer:
         if bundle is None:
             if self.dist.is_main:
                 print(f"no checkpoint in {self.ckpt_dir} yet: starting from update 0")
-            return
+            return False
         if self.dist.is_main:
             for err in errors:
                 print(f"mtkit: warning: {err} -- resuming from {path.name} instead", file=sys.stderr)
@@ -162,6 +170,7 @@ class Trainer:
                 f" ({saved_world} -> {self.dist.world_size} processes)" if saved_world != self.dist.world_size else ""
             )
             print(f"resumed from {path.name}: update {self.state.update}, epoch {self.state.epoch}{moved}")
+        return True
 
     def validate(self) -> dict:
         """``validate.validate``'s metrics of the model now on the valid split (each direction's, for a
@@ -316,10 +325,11 @@ class Trainer:
     def _start(self) -> None:
         """Restore a resumed run, write its config and tokenizer, show the summary, wrap the model for training."""
         t, d = self.t, self.dist
-        if self.resuming:
-            self.restore()
-        elif self.cfg.model.init_from:
-            start_from(self.cfg, self.model, self.tokenizer)
+        restored = self.restore() if self.resuming else False
+        if not restored and self.cfg.model.init_from:  # a new run, or one stopped before its first checkpoint
+            base = start_from(self.cfg, self.model, self.tokenizer)
+            if self.lora_layers is not None:
+                self.lora_meta = lora.metadata(self.t.lora, self.lora_layers, base)
         # each rank read the run dir on its own machine: a stale copy on one of them restores another update
         if not distmod.same_on_all_ranks(self.state.update, d):
             raise MtkitError(

@@ -60,6 +60,8 @@ def make_optimizer(model: torch.nn.Module, t, lr: float) -> torch.optim.Optimize
     """
     decay, no_decay = [], []
     for name, p in model.named_parameters():
+        if not p.requires_grad:  # frozen: training.lora's base weights, training.freeze_embeddings
+            continue
         (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     kind = torch.optim.AdamW if t.optimizer == "adamw" else torch.optim.Adam

@@ -16,6 +16,7 @@ import torch
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
+from mtkit import lora
 from mtkit.errors import MtkitError
 from mtkit.training import distributed as distmod
 
@@ -103,7 +104,11 @@ def bundle(trainer, valid: Optional[dict], *, train: bool = True) -> ckpt.Bundle
         "torch": torch.__version__,
     }
     tensors = _train_tensors(trainer) if train else {}
-    return ckpt.Bundle(metadata, trainer.model.state_dict(), trainer.tokenizer.model_bytes(), tensors)
+    weights = trainer.model.state_dict()
+    if trainer.lora_layers is not None:  # the adapters, and which base weights they go on
+        metadata["lora"] = trainer.lora_meta
+        weights = lora.adapter_state(trainer.model)
+    return ckpt.Bundle(metadata, weights, trainer.tokenizer.model_bytes(), tensors)
 
 
 def _train_tensors(trainer) -> dict[str, torch.Tensor]:
@@ -137,7 +142,16 @@ def restore(trainer, path: Path, saved: ckpt.Bundle) -> TrainState:
             f"{path}: was trained with another tokenizer than {trainer.cfg.data.dir}; "
             "re-run prepare with the run's data config or start a new run"
         )
-    ckpt.load_weights(trainer.model, saved.model, path)
+    if trainer.lora_layers is not None or meta.get("lora") is not None:
+        lora.check_shape(meta.get("lora"), trainer.t.lora, path)
+        base, weights = lora.base_weights(meta["lora"], path)
+        lora.load_base(trainer.model, weights, base)
+        if meta["lora"]["layers"] != trainer.lora_layers:
+            raise MtkitError(f"{path}: its LoRA adapters are on other layers than training.lora.modules now names")
+        lora.load_adapters(trainer.model, saved.model, path)
+        trainer.lora_meta = meta["lora"]
+    else:
+        ckpt.load_weights(trainer.model, saved.model, path)
     ckpt.restore_optimizer(trainer.optimizer, saved.train, trainer.device)
     rng = saved.train.get(f"rng.cpu.{d.rank}")
     if rng is not None and meta.get("world_size", 1) == d.world_size:  # saved by a process of another world otherwise
