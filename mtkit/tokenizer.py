@@ -326,7 +326,10 @@ def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]], vocab:
         seq = seq.tolist() if hasattr(seq, "tolist") else seq  # numpy arrays / torch tensors
         kept.append([i for i in map(int, seq) if NUM_SPECIAL <= i < size])
     if vocab is not None:  # as MarianTokenizer: the word-start marks of pieces the model lacks become spaces too
-        pieces = [[vocab.pieces[i] for i in seq if vocab.pieces[i] is not None] for seq in kept]
+        # language tokens (``tags``) are special tokens: not text, as transformers' skip_special_tokens has them
+        pieces = [
+            [p for p in map(vocab.pieces.__getitem__, seq) if p is not None and p not in vocab.tags] for seq in kept
+        ]
         return [sp.decode_pieces(seq).replace("\u2581", " ").strip() for seq in pieces]
     # one call per sequence for a few: SentencePiece's batch call starts threads each time, which costs a lone
     # sentence far more than decoding it (docs/benchmarks.md, section 2); many pay for them

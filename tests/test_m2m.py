@@ -197,32 +197,37 @@ def test_teacher_forced_log_probs_equal_transformers(family):
         assert bool((got[:, BOS] < -50).all())
 
 
-def test_greedy_equals_generate(family):
+def hf_greedy(hf_model, tok, tag: str, back: dict) -> list[list[int]]:
+    """transformers' greedy outputs of SOURCES (mtkit's ids), the language token forced first."""
+    batch = tok(SOURCES, return_tensors="pt", padding=True)
+    forced = tok.convert_tokens_to_ids(tag)
+    with torch.no_grad():
+        out = hf_model.generate(
+            **batch, forced_bos_token_id=forced, num_beams=1, do_sample=False, max_new_tokens=MAX_NEW + 2
+        )
+    found = []
+    for row in out.tolist():
+        assert row[:2] == [hf_model.config.decoder_start_token_id, forced]
+        row = row[2:]
+        row = row[: row.index(hf_model.config.eos_token_id)] if hf_model.config.eos_token_id in row else row
+        found.append([back[x] for x in row][:MAX_NEW])
+    return found
+
+
+def assert_same_greedy(run: Path, name: str, hf_model, hf_dir: Path) -> set:
+    """mtkit's greedy outputs equal transformers' for both targets (but at near-ties); returns them."""
     import mtkit
 
-    name, hf_dir, run = family
     loaded = load_checkpoint(run)
     vocab = loaded.tokenizer.vocab
     back = {hf: ours for ours, hf in enumerate(vocab.marian_ids) if hf is not None and ours != BOS}
-    hf_model = M2M100ForConditionalGeneration.from_pretrained(hf_dir).eval()
     model = mtkit.load(
         run, source=LANGS[name][0], beam_size=1, max_len_a=0, max_len_b=MAX_NEW + 2, threads=1, dtype="float32"
     )
     outputs = set()
     for target in LANGS[name][1]:
         tok = hf_tokenizer(name, hf_dir, target)
-        batch = tok(SOURCES, return_tensors="pt", padding=True)
-        forced = tok.convert_tokens_to_ids(loaded.config.data.tag_template.replace("{lang}", target))
-        with torch.no_grad():
-            out = hf_model.generate(
-                **batch, forced_bos_token_id=forced, num_beams=1, do_sample=False, max_new_tokens=MAX_NEW + 2
-            )
-        theirs = []
-        for row in out.tolist():
-            assert row[:2] == [hf_model.config.decoder_start_token_id, forced]
-            row = row[2:]
-            row = row[: row.index(hf_model.config.eos_token_id)] if hf_model.config.eos_token_id in row else row
-            theirs.append([back[x] for x in row][:MAX_NEW])
+        theirs = hf_greedy(hf_model, tok, loaded.config.data.tag_template.replace("{lang}", target), back)
         found = model.translate_batch(SOURCES, target=target, scores=False)
         ours = [[vocab.ids[p] for p in t.hypotheses[0].tokens][:MAX_NEW] for t in found]
         src, tag, _ = mtkit_ids(loaded, name, target)
@@ -234,4 +239,30 @@ def test_greedy_equals_generate(family):
                 assert divergence[1] <= NEAR_TIE, (a, b, divergence)
         assert differing <= len(ours) // 4
         outputs.update(tuple(x) for x in ours)
+    return outputs
+
+
+def test_greedy_equals_generate(family):
+    name, hf_dir, run = family
+    hf_model = M2M100ForConditionalGeneration.from_pretrained(hf_dir).eval()
+    outputs = assert_same_greedy(run, name, hf_model, hf_dir)
     assert len(outputs) > len(SOURCES)  # not one output for every sentence and both targets
+
+
+def test_export_hf_gives_the_original_weights_and_generates_as_mtkit(family, run_cli):
+    from safetensors.torch import load_file
+
+    name, hf_dir, run = family
+    out = run.parent / f"back-{name}"
+    done = run_cli("export", run, "--format", "hf", "--out", out)
+    assert done.code == 0, done.err
+    want, got = load_file(hf_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    for key in want:  # every tensor transformers saved comes back bit for bit (tied copies may be left out)
+        if key in got:
+            assert torch.equal(got[key], want[key]), key
+    assert "model.shared.weight" in got or "model.encoder.embed_tokens.weight" in got
+    hf_model = M2M100ForConditionalGeneration.from_pretrained(out).eval()
+    target = LANGS[name][1][0]
+    tok = hf_tokenizer(name, out, target)
+    assert tok(SOURCES)["input_ids"] == hf_tokenizer(name, hf_dir, target)(SOURCES)["input_ids"]
+    assert_same_greedy(run, name, hf_model, out)
