@@ -266,3 +266,47 @@ def test_export_hf_gives_the_original_weights_and_generates_as_mtkit(family, run
     tok = hf_tokenizer(name, out, target)
     assert tok(SOURCES)["input_ids"] == hf_tokenizer(name, hf_dir, target)(SOURCES)["input_ids"]
     assert_same_greedy(run, name, hf_model, out)
+
+
+def test_translate_cli_with_source_and_target(family, run_cli):
+    import mtkit
+
+    name, _, run = family
+    source, (target, _) = LANGS[name]
+    flags = ("-b", 1, "--dtype", "float32", "--max-len-a", 0, "--max-len-b", MAX_NEW)
+    done = run_cli("translate", run, "--source", source, "--target", target, *flags, stdin="\n".join(SOURCES))
+    assert done.code == 0, done.err
+    model = mtkit.load(run, source=source, beam_size=1, max_len_a=0, max_len_b=MAX_NEW, dtype="float32")
+    assert done.out.splitlines() == model.translate(SOURCES, target=target)
+    assert model.targets == tuple(load_checkpoint(run).config.data.languages) == model.sources
+
+
+# --------------------------------------------------------------------------------------------- bad input
+def one_line_refusal(result, *needles):
+    assert result.code == 2, result
+    assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err, result.err
+    for needle in needles:
+        assert needle in result.err, result.err
+
+
+def test_an_unknown_target_or_source_names_the_nearest_codes(family, run_cli):
+    name, _, run = family
+    source, (target, _) = LANGS[name]
+    wrong = target[:-1] + target[-1].upper()  # deu_LatN, dE
+    done = run_cli("translate", run, "--source", source, "--target", wrong, stdin="A dog .")
+    one_line_refusal(done, f"unknown target {wrong!r}", "nearest", target)
+    done = run_cli("translate", run, "--source", wrong, "--target", target, stdin="A dog .")
+    one_line_refusal(done, f"unknown source {wrong!r}", target)
+    one_line_refusal(run_cli("translate", run, "--target", target, stdin="A dog ."), "--source")
+
+
+def test_import_refuses_an_architecture_it_does_not_read(workdir, tmp_path, run_cli):
+    hf_dir = Path(shutil.copytree(workdir / "m2m100", tmp_path / "bart"))
+    config = json.loads((hf_dir / "config.json").read_text())
+    config.update(model_type="bart", architectures=["BartForConditionalGeneration"])
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    done = run_cli("import-hf", hf_dir, "--out", tmp_path / "run")
+    one_line_refusal(done, "BartForConditionalGeneration", "MarianMTModel", "M2M100ForConditionalGeneration")
+    assert not (tmp_path / "run").exists()
+    done = run_cli("import-hf", workdir / "m2m100", "--out", tmp_path / "run", "--src-lang", "en")
+    one_line_refusal(done, "--src-lang")
