@@ -310,3 +310,23 @@ def test_import_refuses_an_architecture_it_does_not_read(workdir, tmp_path, run_
     assert not (tmp_path / "run").exists()
     done = run_cli("import-hf", workdir / "m2m100", "--out", tmp_path / "run", "--src-lang", "en")
     one_line_refusal(done, "--src-lang")
+
+
+def test_serve_translates_between_any_two_of_its_languages(family):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    import mtkit
+    from mtkit.serving.app import create_models_app
+    from mtkit.serving.models import model_spec
+    from mtkit.serving.pool import ModelPool
+
+    name, _, run = family
+    source, (target, other) = LANGS[name]
+    spec = model_spec(run, name=name, options={"beam_size": 1, "dtype": "float32"})
+    assert (source, target) in spec.directions and (target, other) in spec.directions
+    model = mtkit.load(run, source=source, beam_size=1, dtype="float32")
+    with TestClient(create_models_app(ModelPool([spec]))) as client:
+        response = client.post("/v1/translate", json={"text": SOURCES[0], "source": source, "target": target})
+        assert response.status_code == 200, response.text
+        assert response.json()["translations"][0]["text"] == model.translate(SOURCES[0], target=target)
