@@ -330,3 +330,10 @@ def test_serve_translates_between_any_two_of_its_languages(family):
         response = client.post("/v1/translate", json={"text": SOURCES[0], "source": source, "target": target})
         assert response.status_code == 200, response.text
         assert response.json()["translations"][0]["text"] == model.translate(SOURCES[0], target=target)
+
+
+def test_prepare_refuses_a_many_to_many_data_section(family, tmp_path, write_config, run_cli):
+    _, _, run = family
+    data = load_checkpoint(run).config.data.model_dump(exclude_defaults=True)
+    config = write_config({"data": {**data, "dir": str(tmp_path / "data")}})
+    one_line_refusal(run_cli("prepare", config), "data.languages")
