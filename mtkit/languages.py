@@ -16,5 +16,7 @@ def run_languages(data) -> tuple[tuple[str, str], tuple[str, ...]]:
     multilingual run's source is its directions' one source language, or "" where they have several."""
     if not data.multilingual:
         return (data.src_lang, data.tgt_lang), ()
+    if data.languages:  # many-to-many: every language is a source and a target
+        return ("", "mul"), tuple(data.languages)
     sources = {d.src_lang for d in data.directions}
     return (sources.pop() if len(sources) == 1 else "", "mul"), tuple(data.targets)

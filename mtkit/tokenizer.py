@@ -99,7 +99,8 @@ def marian_order(size: int, pad: int, unk: int, eos: int, start: int) -> list[Op
     vocabulary is permuted into it rather than the convention made per run. Marian needs only three special
     rows where its decoder starts with the padding token (OPUS-MT's ``decoder_start_token_id == pad_token_id``):
     then that row becomes BOS and mtkit's PAD is a row of its own (None here), which the model never predicts
-    (``hf.marian.PAD_LOGIT``).
+    (``hf.marian.PAD_LOGIT``). Where the decoder starts with the end-of-sentence token (fairseq's models: M2M-100,
+    NLLB-200), BOS and EOS are the same row; the model never predicts BOS, so it takes no probability either.
     """
     head = [None if start == pad else pad, unk, start, eos]
     specials = {pad, unk, eos, start}
@@ -122,17 +123,30 @@ class Vocab:
         self.blob, self.marian_ids, self.special = blob, order, special
         self.pieces = [None if i is None else by_id.get(i) for i in order]  # mtkit id -> piece
         self.ids = {piece: i for i, piece in enumerate(self.pieces) if i >= NUM_SPECIAL and piece is not None}
+        # tokens read whole where a line starts with them (a many-to-many model's language tokens: __en__, eng_Latn)
+        self.tags = frozenset(t for t in data.get("tags", ()) if t in self.ids)
+
+    def leading_tag(self, line: str) -> str:
+        """The language token a line starts with (``>>deu<<``, or one of ``tags`` followed by a space), or ""."""
+        tag = _leading_tag(line)
+        if tag or not self.tags:
+            return tag
+        word = line.split(" ", 1)[0]
+        return word if word in self.tags else ""
 
     @staticmethod
-    def encode_blob(vocab: dict[str, int], *, pad: int, unk: int, eos: int, start: int) -> bytes:
+    def encode_blob(vocab: dict[str, int], *, pad: int, unk: int, eos: int, start: int, **extra) -> bytes:
+        """The vocabulary file; ``extra``: further keys (``tags``: tokens read whole at the start of a line; what
+        an export needs to write the original tokenizer files back)."""
         special = {"pad": pad, "unk": unk, "eos": eos, "start": start}
-        return json.dumps({"special": special, "vocab": vocab}, ensure_ascii=False, indent=0).encode("utf-8")
+        data = {"special": special, "vocab": vocab, **extra}
+        return json.dumps(data, ensure_ascii=False, indent=0).encode("utf-8")
 
     def lookup(self, lines: Sequence[str], pieces: list[list[str]]) -> list[list[int]]:
         """Ids of each line's pieces; a leading language tag (``>>deu<<``) is one token, as in Marian."""
         out = []
         for line, line_pieces in zip(lines, pieces):
-            tag = _leading_tag(line)
+            tag = self.leading_tag(line)
             head = [self.ids.get(tag, UNK)] if tag else []
             out.append(head + [self.ids.get(p, UNK) for p in line_pieces])
         return out
@@ -312,7 +326,10 @@ def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]], vocab:
         seq = seq.tolist() if hasattr(seq, "tolist") else seq  # numpy arrays / torch tensors
         kept.append([i for i in map(int, seq) if NUM_SPECIAL <= i < size])
     if vocab is not None:  # as MarianTokenizer: the word-start marks of pieces the model lacks become spaces too
-        pieces = [[vocab.pieces[i] for i in seq if vocab.pieces[i] is not None] for seq in kept]
+        # language tokens (``tags``) are special tokens: not text, as transformers' skip_special_tokens has them
+        pieces = [
+            [p for p in map(vocab.pieces.__getitem__, seq) if p is not None and p not in vocab.tags] for seq in kept
+        ]
         return [sp.decode_pieces(seq).replace("\u2581", " ").strip() for seq in pieces]
     # one call per sequence for a few: SentencePiece's batch call starts threads each time, which costs a lone
     # sentence far more than decoding it (docs/benchmarks.md, section 2); many pay for them
@@ -337,7 +354,7 @@ def _encode(
     if not lines:
         return []
     if vocab is not None:  # SentencePiece cuts the text after any language tag; the vocabulary numbers the pieces
-        texts = [line[len(_leading_tag(line)) :] for line in lines]
+        texts = [line[len(vocab.leading_tag(line)) :] for line in lines]
         sampling = dict(enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1) if alpha > 0 else {}
         return vocab.lookup(lines, sp.encode(texts, out_type=str, **({"num_threads": _threads()} | sampling)))
     if alpha > 0:

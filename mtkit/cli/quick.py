@@ -41,6 +41,7 @@ _VALUES: dict[str, tuple[str, Callable]] = {
     "--input-format": ("input_format", str),
     "--target": ("target", str),
     "-t": ("target", str),
+    "--source": ("source", str),
     "--engine": ("engine", str),
     "--algorithm": ("algorithm", str),
     "--mark-below": ("mark_below", float),

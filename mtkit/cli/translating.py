@@ -62,6 +62,9 @@ def translate(
     target: Optional[str] = typer.Option(
         None, "--target", "-t", help="Target language of a multilingual model (jsonl lines may carry their own)."
     ),
+    source: Optional[str] = typer.Option(
+        None, "--source", help="Source language of a model that reads it as a token (imported M2M-100, NLLB-200)."
+    ),
     split_sentences: bool = typer.Option(
         True,
         "--split-sentences/--no-split-sentences",
@@ -117,6 +120,7 @@ def translate(
         fmt=fmt,
         input_format=input_format,
         target=target,
+        source=source,
         split_sentences=split_sentences,
         skip_bad_lines=skip_bad_lines,
         alignments=alignments,

@@ -112,17 +112,24 @@ class DataConfig(Section):
     tag_template: str = Field(
         "<2{lang}>", pattern=r"^\S*\{lang\}\S*$", description="the language token's text ({lang}: the code)"
     )
+    languages: list[str] = Field(
+        default_factory=list,
+        description="instead of directions: a many-to-many model's languages, each into each other (imported models)",
+    )
+    source_tag: bool = Field(False, description="the source language's token first in the source (before its text)")
     temperature: float = Field(
         1.0, ge=1.0, le=100.0, description="directions' training pairs sampled in proportion to size ** (1/T)"
     )
 
     @property
     def multilingual(self) -> bool:
-        return bool(self.directions)
+        return bool(self.directions or self.languages)
 
     @property
     def targets(self) -> list[str]:
-        """The target languages, in the order the directions first name them."""
+        """The target languages, in the order the directions first name them (or ``languages``)."""
+        if self.languages:
+            return list(self.languages)
         return list(dict.fromkeys(d.tgt_lang for d in self.directions)) if self.directions else [self.tgt_lang]
 
     @field_validator("filters")
@@ -135,6 +142,14 @@ class DataConfig(Section):
 
     @model_validator(mode="after")
     def _directions(self):
+        if self.languages:
+            if self.directions or self.splits or self.hf is not None:
+                raise ValueError("data.languages (a many-to-many model) goes without directions, splits and hf")
+            if len(set(self.languages)) != len(self.languages) or len(self.languages) < 2:
+                raise ValueError("data.languages: give two or more languages, each once")
+            return self
+        if self.source_tag:
+            raise ValueError("data.source_tag is for data.languages (a many-to-many model)")
         if not self.directions:
             if self.temperature != 1.0 or self.target_tag != "decoder" or self.tag_template != "<2{lang}>":
                 raise ValueError("temperature, target_tag, tag_template are for data.directions (a multilingual model)")
@@ -191,8 +206,13 @@ class TransformerConfig(Section):
     tie_embeddings: bool = True
     # what Marian models (mtkit import-hf) need; the defaults are mtkit's own Transformer
     scale_embedding: bool = Field(True, description="multiply the token embeddings by sqrt(d_model)")
-    sinusoidal_layout: Literal["interleaved", "halves"] = Field(
-        "interleaved", description="sin and cos on alternate channels, or sin in the first half and cos in the second"
+    sinusoidal_layout: Literal["interleaved", "halves", "fairseq"] = Field(
+        "interleaved",
+        description="sin and cos on alternate channels, or sin in the first half and cos in the second (fairseq: "
+        "with fairseq's frequencies, as M2M-100 and NLLB-200)",
+    )
+    position_offset: int = Field(
+        0, ge=0, description="sinusoidal positions: the table row of the first position (fairseq: padding id + 1)"
     )
     final_logits_bias: bool = Field(False, description="a fixed (untrained) bias added to the output logits")
     init_from: Optional[str] = Field(

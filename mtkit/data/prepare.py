@@ -82,6 +82,11 @@ def prepare(
     out_dir = Path(data_cfg.dir)
     if data_cfg.hf is None and "train" not in data_cfg.splits and not data_cfg.multilingual:
         raise MtkitError("data: needs splits.train (src and tgt files) or an hf section")
+    if data_cfg.languages:
+        raise MtkitError(
+            "data.languages describes an imported many-to-many model, which mtkit prepare cannot encode a corpus "
+            "for; give data.splits or data.directions"
+        )
     if data_cfg.multilingual and not any("train" in d.splits for d in data_cfg.directions):
         raise MtkitError("data.directions: no direction has a train split; give at least one")
     for i, direction in enumerate(data_cfg.directions):

@@ -48,9 +48,10 @@ class TranslationModel:
     # PyTorch's OpenMP threads belong to the thread that starts them: a second team on the same cores slows
     # decoding down (docs/benchmarks.md, serving).
 
-    def __init__(self, engine: Engine, calibration: Optional[Calibration] = None):
+    def __init__(self, engine: Engine, calibration: Optional[Calibration] = None, source: Optional[str] = None):
         self.engine = engine
         self.calibration = calibration  # the run's (mtkit calibrate), for hypotheses' confidence
+        self.source = source  # the source language of a model that reads it as a token (``mtkit.load(source=)``)
 
     @property
     def options(self) -> Options:
@@ -95,6 +96,7 @@ class TranslationModel:
         split_sentences: Optional[bool] = None,
         format: str = "text",
         target: Optional[str] = None,
+        source: Optional[str] = None,
         **decoding,
     ) -> Union[Translation, list[Translation]]:
         """A ``Translation`` per line (one for a single line) with up to ``nbest`` hypotheses (default: the loaded
@@ -124,7 +126,8 @@ class TranslationModel:
         hypothesis per line; docs/documents.md).
 
         ``target``: the target language of a multilingual model (one of ``targets``; a line's own ``target``
-        wins), needed where the model has several.
+        wins), needed where the model has several. ``source``: the source language of a model that reads it as a
+        token (``sources``; an imported M2M-100 or NLLB-200 model); default: the one ``mtkit.load`` was given.
 
         ``decoding``: this call's decoding options, as ``mtkit.load`` takes them, but for those fixed when the model
         loaded (``options.LOAD_TIME``: engine, device, dtype, threads, shortlist): ``algorithm="mbr"``,
@@ -132,6 +135,8 @@ class TranslationModel:
         """
         options = self.options_for(nbest=nbest, scores=scores, alignments=alignments, **decoding)
         self.check_format(format, options)
+        source = source if source is not None else self.source
+        self.check_source(source)
         single = isinstance(lines, (str, bytes, Segment, dict))
         if single:
             prefix, constraints, avoid = (None if x is None else [x] for x in (prefix, constraints, avoid))
@@ -146,7 +151,7 @@ class TranslationModel:
         if target is not None:
             segments = [s if s.target else dataclasses.replace(s, target=target) for s in segments]
         split = options.split_sentences if split_sentences is None else split_sentences
-        planned = paragraphs.plan(segments, self.languages[0], split_sentences=split, fmt=format)
+        planned = paragraphs.plan(segments, source or self.languages[0], split_sentences=split, fmt=format)
         guidance = [None if i is None else guidance[i] for i in planned.origin]
         found: list = [None] * len(planned.sentences)
         for attention in (False, True):  # tags are placed by the cross-attention: only where a sentence has some
@@ -157,19 +162,22 @@ class TranslationModel:
                     [guidance[i] for i in picked],
                     options if options.alignments == attention else options.replace(alignments=attention),
                     scores,
+                    source,
                 )
                 for i, translation in zip(picked, done):
                     found[i] = translation
         out = planned.rebuild(found)
         return out[0] if single else out
 
-    def _translate_sentences(self, sentences: list, guidance: list, options: Options, scores: bool) -> list:
+    def _translate_sentences(
+        self, sentences: list, guidance: list, options: Options, scores: bool, source: Optional[str] = None
+    ) -> list:
         """One ``Translation`` per sentence, ``options.chunk_size`` at a time (each chunk sorted and batched)."""
         out: list[Translation] = []
         for start in range(0, len(sentences), options.chunk_size):
             chunk = sentences[start : start + options.chunk_size]
             chunk_guidance = guidance[start : start + options.chunk_size]
-            ids = self.engine.encode([self._tagged(s) for s in chunk])
+            ids = self.engine.encode([self._tagged(s, source) for s in chunk])
             forced = self._forced_tags(chunk)
             if forced:  # the target language as the decoder's first token: forced, then taken off the outputs
                 chunk_guidance = [with_first(g, tag) for g, tag in zip(chunk_guidance, forced)]
@@ -206,11 +214,37 @@ class TranslationModel:
                 raise MtkitError(f"this model translates into {', '.join(targets)}; choose one with --target")
             return
         if target not in targets:
-            raise MtkitError(f"unknown target {target!r}; this model translates into {', '.join(targets)}")
+            raise MtkitError(f"unknown target {target!r}; {_named(targets, target, 'translates into')}")
 
-    def _tagged(self, segment: Segment) -> str:
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The languages the model translates from: a many-to-many model's languages, else its one source ("" where
+        it has several)."""
+        return self.engine.targets if self.engine.source_tag else (self.languages[0],)
+
+    def check_source(self, source: Optional[str]) -> None:
+        """Raise ``MtkitError`` unless ``source`` (None: none given) is a language this model can translate from,
+        given where the model reads it as a token (``data.source_tag``)."""
+        if not self.engine.source_tag:
+            own = self.languages[0]
+            if source is not None and own and source != own:
+                raise MtkitError(f"unknown source {source!r}; this model translates from {own}")
+            return
+        if source is None:
+            sources = self.sources
+            raise MtkitError(
+                f"this model reads the source language as a token; name it with --source (one of {len(sources)}: "
+                f"{', '.join(sources[:3])}, ...)"
+            )
+        if source not in self.sources:
+            raise MtkitError(f"unknown source {source!r}; {_named(self.sources, source, 'translates from')}")
+
+    def _tagged(self, segment: Segment, source: Optional[str] = None) -> str:
         """A sentence as the model reads it: after its target language's token, for a multilingual model whose
-        token goes first in the source (``target_tag: source``)."""
+        token goes first in the source (``target_tag: source``), or after its source language's token, for one
+        that reads that (``source_tag``)."""
+        if self.engine.source_tag and source:
+            return f"{language_tag(source, self.engine.tag_template)} {segment.text}"
         if not self.engine.targets or self.engine.target_tag != "source":
             return segment.text
         return f"{language_tag(segment.target or self.targets[0], self.engine.tag_template)} {segment.text}"
@@ -299,6 +333,19 @@ class TranslationModel:
         return Translation(source=segment.text, source_tokens=tuple(tok.src_pieces(src_ids)), hypotheses=tuple(out))
 
 
+def _named(codes: Sequence[str], wrong: str, verb: str) -> str:
+    """ "this model translates into a, b, c", or for many codes the nearest to ``wrong`` (difflib's ratio)."""
+    if len(codes) <= NAMED_IN_FULL:
+        return f"this model {verb} {', '.join(codes)}"
+    import difflib
+
+    near = difflib.get_close_matches(wrong, codes, n=3, cutoff=0.0)
+    return f"the nearest of the {len(codes)} languages this model {verb}: {', '.join(near)}"
+
+
+NAMED_IN_FULL = 12  # languages a message lists in full; of more, it names the nearest
+
+
 def _prefix_of(segment: Segment) -> str:
     """The segment's prefix, "" where it has none (or only whitespace)."""
     return segment.prefix if segment.prefix and segment.prefix.strip() else ""
@@ -342,7 +389,8 @@ def load(
         checkpoints: further checkpoints ensembled with ``path`` (``--checkpoint``; torch engine).
         engine: ``torch`` or ``ctranslate2``.
         alignments: hypotheses carry cross-attention (checked now: the engine must give it).
-        **options: those of ``mtkit translate`` (None: the run's ``decoding`` section); see ``Options``.
+        **options: those of ``mtkit translate`` (None: the run's ``decoding`` section); see ``Options``; and
+            ``source``: the source language of a model that reads it as a token (``TranslationModel.sources``).
 
     Returns:
         The loaded model.
@@ -355,9 +403,14 @@ def load(
     paths = [Path(path), *(Path(p) for p in checkpoints)]
     if engine != "ctranslate2" and ct2.is_export_dir(paths[0]):
         engine = "ctranslate2"
+    source = options.pop("source", None)
     overrides = dict(options, engine=engine, alignments=alignments)
     run_dir = paths[0] if paths[0].is_dir() else paths[0].parent.parent  # RUN/checkpoints/x.safetensors
     calibration = Calibration.load(run_dir)
     if engine == "ctranslate2":
-        return TranslationModel(ct2_engine(paths, overrides), calibration)
-    return TranslationModel(torch_engine(paths, overrides), calibration)
+        model = TranslationModel(ct2_engine(paths, overrides), calibration, source)
+    else:
+        model = TranslationModel(torch_engine(paths, overrides), calibration, source)
+    if source is not None:
+        model.check_source(source)
+    return model

@@ -44,6 +44,7 @@ def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
         engine = Ct2Engine(model_dir, tokenizer, options, max_positions=meta["max_positions"])
         engine.languages, engine.targets = tuple(facts["languages"]), tuple(facts["targets"])
         engine.target_tag, engine.tag_template = facts["target_tag"], facts["tag_template"]
+        engine.source_tag = bool(facts.get("source_tag", False))
         return engine
     finally:
         if tmp is not None:
@@ -121,4 +122,5 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     )
     engine.languages, engine.targets = run_languages(meta_cfg.data)
     engine.target_tag, engine.tag_template = meta_cfg.data.target_tag, meta_cfg.data.tag_template
+    engine.source_tag = meta_cfg.data.source_tag
     return engine

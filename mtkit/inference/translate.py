@@ -279,6 +279,7 @@ def translate_main(
     input_format: str = "text",
     skip_bad_lines: bool = False,
     target: Optional[str] = None,
+    source: Optional[str] = None,
     verbose: bool = False,
     mark_below: Optional[float] = None,
     **options,
@@ -303,6 +304,7 @@ def translate_main(
         checkpoints=paths[1:],
         engine=engine,
         alignments=alignments or plot_attention is not None,
+        source=source,
         **options,
     )
     if verbose:
@@ -310,6 +312,7 @@ def translate_main(
     model.check_format("html" if input_format == "html" else "text")
     if input_format != "jsonl" or target is not None:  # jsonl lines may name their own
         model.check_target(target)
+    model.check_source(source)
     _write_translations(
         model,
         input=input,

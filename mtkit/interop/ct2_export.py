@@ -353,6 +353,7 @@ def runtime_facts(cfg) -> dict:
         "targets": list(targets),
         "target_tag": cfg.data.target_tag,
         "tag_template": cfg.data.tag_template,
+        "source_tag": cfg.data.source_tag,
     }
 
 

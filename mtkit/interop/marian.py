@@ -41,6 +41,19 @@ def _value(hf: dict, key: str, where: str) -> Any:
     return hf[key]
 
 
+IMPORTED = {"marian": "MarianMTModel (OPUS-MT)", "m2m_100": "M2M100ForConditionalGeneration (M2M-100, NLLB-200)"}
+
+
+def refusal(hf: dict, where: str) -> str:
+    """The one line that refuses a config.json of an architecture ``mtkit import-hf`` does not read."""
+    classes = hf.get("architectures")
+    named = f" ({', '.join(map(str, classes))})" if isinstance(classes, list) and classes else ""
+    return (
+        f"{where}: model_type is {json.dumps(hf.get('model_type'))}{named}, which mtkit import-hf does not read; "
+        f"it imports {' and '.join(IMPORTED.values())}"
+    )
+
+
 def model_section(hf: dict, where: str) -> dict:
     """The mtkit ``model`` section of a Marian config.json; what it cannot represent is refused by name.
 
@@ -59,10 +72,7 @@ def model_section(hf: dict, where: str) -> dict:
             vocabulary of its own, or d_model not divisible by the heads.
     """
     if hf.get("model_type") != "marian":
-        raise MtkitError(
-            f'{where}: model_type is {json.dumps(hf.get("model_type"))}, not "marian"; '
-            "mtkit import-hf reads MarianMT (OPUS-MT) models"
-        )
+        raise MtkitError(refusal(hf, where))
     for key, marian in MARIAN_FIXED.items():
         if key in hf and hf[key] != marian:
             raise MtkitError(

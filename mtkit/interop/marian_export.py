@@ -1,5 +1,6 @@
 """`mtkit export RUN --format hf --out DIR`: an mtkit Transformer as a MarianMT directory that transformers loads
-with ``MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained``, computing the same function.
+with ``MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained``, computing the same function (an
+imported M2M-100 or NLLB-200 run goes back to its own architecture instead: ``m2m100_export``).
 
 - A trained model keeps its vocabulary as it is: ``vocab.json`` numbers the SentencePiece pieces by their ids, so
   Marian's pad, unk and eos are mtkit's PAD, UNK and EOS, and its decoder starts with ``<s>`` (BOS,
@@ -68,6 +69,10 @@ def convert(run: Path) -> tuple[dict, dict[str, torch.Tensor], dict[str, bytes]]
     file = ckpt.resolve(Path(run))
     loaded = ckpt.load_checkpoint(file)
     model_cfg, tokenizer = loaded.config.model, loaded.tokenizer
+    from mtkit.interop import m2m100_export
+
+    if m2m100_export.hf_facts(tokenizer):  # an imported M2M-100 / NLLB-200 model goes back to its architecture
+        return m2m100_export.convert(loaded, str(file))
     marian.check_expressible(model_cfg, str(file))
     vocab, order, special = _vocabulary(tokenizer, str(file))
     size = len(vocab)
@@ -161,8 +166,10 @@ def export_main(*, run: Path, out: Path, force: bool) -> Path:
         replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    kind = config["architectures"][0]
+    tokenizer = "MarianTokenizer" if kind == "MarianMTModel" else "AutoTokenizer"
     print(
-        f"exported {run} to {out} as a MarianMT model; load it with "
-        f"MarianMTModel.from_pretrained({str(out)!r}) and MarianTokenizer.from_pretrained({str(out)!r})"
+        f"exported {run} to {out} as a {kind}; load it with "
+        f"{kind}.from_pretrained({str(out)!r}) and {tokenizer}.from_pretrained({str(out)!r})"
     )
     return out

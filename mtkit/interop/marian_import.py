@@ -282,7 +282,7 @@ def import_main(hf_dir: Path, out: Path, *, src_lang: Optional[str], tgt_lang: O
             raise MtkitError(
                 f"{out}: exists and is not a run directory; --force only replaces one (choose another --out)"
             )
-    bundle = convert(hf_dir, src_lang, tgt_lang)
+    bundle = convert_any(hf_dir, src_lang, tgt_lang)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.import-{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -296,8 +296,37 @@ def import_main(hf_dir: Path, out: Path, *, src_lang: Optional[str], tgt_lang: O
         replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    flags = ""
+    if cfg.data.languages:  # a many-to-many model: say which languages to name
+        first, second = cfg.data.languages[:2]
+        flags = f" --source {first} --target {second} ({len(cfg.data.languages)} languages)"
     print(
         f"imported {hf_dir} ({cfg.model.encoder_layers}+{cfg.model.decoder_layers} layers x {cfg.model.d_model}, "
-        f"{bundle.metadata['tgt_vocab_size']} subwords) to {out}; translate with: mtkit translate {out}"
+        f"{bundle.metadata['tgt_vocab_size']} subwords) to {out}; translate with: mtkit translate {out}{flags}"
     )
     return out
+
+
+def convert_any(hf_dir: Path, src_lang: Optional[str] = None, tgt_lang: Optional[str] = None) -> ckpt.Bundle:
+    """The mtkit checkpoint of the model in ``hf_dir``, by its config.json's model_type: Marian (``convert``) or
+    M2M-100 / NLLB-200 (``m2m100_import.convert``).
+
+    Raises:
+        MtkitError: an architecture mtkit does not import (one line naming it and those it imports), language
+            flags for a model that has its own languages, or as the converters.
+    """
+    hf_dir = Path(hf_dir)
+    if (hf_dir / "config.json").is_file():
+        hf = _read_json(hf_dir / "config.json")
+        if hf.get("model_type") not in marian.IMPORTED:
+            raise MtkitError(marian.refusal(hf, str(hf_dir / "config.json")))
+        if hf.get("model_type") == "m2m_100":
+            from mtkit.interop import m2m100_import
+
+            if src_lang is not None or tgt_lang is not None:
+                raise MtkitError(
+                    "--src-lang and --tgt-lang are for MarianMT models; an M2M-100 or NLLB-200 model translates "
+                    "between its own languages (mtkit translate RUN --source CODE --target CODE)"
+                )
+            return m2m100_import.convert(hf_dir)
+    return convert(hf_dir, src_lang, tgt_lang)

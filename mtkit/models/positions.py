@@ -24,12 +24,21 @@ def sinusoidal_table(length: int, dim: int, layout: str = "interleaved") -> Tens
         length: the number of positions.
         dim: the number of channels.
         layout: ``"halves"``: the sines of all frequencies in the first half of the channels, the cosines in the
-            second (Marian's table, computed in float64 as Marian's converter does); any other value: sin on even,
-            cos on odd channels, as in the paper.
+            second (Marian's table, computed in float64 as Marian's converter does); ``"fairseq"``: halves too, with
+            fairseq's frequencies ``10000 ** (-i / (dim / 2 - 1))`` and a zero last channel where ``dim`` is odd
+            (M2M-100's and NLLB-200's table, computed in float32 as they do); any other value: sin on even, cos on
+            odd channels, as in the paper.
 
     Returns:
         (length, dim) float32.
     """
+    if layout == "fairseq":
+        half = dim // 2
+        step = math.log(10000.0) / max(half - 1, 1)
+        inv_freq = torch.exp(torch.arange(half, dtype=torch.float32) * -step)
+        angles = torch.arange(length, dtype=torch.float32)[:, None] * inv_freq[None, :]  # (length, half)
+        table = torch.cat([angles.sin(), angles.cos()], dim=1)
+        return torch.cat([table, torch.zeros(length, dim - 2 * half)], dim=1)
     if layout == "halves":
         position = torch.arange(length, dtype=torch.float64)[:, None]
         angles = position / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (length, ceil(dim/2))

@@ -246,7 +246,8 @@ class Transformer(Seq2Seq):
         if cfg.final_logits_bias:  # fixed, as Marian's: a buffer the checkpoint carries, not a parameter
             self.register_buffer("final_logits_bias", torch.zeros(tgt_vocab_size))
         if cfg.positions == "sinusoidal":
-            table = sinusoidal_table(cfg.max_positions, d, cfg.sinusoidal_layout)
+            offset = cfg.position_offset  # fairseq's positions start past the padding id
+            table = sinusoidal_table(cfg.max_positions + offset, d, cfg.sinusoidal_layout)[offset:]
             self.register_buffer("pos_table", table, persistent=False)
         elif cfg.positions == "learned":
             self.src_pos = nn.Embedding(cfg.max_positions, d)

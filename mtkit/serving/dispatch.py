@@ -200,6 +200,7 @@ class Dispatcher:
                 bounded=False,
                 model=leg.model,
                 target=leg.target if multilingual else None,
+                source=leg.source if multilingual else None,
                 timeout=None if n == 0 else max(0.0, deadline - loop.time()),
                 numbers=numbers,
             )

@@ -50,13 +50,16 @@ def data_directions(data) -> tuple[tuple[tuple[str, str], ...], bool]:
 
     A bilingual run serves (source, target); a multilingual one with one source serves it into each of its targets;
     one with several sources serves the directions it was trained on (those with a ``train`` split); the others are
-    zero-shot, reached by pivoting unless a models file lists them.
+    zero-shot, reached by pivoting unless a models file lists them. A many-to-many one (``data.languages``) serves
+    each of its languages into each other.
 
     Returns:
         ((source, target), ...) in the order of the config, and True for a multilingual run.
     """
     if not data.multilingual:
         return ((data.src_lang, data.tgt_lang),), False
+    if data.languages:  # a many-to-many model (an imported M2M-100 or NLLB-200): each language into each other
+        return tuple((s, t) for s in data.languages for t in data.languages if s != t), True
     sources = list(dict.fromkeys(d.src_lang for d in data.directions))
     if len(sources) == 1:
         return tuple((sources[0], t) for t in data.targets), True

@@ -76,7 +76,7 @@ class TranslationService:
         self.batcher.stop()
 
     def model_arguments(
-        self, options: RequestOptions, model=None, target: Optional[str] = None
+        self, options: RequestOptions, model=None, target: Optional[str] = None, source: Optional[str] = None
     ) -> tuple[tuple[str, Any], ...]:
         """``translate_batch``'s keyword arguments for a request's ``options``.
 
@@ -84,6 +84,7 @@ class TranslationService:
             options: the request's options.
             model: the loaded model that translates it (default: the default model).
             target: the target language to pass (a multilingual model's), or None.
+            source: the source language to pass (a multilingual model's, which may read it as a token), or None.
 
         Returns:
             (name, value) pairs: hashable, so that they are the batcher's key too.
@@ -109,7 +110,8 @@ class TranslationService:
             ("split_sentences", options.split_sentences),
             *decoding,  # the algorithm and its options: a request's own batches
         )
-        return arguments + ((("target", target),) if target is not None else ())
+        languages = (("target", target),) if target is not None else ()
+        return arguments + languages + ((("source", source),) if source is not None else ())
 
     def _call_model(self, lines: list, key: Hashable) -> list:
         name, arguments = key  # arguments: model_arguments', or None to load the model
@@ -192,6 +194,7 @@ class TranslationService:
         target: Optional[str] = None,
         timeout: Optional[float] = None,
         numbers=None,
+        source: Optional[str] = None,
     ) -> list:
         """A model's results for ``lines``, translated in batches with other requests' sentences.
 
@@ -203,6 +206,7 @@ class TranslationService:
                 (the slices of an uploaded document, bounded as a file by ``max_file_bytes``; a request's groups).
             model: the pool's model to translate with (default: its default model).
             target: the target language to pass to the model (a multilingual model's), or None.
+            source: the source language to pass to the model (a multilingual model's), or None.
             timeout: the seconds to wait for the translations (default: the server's request timeout).
             numbers: each line's number in its request, for the messages (default: 1, 2, ...).
 
@@ -222,7 +226,12 @@ class TranslationService:
         name = model or self.pool.default
         loaded = await self.resident(name, disconnected)
         self.check_lines(loaded, lines, target, name=name, numbers=numbers)
-        key = (name, self.model_arguments(options, loaded, target))
+        if source is not None and hasattr(loaded, "check_source"):
+            try:
+                loaded.check_source(source)
+            except MtkitError as err:
+                raise ApiError(400, str(err)) from None
+        key = (name, self.model_arguments(options, loaded, target, source))
         if self.on_request is not None:
             self.on_request(name)
         return await self._queue(lines, key, disconnected, self.limits.timeout if timeout is None else timeout)
