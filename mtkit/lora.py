@@ -8,7 +8,8 @@ A LoRA run's checkpoints hold only the adapters (``model.*lora_A*``, ``model.*lo
 ``lora``, the adapters' shape and a reference to the base weights: the checkpoint file ``model.init_from`` resolved
 to and the SHA-256 of that file's safetensors header. The header lists every tensor with its offsets and its CRC-32,
 which ``checkpoint.load`` checks against the data, so the digest changes with any tensor of the base. Resuming,
-translating and merging load the base from that file, check the digest, then put the adapters on it.
+translating and merging load the base from that file, check the digest, then put the adapters on it
+(``checkpoint.load_lora_checkpoint``; ``training.lora_merge`` writes a merged run).
 ``merged`` folds the adapters into the base weights (PEFT's ``merge``) and gives back plain ``nn.Linear`` layers.
 """
 
@@ -23,7 +24,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mtkit import checkpoint as ckpt
 from mtkit.errors import MtkitError
 
 PEFT_MISSING = "LoRA adapters (training.lora) need PEFT, which is not installed: pip install 'mtkit[lora]'"
@@ -125,33 +125,8 @@ def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in model.state_dict().items() if is_adapter(k)}
 
 
-def _base_name(name: str) -> str:
+def base_name(name: str) -> str:
     return name.replace(".base_layer.", ".")
-
-
-def load_base(model: nn.Module, weights: dict[str, torch.Tensor], where: Path) -> None:
-    """Copy base weights (names of the model without adapters) into a model that has adapters, or none.
-
-    Raises:
-        MtkitError: the first tensor missing, unexpected or misshapen, as ``checkpoint.load_weights`` names it.
-    """
-    own = {_base_name(k): k for k in model.state_dict() if not is_adapter(k)}
-    shapes = model.state_dict()
-    ckpt.check_weights({k: shapes[v].shape for k, v in own.items()}, weights, where)
-    missing, unexpected = model.load_state_dict({own[k]: v for k, v in weights.items()}, strict=False)
-    assert not unexpected and all(is_adapter(k) for k in missing), (missing, unexpected)
-
-
-def load_adapters(model: nn.Module, weights: dict[str, torch.Tensor], where: Path) -> None:
-    """Copy a LoRA checkpoint's adapters into a model with the same adapters.
-
-    Raises:
-        MtkitError: an adapter tensor missing, unexpected or misshapen.
-    """
-    own = {k: v.shape for k, v in model.state_dict().items() if is_adapter(k)}
-    ckpt.check_weights(own, weights, where)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    assert not unexpected and not any(is_adapter(k) for k in missing), (missing, unexpected)
 
 
 def merged(model: nn.Module) -> nn.Module:
@@ -196,34 +171,6 @@ def metadata(section, targets: list[str], base: Path) -> dict:
     }
 
 
-def base_weights(meta: dict, where: Path) -> tuple[Path, dict[str, torch.Tensor]]:
-    """The base weights a LoRA checkpoint's ``lora`` entry ``meta`` refers to, checked against its digest.
-
-    Raises:
-        MtkitError: the base checkpoint is gone, damaged, or not the one the adapters were trained on.
-    """
-    base = Path(meta["base"])
-    if not base.is_file():
-        raise MtkitError(
-            f"{where}: its LoRA adapters need the base weights {base}, which are gone; restore that file "
-            "(or merge the adapters where it exists: mtkit merge-lora)"
-        )
-    if header_digest(base) != meta["base_sha256"]:
-        raise MtkitError(
-            f"{where}: the base weights {base} changed since its LoRA adapters were trained on them "
-            "(another SHA-256); restore that checkpoint of the base run"
-        )
-    return base, whole_weights(base)
-
-
-def whole_weights(file: Path) -> dict[str, torch.Tensor]:
-    """The model weights of checkpoint ``file``; a LoRA checkpoint's adapters merged into its base weights."""
-    bundle = ckpt.load(file)
-    if bundle.metadata.get("lora"):
-        return ckpt.load_checkpoint(file).model.state_dict()
-    return bundle.model
-
-
 def check_shape(saved: dict, section, where: Path) -> None:
     """A resumed LoRA run's adapters must keep their shape.
 
@@ -239,90 +186,3 @@ def check_shape(saved: dict, section, where: Path) -> None:
             f"{where}: its LoRA adapters have rank {saved['rank']}, the config asks for training.lora.rank "
             f"{section.rank}; adapters cannot change shape on resume: start a new run (model.init_from) instead"
         )
-
-
-def load_lora_checkpoint(model: nn.Module, bundle: ckpt.Bundle, file: Path, section) -> list[str]:
-    """Build a LoRA checkpoint's model: the base weights it refers to, then its adapters on the layers it names.
-
-    Args:
-        model: a freshly built model without adapters (of the checkpoint's config).
-        bundle: the LoRA checkpoint.
-        file: where it was read from, for messages.
-        section: the adapters' config (``training.lora``).
-
-    Returns:
-        The adapted layers' names.
-    """
-    meta = bundle.metadata["lora"]
-    base, weights = base_weights(meta, file)
-    ckpt.load_weights(model, weights, base)
-    targets = inject(model, section)
-    if targets != meta["layers"]:
-        raise MtkitError(f"{file}: its LoRA adapters are on other layers than training.lora.modules now names")
-    load_adapters(model, bundle.model, file)
-    return targets
-
-
-# ------------------------------------------------------------------------------------------------ merging
-MERGED_CHECKPOINT = "ckpt_0000000.safetensors"
-
-
-def merge_main(run: Path, out: Path, force: bool = False) -> Path:
-    """`mtkit merge-lora`: a run directory whose one checkpoint holds ``run``'s adapters merged into its base weights.
-
-    The new run translates, serves, exports and fine-tunes (``model.init_from``) as any run, without PEFT and without
-    the base run. Its config is ``run``'s without ``training.lora`` and ``model.init_from``.
-
-    Args:
-        run: a LoRA run directory or checkpoint (the checkpoint translate would use).
-        out: the new run directory.
-        force: replace an earlier ``out`` that is a run directory.
-
-    Returns:
-        ``out``.
-
-    Raises:
-        MtkitError: ``run`` holds no LoRA checkpoint, ``out`` exists (without ``force``), or what loading raises.
-    """
-    import os
-    import shutil
-
-    from mtkit import config as cfgmod
-    from mtkit.files import fsync_tree, replace_dir
-
-    file = ckpt.resolve(Path(run))
-    if not ckpt.read_metadata(file).get("lora"):
-        raise MtkitError(f"{file}: holds no LoRA adapters (training.lora); its weights are whole already")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not force:
-            raise MtkitError(f"{out}: already exists; pass --force to replace it")
-        if not (out / "config.yaml").is_file():
-            raise MtkitError(
-                f"{out}: exists and is not a run directory; --force only replaces one (choose another --out)"
-            )
-    loaded = ckpt.load_checkpoint(file)  # the adapters merged into the base weights
-    tree = cfgmod.to_dict(loaded.config)
-    tree["model"]["init_from"] = None
-    if tree.get("training"):
-        tree["training"]["lora"] = None
-        tree["training"]["run_dir"] = str(out)
-    cfg = cfgmod.from_dict(tree)
-    meta = {k: v for k, v in loaded.metadata.items() if k != "lora"}
-    meta.update(config=cfgmod.to_dict(cfg), merged_from=str(file))
-    bundle = ckpt.Bundle(meta, loaded.model.state_dict(), loaded.tokenizer.model_bytes())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.merge-{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        (tmp / "checkpoints").mkdir(parents=True)
-        (tmp / "config.yaml").write_text(cfgmod.dump(cfg), encoding="utf-8")
-        loaded.tokenizer.save(tmp)
-        ckpt.save(tmp / "checkpoints" / MERGED_CHECKPOINT, bundle)
-        fsync_tree(tmp)
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    layers = len(loaded.metadata["lora"]["layers"])
-    print(f"merged the LoRA adapters of {layers} layers of {file} into its base weights -> {out}")
-    return out

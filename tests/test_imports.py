@@ -87,7 +87,7 @@ LAYERS = (
     ("mtkit.files", "mtkit.manifest", "mtkit.config", "mtkit.flags"),
     ("mtkit.scoring",),  # sacreBLEU only: no torch, no model
     ("mtkit.tokenizer", "mtkit.devices", "mtkit.memory", "mtkit.plots", "mtkit.text"),
-    ("mtkit.models",),
+    ("mtkit.models", "mtkit.lora"),  # LoRA adapters on a model's layers (PEFT), no checkpoint
     ("mtkit.checkpoint",),
     ("mtkit.data",),
     ("mtkit.decoding",),

@@ -82,7 +82,7 @@ def _unmerged(run, update: int):
     bundle = _ckpt(run, update)
     cfg = cfgmod.from_dict(bundle.metadata["config"])
     model = build_model(cfg.model, bundle.metadata["src_vocab_size"], bundle.metadata["tgt_vocab_size"], True)
-    lora.load_lora_checkpoint(model, bundle, run / "checkpoints", cfg.training.lora)
+    ckpt.load_lora_checkpoint(model, bundle, run / "checkpoints", cfg.training.lora)
     return model.eval()
 
 

@@ -38,7 +38,7 @@ def merge_lora(
 
     Example: mtkit merge-lora runs/opus-mt-en-de-lora --out runs/opus-mt-en-de-merged
     """
-    from mtkit.lora import merge_main
+    from mtkit.training.lora_merge import merge_main
 
     merge_main(run, out, force=force)
 
