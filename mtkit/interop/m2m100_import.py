@@ -1,7 +1,7 @@
 """`mtkit import-hf HF_DIR`: a local ``M2M100ForConditionalGeneration`` directory (M2M-100, and NLLB-200, which has
 the same architecture) as an mtkit run directory translating between the model's languages.
 
-Read: ``config.json``, the weights (as for Marian: ``marian_import.read_weights``), ``sentencepiece.bpe.model``,
+Read: ``config.json``, the weights (``hf_files.read_weights``, as for Marian), ``sentencepiece.bpe.model``,
 ``tokenizer_config.json`` when there is one, and the vocabulary: M2M-100's ``vocab.json`` (pieces by id, the
 language tokens ``__fr__`` after them in the order of the tokenizer's language list), or NLLB-200's
 ``tokenizer.json`` (pieces and added tokens by id; the language tokens are the codes themselves, ``fra_Latn``).
@@ -29,7 +29,9 @@ from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.interop import marian
-from mtkit.interop.marian_import import _read_json, _spm_bytes, read_weights
+from mtkit.interop.hf_files import read_json as _read_json
+from mtkit.interop.hf_files import read_weights
+from mtkit.interop.hf_files import spm_bytes as _spm_bytes
 from mtkit.models import build_model
 from mtkit.tokenizer import BOS, Tokenizer, Vocab, marian_order
 

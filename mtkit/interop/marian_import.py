@@ -18,7 +18,6 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-import sentencepiece as spm
 import torch
 
 from mtkit import checkpoint as ckpt
@@ -26,22 +25,15 @@ from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
 from mtkit.interop import marian
+from mtkit.interop.hf_files import read_json as _read_json
+from mtkit.interop.hf_files import read_weights
+from mtkit.interop.hf_files import spm_bytes as _spm_bytes
 from mtkit.models import build_model
 from mtkit.models.transformer import sinusoidal_table
 from mtkit.tokenizer import Tokenizer, Vocab, marian_order
 
 REQUIRED = ("config.json", "source.spm", "target.spm", "vocab.json")
 CHECKPOINT = "ckpt_0000000.safetensors"
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise MtkitError(f"{path}: unreadable JSON ({err.__class__.__name__})") from None
-    if not isinstance(data, dict):
-        raise MtkitError(f"{path}: expected a JSON object")
-    return data
 
 
 def read_vocab(path: Path, size: int) -> dict[str, int]:
@@ -66,52 +58,6 @@ def read_vocab(path: Path, size: int) -> dict[str, int]:
     return vocab
 
 
-def read_weights(hf_dir: Path) -> tuple[dict[str, torch.Tensor], Path]:
-    """Read a MarianMT directory's weights: ``model.safetensors`` or its shards (``model.safetensors.index.json``),
-    else ``pytorch_model.bin`` through torch's restricted unpickler (``weights_only=True``).
-
-    Args:
-        hf_dir: the MarianMT directory.
-
-    Returns:
-        (the state dict, names stripped of a leading ``model.``; the file it came from, the first shard if sharded).
-
-    Raises:
-        MtkitError: no weights, an unreadable file, or a pickle the restricted unpickler refuses or that is not a
-            dict of tensors.
-    """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    single, index, pickled = hf_dir / "model.safetensors", hf_dir / "model.safetensors.index.json", None
-    if single.is_file() or index.is_file():
-        weight_map = {} if single.is_file() else _read_json(index).get("weight_map")
-        if not single.is_file() and not isinstance(weight_map, dict):
-            raise MtkitError(f"{index}: no weight_map object; save the model again with save_pretrained")
-        files = [single] if single.is_file() else sorted({hf_dir / f for f in weight_map.values()})
-        weights, source = {}, files[0]
-        for file in files:
-            try:
-                weights.update(load_file(str(file)))
-            except (SafetensorError, OSError, ValueError) as err:
-                raise MtkitError(f"{file}: unreadable safetensors file ({str(err).splitlines()[0]})") from None
-    elif (hf_dir / "pytorch_model.bin").is_file():
-        pickled = source = hf_dir / "pytorch_model.bin"
-        try:
-            weights = torch.load(pickled, map_location="cpu", weights_only=True)
-        except Exception as err:  # any failure of the restricted unpickler: refuse, never retry unrestricted
-            first = str(err).strip().splitlines()[0][:160] if str(err).strip() else err.__class__.__name__
-            raise MtkitError(
-                f"{pickled}: cannot be read safely (torch.load with weights_only=True refused it: {first}); "
-                "save the model as model.safetensors (save_pretrained does by default)"
-            ) from None
-        if not isinstance(weights, dict) or not all(torch.is_tensor(v) for v in weights.values()):
-            raise MtkitError(f"{pickled}: not a state dict of tensors")
-    else:
-        raise MtkitError(f"{hf_dir}: no weights (model.safetensors or pytorch_model.bin)")
-    return {(k[len("model.") :] if k.startswith("model.") else k): v for k, v in weights.items()}, source
-
-
 _MARIAN_TAG = re.compile(r">>([A-Za-z][A-Za-z0-9_-]{0,15})<<")  # a multilingual OPUS-MT model's language token
 
 
@@ -120,15 +66,6 @@ def _languages(hf_dir: Path, src_lang: Optional[str], tgt_lang: Optional[str]) -
     found = re.search(r"opus-mt-([^-]+)-([^-]+)$", hf_dir.resolve().name)
     guess = found.groups() if found else ("src", "tgt")
     return src_lang or guess[0], tgt_lang or guess[1]
-
-
-def _spm_bytes(path: Path) -> bytes:
-    blob = path.read_bytes()
-    try:
-        spm.SentencePieceProcessor(model_proto=blob)
-    except (OSError, RuntimeError, TypeError):
-        raise MtkitError(f"{path}: not a SentencePiece model") from None
-    return blob
 
 
 def convert(hf_dir: Path, src_lang: Optional[str] = None, tgt_lang: Optional[str] = None) -> ckpt.Bundle:
