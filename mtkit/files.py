@@ -160,3 +160,19 @@ def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def check_new_run_dir(out: Path, force: bool) -> None:
+    """``out`` may become a run directory: it does not exist, is an empty folder, or (with ``force``) is a run
+    directory to replace.
+
+    Raises:
+        MtkitError: it exists otherwise, in one line saying what to do.
+    """
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise MtkitError(f"{out}: already exists; pass --force to replace it")
+        if not (out / "config.yaml").is_file():
+            raise MtkitError(
+                f"{out}: exists and is not a run directory; --force only replaces one (choose another --out)"
+            )

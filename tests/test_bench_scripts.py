@@ -316,3 +316,18 @@ def test_bench_lora_smoke_prints_each_mode_and_its_trained_parameters(tmp_path):
         assert rows[mode][:2] == [params + adapters, adapters], (mode, rows[mode])
         assert rows[mode][2] > 0 and rows[mode][3] > 0
     assert "LoRA rank 8" in out and "peak RSS MiB" in out
+
+
+def test_relabel_run_serves_the_same_model_as_another_direction(bench_run, tmp_path):
+    """scripts/relabel_run.py: the copy claims de-en (its spec and its loaded languages) and translates exactly as
+    the run it copies."""
+    from mtkit.serving.models import model_spec
+
+    _, run_dir, _, _, _ = bench_run
+    out = tmp_path / "mirror"
+    run_script(ROOT / "scripts" / "relabel_run.py", run_dir, out, "--src", "de", "--tgt", "en", cwd=tmp_path)
+    assert model_spec(out).directions == (("de", "en"),)
+    mirror, original = (mtkit.load(path, device="cpu", dtype="float32") for path in (out, run_dir))
+    assert mirror.languages == ("de", "en") and original.languages == ("en", "de")
+    lines = read_gz(TEST_EN)[:20]
+    assert mirror.translate(lines) == original.translate(lines)

@@ -1,5 +1,5 @@
-"""The files of a model saved with `transformers` that every importer reads: its JSON, its weights, its
-SentencePiece models."""
+"""What every importer of a model saved with `transformers` shares: reading its JSON, weights and SentencePiece
+models, and the mtkit checkpoint it becomes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
+from mtkit import checkpoint as ckpt
+from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 
 
@@ -75,3 +77,27 @@ def spm_bytes(path: Path) -> bytes:
     except (OSError, RuntimeError, TypeError):
         raise MtkitError(f"{path}: not a SentencePiece model") from None
     return blob
+
+
+def imported_bundle(cfg, model, tokenizer, hf_dir: Path, vocab_size: int) -> ckpt.Bundle:
+    """The checkpoint of an imported model: update 0 of a run of ``cfg``, its weights and tokenizer, joint vocabulary
+    of ``vocab_size``, and the folder it came from."""
+    metadata = {
+        "config": cfgmod.to_dict(cfg),
+        "src_vocab_size": vocab_size,
+        "tgt_vocab_size": vocab_size,
+        "joint_vocab": True,
+        "tokenizer_fingerprint": tokenizer.fingerprint(),
+        "update": 0,
+        "epoch": 1,
+        "position": 0,
+        "elapsed": 0.0,
+        "best": None,
+        "bad_validations": 0,
+        "valid": None,
+        "world_size": 1,
+        "scaler": None,
+        "torch": torch.__version__,
+        "imported_from": hf_dir.resolve().name,
+    }
+    return ckpt.Bundle(metadata, model.state_dict(), tokenizer.model_bytes())

@@ -29,8 +29,8 @@ from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.interop import marian
+from mtkit.interop.hf_files import imported_bundle, read_weights
 from mtkit.interop.hf_files import read_json as _read_json
-from mtkit.interop.hf_files import read_weights
 from mtkit.interop.hf_files import spm_bytes as _spm_bytes
 from mtkit.models import build_model
 from mtkit.tokenizer import BOS, Tokenizer, Vocab, marian_order
@@ -226,25 +226,7 @@ def convert(hf_dir: Path) -> ckpt.Bundle:
     state = _state_dict(weights, cfg.model, marian_order(size, pad, unk, eos, start), source, size)
     model = build_model(cfg.model, n, n, True)
     ckpt.load_weights(model, state, source)
-    metadata = {
-        "config": cfgmod.to_dict(cfg),
-        "src_vocab_size": n,
-        "tgt_vocab_size": n,
-        "joint_vocab": True,
-        "tokenizer_fingerprint": tokenizer.fingerprint(),
-        "update": 0,
-        "epoch": 1,
-        "position": 0,
-        "elapsed": 0.0,
-        "best": None,
-        "bad_validations": 0,
-        "valid": None,
-        "world_size": 1,
-        "scaler": None,
-        "torch": torch.__version__,
-        "imported_from": hf_dir.resolve().name,
-    }
-    return ckpt.Bundle(metadata, model.state_dict(), tokenizer.model_bytes())
+    return imported_bundle(cfg, model, tokenizer, hf_dir, n)
 
 
 def _generation(hf_dir: Path) -> dict:

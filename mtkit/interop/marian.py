@@ -151,6 +151,26 @@ def check_expressible(model_cfg, where: str) -> None:
         raise MtkitError(f"{where}: model.activation = {model_cfg.activation!r} cannot be expressed in Marian")
 
 
+def transformer_fields(model_cfg) -> dict:
+    """The fields of a `transformers` config.json that Marian's and M2M-100's (BART-like) share: the sizes, the
+    activation, the dropouts and the embedding scale of the config's ``model`` section."""
+    return {
+        "d_model": model_cfg.d_model,
+        "encoder_layers": model_cfg.encoder_layers,
+        "decoder_layers": model_cfg.decoder_layers,
+        "encoder_attention_heads": model_cfg.heads,
+        "decoder_attention_heads": model_cfg.heads,
+        "encoder_ffn_dim": model_cfg.ffn_dim,
+        "decoder_ffn_dim": model_cfg.decoder_ffn_dim or model_cfg.ffn_dim,
+        "activation_function": model_cfg.activation,
+        "max_position_embeddings": model_cfg.max_positions,
+        "dropout": model_cfg.dropout,
+        "attention_dropout": model_cfg.attention_dropout,
+        "activation_dropout": model_cfg.activation_dropout,
+        "scale_embedding": model_cfg.scale_embedding,
+    }
+
+
 def config_json(model_cfg, *, vocab_size: int, pad: int, eos: int, start: int) -> dict:
     """A Marian config.json for ``model_cfg``.
 
@@ -169,19 +189,7 @@ def config_json(model_cfg, *, vocab_size: int, pad: int, eos: int, start: int) -
         "model_type": "marian",
         "vocab_size": vocab_size,
         "decoder_vocab_size": vocab_size,
-        "d_model": model_cfg.d_model,
-        "encoder_layers": model_cfg.encoder_layers,
-        "decoder_layers": model_cfg.decoder_layers,
-        "encoder_attention_heads": model_cfg.heads,
-        "decoder_attention_heads": model_cfg.heads,
-        "encoder_ffn_dim": model_cfg.ffn_dim,
-        "decoder_ffn_dim": model_cfg.decoder_ffn_dim or model_cfg.ffn_dim,
-        "activation_function": model_cfg.activation,
-        "max_position_embeddings": model_cfg.max_positions,
-        "dropout": model_cfg.dropout,
-        "attention_dropout": model_cfg.attention_dropout,
-        "activation_dropout": model_cfg.activation_dropout,
-        "scale_embedding": model_cfg.scale_embedding,
+        **transformer_fields(model_cfg),
         "share_encoder_decoder_embeddings": model_cfg.tie_embeddings,
         "tie_word_embeddings": model_cfg.tie_embeddings,
         "pad_token_id": pad,

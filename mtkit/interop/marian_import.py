@@ -23,10 +23,10 @@ import torch
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
-from mtkit.files import fsync_tree, replace_dir
+from mtkit.files import check_new_run_dir, fsync_tree, replace_dir
 from mtkit.interop import marian
+from mtkit.interop.hf_files import imported_bundle, read_weights
 from mtkit.interop.hf_files import read_json as _read_json
-from mtkit.interop.hf_files import read_weights
 from mtkit.interop.hf_files import spm_bytes as _spm_bytes
 from mtkit.models import build_model
 from mtkit.models.transformer import sinusoidal_table
@@ -134,25 +134,7 @@ def convert(hf_dir: Path, src_lang: Optional[str] = None, tgt_lang: Optional[str
     state = _state_dict(weights, cfg.model, marian_order(size, pad, unk, eos, start), source, hf)
     model = build_model(cfg.model, n, n, True)
     ckpt.load_weights(model, state, source)
-    metadata = {
-        "config": cfgmod.to_dict(cfg),
-        "src_vocab_size": n,
-        "tgt_vocab_size": n,
-        "joint_vocab": True,
-        "tokenizer_fingerprint": tokenizer.fingerprint(),
-        "update": 0,
-        "epoch": 1,
-        "position": 0,
-        "elapsed": 0.0,
-        "best": None,
-        "bad_validations": 0,
-        "valid": None,
-        "world_size": 1,
-        "scaler": None,
-        "torch": torch.__version__,
-        "imported_from": hf_dir.resolve().name,
-    }
-    return ckpt.Bundle(metadata, model.state_dict(), tokenizer.model_bytes())
+    return imported_bundle(cfg, model, tokenizer, hf_dir, n)
 
 
 def _state_dict(weights: dict, model_cfg, order: list, source: Path, hf: dict) -> dict[str, torch.Tensor]:
@@ -212,13 +194,7 @@ def import_main(hf_dir: Path, out: Path, *, src_lang: Optional[str], tgt_lang: O
             or as ``convert``.
     """
     hf_dir, out = Path(hf_dir), Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not force:
-            raise MtkitError(f"{out}: already exists; pass --force to replace it")
-        if not (out / "config.yaml").is_file():
-            raise MtkitError(
-                f"{out}: exists and is not a run directory; --force only replaces one (choose another --out)"
-            )
+    check_new_run_dir(out, force)
     bundle = convert_any(hf_dir, src_lang, tgt_lang)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.import-{os.getpid()}.tmp")

@@ -31,19 +31,13 @@ def merge_main(run: Path, out: Path, force: bool = False) -> Path:
     import shutil
 
     from mtkit import config as cfgmod
-    from mtkit.files import fsync_tree, replace_dir
+    from mtkit.files import check_new_run_dir, fsync_tree, replace_dir
 
     file = ckpt.resolve(Path(run))
     if not ckpt.read_metadata(file).get("lora"):
         raise MtkitError(f"{file}: holds no LoRA adapters (training.lora); its weights are whole already")
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not force:
-            raise MtkitError(f"{out}: already exists; pass --force to replace it")
-        if not (out / "config.yaml").is_file():
-            raise MtkitError(
-                f"{out}: exists and is not a run directory; --force only replaces one (choose another --out)"
-            )
+    check_new_run_dir(out, force)
     loaded = ckpt.load_checkpoint(file)  # the adapters merged into the base weights
     tree = cfgmod.to_dict(loaded.config)
     tree["model"]["init_from"] = None
