@@ -795,3 +795,19 @@ def test_memory_stays_flat_as_the_input_grows(run_dir, test_lines, tmp_path):
     big = ("\n".join(test_lines * 150) + "\n").encode() + b"w " * 1_000_000 + b"\n"  # 4,501 lines, ~2.3 MB
     base, grown = peak_rss_mib(small), peak_rss_mib(big)
     assert grown - base < 2 * len(big) / 2**20, (base, grown)
+
+
+def test_a_gzipped_input_file_is_read_as_its_text(run_dir, test_lines, tmp_path, run_cli):
+    """`mtkit translate -i x.gz` decompresses it, as prepare does its corpora: the output equals the plain file's."""
+    import gzip
+
+    plain, packed = tmp_path / "in.en", tmp_path / "in.en.gz"
+    plain.write_text("\n".join(test_lines[:12]) + "\n", encoding="utf-8")
+    with gzip.open(packed, "wt", encoding="utf-8") as f:
+        f.write(plain.read_text(encoding="utf-8"))
+    outputs = []
+    for source in (plain, packed):
+        out = tmp_path / f"{source.name}.de"
+        assert run_cli("translate", run_dir, "-i", source, "-o", out, "--dtype", "float32").code == 0
+        outputs.append(out.read_text(encoding="utf-8"))
+    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 12

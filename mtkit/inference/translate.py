@@ -10,6 +10,7 @@ the input, the output formats (text, jsonl) and the wiring of ``mtkit translate`
 from __future__ import annotations
 
 import contextlib
+import gzip
 import html
 import json
 import os
@@ -372,7 +373,7 @@ def _write_translations(
         else:
             sys.stdout.reconfigure(encoding="utf-8", errors="replace")
             sink = sys.stdout
-        src = stack.enter_context(open(input, "rb")) if input is not None else sys.stdin.buffer
+        src = stack.enter_context(_open_input(Path(input))) if input is not None else sys.stdin.buffer
         max_bytes = 4 * translator.max_chars  # UTF-8: at most 4 bytes per character
         if input_format == "jsonl":
             max_bytes *= 8  # room for the instructions and JSON escapes
@@ -408,6 +409,11 @@ def _write_translations(
             f"{translator.max_src} subwords were truncated",
             file=sys.stderr,
         )
+
+
+def _open_input(path: Path):
+    """The input file as bytes, decompressed where its name ends in .gz (as prepare reads corpora)."""
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
 def translate_file_main(
