@@ -99,11 +99,17 @@ def report(kinds: list, verdicts: list) -> None:
         print(f"{kind:<16} {len(rows):>8} {len(gone):>8} {len(gone) / max(len(rows), 1):>9.3f}  {by}")
 
 
+def _shown(arg) -> str:
+    """An argument as the command line shows it: a path inside the checkout relative to it."""
+    text = str(arg)
+    return text[len(str(ROOT)) + 1 :] if text.startswith(str(ROOT) + "/") else text
+
+
 def mtkit(args: list) -> None:
     """``mtkit ARGS`` in this process (one start-up for the whole experiment), its command line printed first."""
     from mtkit.cli import main as mtkit_main
 
-    line = "mtkit " + " ".join(shlex.quote(str(a)) for a in args)
+    line = "mtkit " + " ".join(shlex.quote(_shown(a)) for a in args)
     print(f"$ {line}", flush=True)
     code = mtkit_main([str(a) for a in args])
     if code:
