@@ -24,13 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
 
 import yaml
-from benchlib import describe, mtkit_timed, read_gz, sets
+from benchlib import describe, read_gz, sets
 
 ROOT = Path(__file__).resolve().parent.parent
 MULTI30K = ROOT / "data" / "multi30k"
@@ -56,8 +57,15 @@ SMOKE = [  # a tiny model, a few updates, no calibration or averaging: the pipel
 
 
 def sh(args: list) -> float:
-    """``mtkit ARGS`` in a process of its own, logged for the report: its seconds (exit on failure)."""
-    line, code, seconds = mtkit_timed(args)
+    """``mtkit ARGS`` in this process (one start-up for the whole experiment), its command line printed first and
+    logged for the report: its seconds (exit on failure)."""
+    from mtkit.cli import main as mtkit_main
+
+    line = "mtkit " + " ".join(shlex.quote(str(a)) for a in args)
+    print(f"$ {line}", flush=True)
+    start = time.perf_counter()
+    code = mtkit_main([str(a) for a in args])
+    seconds = time.perf_counter() - start
     LOG.append((line, seconds))
     if code:  # mtkit already printed its one-line reason
         sys.exit(code)
