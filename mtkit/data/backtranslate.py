@@ -211,14 +211,7 @@ def read_chunk(path: Path) -> list[tuple[str, str]]:
     Raises:
         MtkitError: a row that is not two tab-separated fields.
     """
-    rows = []
-    with open(path, encoding="utf-8", newline="\n") as f:
-        for n, line in enumerate(f, 1):
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != 2:
-                raise MtkitError(f"{path}:{n}: not a back-translated row; remove {path.parent} to start over")
-            rows.append((fields[0], fields[1]))
-    return rows
+    return [(line, hyp) for line, hyp in chunkwork.read_rows(path, 2, "back-translated")]
 
 
 def _write(

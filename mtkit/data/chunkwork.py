@@ -123,6 +123,22 @@ def chunk_path(work: Path, index: int) -> Path:
     return work / f"chunk-{index:06d}.tsv"
 
 
+def read_rows(path: Path, width: int, what: str) -> list[list[str]]:
+    """The rows of a finished chunk, each ``width`` tab-separated fields, in order.
+
+    Raises:
+        MtkitError: a row of another width, naming the file, the line and ``what`` a row should be.
+    """
+    rows = []
+    with open(path, encoding="utf-8", newline="\n") as f:
+        for n, line in enumerate(f, 1):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != width:
+                raise MtkitError(f"{path}:{n}: not a {what} row; remove {path.parent} to start over")
+            rows.append(fields)
+    return rows
+
+
 def fill(
     work: Path,
     items: Iterable,

@@ -246,14 +246,7 @@ def read_chunk(path: Path) -> list[tuple[str, str, str, int]]:
     Raises:
         MtkitError: a row that is not four tab-separated fields.
     """
-    rows = []
-    with open(path, encoding="utf-8", newline="\n") as f:
-        for n, line in enumerate(f, 1):
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != 4:
-                raise MtkitError(f"{path}:{n}: not a distilled row; remove {path.parent} to start over")
-            rows.append((fields[0], fields[1], fields[2], int(fields[3])))
-    return rows
+    return [(src, ref, hyp, int(rank)) for src, ref, hyp, rank in chunkwork.read_rows(path, 4, "distilled")]
 
 
 def _translate(data, teacher: Teacher, job: dict, work: Path) -> dict:
