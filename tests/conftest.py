@@ -14,8 +14,10 @@ import gzip
 import io
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -468,6 +470,20 @@ def diverged_at_near_ties(model, sources, found, expected, **search) -> set[int]
             diverged.add(i)
     assert len(diverged) < len(found) / 2, "most sentences part ways: the comparison would prove nothing"
     return diverged
+
+
+def kill_after_first_chunk(command: list, work: Path, env: dict, what: str) -> int:
+    """Start ``command`` (a chunked, resumable mtkit command), SIGKILL it once its work folder ``work`` holds its
+    first finished chunk, and return how many chunks it had finished. Fails if it ended before it could be killed."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 120
+    while not (work / "chunk-000000.tsv").is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    alive = proc.poll() is None
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert alive, f"the {what} ended before it could be killed"
+    return len(list(work.glob("chunk-*.tsv")))
 
 
 def cli(*args) -> int:

@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -33,7 +30,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import SUBPROCESS_ENV, assert_one_line_error, toy_pairs, write_lines
+from conftest import SUBPROCESS_ENV, assert_one_line_error, kill_after_first_chunk, toy_pairs, write_lines
 from mtkit.tokenizer import Tokenizer
 
 CHUNK = 20
@@ -153,15 +150,7 @@ def test_kill_9_then_rerun_gives_the_corpus_of_an_uninterrupted_run(tmp_path, to
     done = subprocess.run(command(tmp_path / "straight"), capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     out, work = tmp_path / "killed", tmp_path / "killed.work"
-    proc = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 120
-    while not (work / "chunk-000000.tsv").is_file() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    alive = proc.poll() is None
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert alive, "the back-translation ended before it could be killed"
-    chunks = len(list(work.glob("chunk-*.tsv")))
+    chunks = kill_after_first_chunk(command(out), work, env, "back-translation")
     assert 1 <= chunks < 10 and not out.exists()
     again = subprocess.run(command(out), capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0, again.stderr

@@ -18,18 +18,15 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from conftest import SUBPROCESS_ENV, TINY_TRANSFORMER, assert_one_line_error, write_lines
+from conftest import SUBPROCESS_ENV, TINY_TRANSFORMER, assert_one_line_error, kill_after_first_chunk, write_lines
 from mtkit import config as cfgmod
 from mtkit.data import distill as distillmod
 from mtkit.data.selection import Selector
@@ -352,15 +349,7 @@ def test_kill_9_then_rerun_gives_the_arrays_of_an_uninterrupted_run(student, toy
     done = subprocess.run(distill(straight), capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     work = tmp_path / "distilled.distill"
-    proc = subprocess.Popen(distill(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 120
-    while not (work / "chunk-000000.tsv").is_file() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    alive = proc.poll() is None
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert alive, "the distillation ended before it could be killed"
-    chunks = len(list(work.glob("chunk-*.tsv")))
+    chunks = kill_after_first_chunk(distill(killed), work, env, "distillation")
     assert 1 <= chunks < 12 and not (tmp_path / "distilled").exists()
     again = subprocess.run(distill(killed), capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0, again.stderr
