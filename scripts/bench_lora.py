@@ -3,7 +3,7 @@
 
     python scripts/bench_lora.py [--shape small|nllb-600m|D,ENC,DEC,HEADS,FFN,VOCAB] [--updates 3]
                                  [--sentences 16] [--length 32] [--rank 8] [--device cpu|cuda]
-                                 [--modes full,lora,lora-ckpt] [--smoke]
+                                 [--precision fp32|bf16] [--modes full,lora,lora-ckpt] [--smoke]
 
 Each mode runs in a child process of its own (so that each peak is its own): it builds the model at random (seeded),
 then makes one untimed update and UPDATES timed ones on one fixed batch of random tokens, each update as mtkit train
@@ -16,7 +16,9 @@ makes it (teacher forcing, the loss fused with the output projection, backward, 
 
 Printed per mode: parameters, trained parameters, peak memory (the child's own peak RSS, ru_maxrss, on the CPU;
 torch.cuda.max_memory_allocated on a GPU) and target tokens per second over the timed updates. Shapes: nllb-600m is
-NLLB-200-distilled-600M's (d_model 1024, 12+12 layers, 16 heads, FFN 4096, 256,206 subwords); small (the default)
+NLLB-200-distilled-600M's (d_model 1024, 12+12 layers, 16 heads, FFN 4096, 256,206 subwords), nllb-1.3b NLLB-200's
+1.3B (24+24 layers, FFN 8192); --precision bf16 runs the updates under bf16 autocast, as training.precision: bf16
+does (weights and Adam's moments stay float32); small (the default)
 fits a 2-core CPU in a few minutes; --smoke is a tiny model and one timed update (the tests run it).
 """
 
@@ -33,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = {  # d_model, encoder layers, decoder layers, heads, FFN, vocabulary
     "nllb-600m": (1024, 12, 12, 16, 4096, 256206),
+    "nllb-1.3b": (1024, 24, 24, 16, 8192, 256206),
     "small": (512, 6, 6, 8, 2048, 32000),
     "smoke": (32, 1, 1, 2, 64, 100),
 }
@@ -83,8 +86,11 @@ def child(args) -> dict:
     keep = torch.ones(args.sentences, args.length, dtype=torch.bool, device=device)
     weight, bias = model.output_projection()
 
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+
     def update():
-        loss, _ = fused_output_loss(net(src, tgt_in, keep), weight, bias, target, 0.1)
+        with autocast:
+            loss, _ = fused_output_loss(net(src, tgt_in, keep), weight, bias, target, 0.1)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -117,7 +123,7 @@ def measure(args, mode: str) -> dict:
     """Run one mode in a child process; its figures, with its peak RSS (MiB)."""
     cmd = [sys.executable, __file__, "--child", "--mode", mode, "--shape", args.shape, "--updates", str(args.updates)]
     cmd += ["--sentences", str(args.sentences), "--length", str(args.length), "--rank", str(args.rank)]
-    cmd += ["--device", args.device]
+    cmd += ["--device", args.device, "--precision", args.precision]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     out, err = proc.communicate()
@@ -136,6 +142,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=32, help="source and target length of each sentence")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="bf16: updates under autocast")
     parser.add_argument("--modes", default="full,lora,lora-ckpt", help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--smoke", action="store_true", help="a tiny model, one timed update (for the tests)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -159,7 +166,7 @@ def main() -> None:
     print(
         f"shape: d_model {d}, {enc}+{dec} layers, {heads} heads, FFN {ffn}, vocabulary {vocab}; "
         f"{args.sentences} sentences x {args.length} tokens per update, {args.updates} timed updates; "
-        f"LoRA rank {args.rank} on the attention projections; device {args.device}"
+        f"LoRA rank {args.rank} on the attention projections; device {args.device}, {args.precision}"
     )
     peak = "peak CUDA MiB" if args.device == "cuda" else "peak RSS MiB"
     print(f"{'mode':<10} {'parameters':>13} {'trained':>13} {peak:>13} {'tgt tokens/s':>13} {'s/update':>9}")
