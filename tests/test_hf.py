@@ -258,6 +258,26 @@ def test_export_of_an_import_is_the_original(imported, workdir, run_cli):
     assert tok(SOURCES[:2])["input_ids"] == MarianTokenizer.from_pretrained(original)(SOURCES[:2])["input_ids"]
 
 
+def test_ctranslate2_export_of_an_import_decodes_as_the_torch_engine(imported, workdir, run_cli):
+    """Marian's table (sines and cosines in halves), its non-zero fixed logit bias, swish, and a source and a target
+    SentencePiece model behind one vocabulary file go to CTranslate2: its greedy outputs and log-probs equal the
+    torch engine's."""
+    pytest.importorskip("ctranslate2")
+    import mtkit
+
+    out = workdir / "ct2"
+    done = run_cli("export", imported, "--out", out)
+    assert done.code == 0, done.err
+    assert {"source.spm.model", "target.spm.model", "vocab.json"} <= {p.name for p in out.iterdir()}
+    options = dict(beam_size=1, max_len_a=0, max_len_b=MAX_NEW, threads=1)
+    want = mtkit.load(imported, dtype="float32", **options).translate_batch(SOURCES)
+    got = mtkit.load(out, **options).translate_batch(SOURCES)
+    assert [t.text for t in got] == [t.text for t in want]
+    assert len({t.text for t in got}) > 1
+    for a, b in zip(got, want):
+        assert a.hypotheses[0].log_prob == pytest.approx(b.hypotheses[0].log_prob, abs=1e-3)
+
+
 # --------------------------------------------------------------------------- export of an mtkit model
 @pytest.fixture(scope="module")
 def trained_export(toy_run_workdir, tmp_path_factory):

@@ -236,6 +236,11 @@ def export_main(
     file = ckpt.resolve(Path(run))
     cfg = cfgmod.from_dict(ckpt.read_metadata(file)["config"], f"{file} (embedded config)")
     ct2_export.check_exportable(cfg.model, str(file))
+    if cfg.data.source_tag:
+        raise MtkitError(
+            f"{file}: the model reads the source language as a token before the text (an imported M2M-100 or "
+            "NLLB-200 model), which Argos Translate cannot add: export it for CTranslate2 with mtkit export RUN --out DIR"
+        )
     src, tgt, prefix = package_languages(cfg.data, source, target)
     if cfg.model.positions == "learned" and cfg.model.max_positions < ARGOS_MAX_INPUT:
         raise MtkitError(

@@ -4,17 +4,21 @@ The spec is built with CTranslate2's Python model-spec API (``ctranslate2.specs`
 
 - vocabularies are the SentencePiece pieces by id, so CTranslate2's ``<unk> <s> </s>`` are our UNK/BOS/EOS
   (ids 1-3) and ``<pad>`` is id 0; the source gets ``</s>`` appended (``add_source_eos``), as in mtkit;
-- embeddings are scaled by sqrt(d_model); sinusoidal positions are stored as an explicit table (CTranslate2's
-  built-in table has another layout, sin and cos in two halves; ours interleaves them), learned ones likewise;
+- embeddings are scaled by sqrt(d_model) (or not: ``model.scale_embedding``); sinusoidal positions are stored as
+  an explicit table, the model's own (interleaved, Marian's halves or fairseq's, from ``position_offset``), learned
+  ones likewise; a fixed ``final_logits_bias`` (imported Marian, M2M-100, NLLB-200) is the output layer's bias;
 - relative positions (Shaw et al.) map to CTranslate2's ``relative_position`` keys/values (same clipping
   ``clamp(key - query, -k, k)``); rotary positions to ``rotary_dim=0`` with halves rotated
   (``rotary_interleave=False``), the layout of ``models.positions.Rotary``; ALiBi is refused: CTranslate2 has
   linear attention biases for decoders only (``TransformerDecoderSpec(alibi=True)``), none for an encoder;
 - the fused ``qkv`` of self-attention is CTranslate2's fused first linear; cross-attention is ``q`` then the
   fused ``kv``; pre- or post-norm; LayerNorm epsilon 1e-5 (PyTorch's).
+- CTranslate2 looks tokens up by name, so each id gets a name of its own (``ct2_pieces``): an imported model whose
+  table names two rows alike (M2M-100's BOS and EOS are both ``</s>``) has the extra one renamed.
 
 The directory holds CTranslate2's ``model.bin``, ``config.json`` and vocabularies, the SentencePiece
-model(s) and ``mtkit_export.json`` (the run's config, so ``mtkit translate DIR`` needs nothing else).
+model(s), an imported model's ``vocab.json``, and ``mtkit_export.json`` (the run's config, so
+``mtkit translate DIR`` needs nothing else).
 It is written to a temporary sibling and renamed into place: whole or not at all.
 """
 
@@ -29,7 +33,7 @@ from typing import Optional
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
 from mtkit.languages import run_languages
-from mtkit.tokenizer import BOS, EOS, UNK, Tokenizer
+from mtkit.tokenizer import BOS, EOS, NUM_SPECIAL, PAD, UNK, Tokenizer
 
 EXPORT_META = "mtkit_export.json"
 EXPORT_FORMAT = "mtkit-ctranslate2-1"
@@ -65,8 +69,7 @@ def check_exportable(model_cfg, where: str) -> None:
         where: what the message names (the checkpoint file).
 
     Raises:
-        MtkitError: an RNN, ALiBi positions, an SSRU decoder, or ``final_logits_bias``, ``sinusoidal_layout`` or
-            ``scale_embedding`` off their defaults (as in an imported Marian model).
+        MtkitError: an RNN, ALiBi positions or an SSRU decoder.
     """
     if model_cfg.arch != "transformer":
         raise MtkitError(
@@ -83,13 +86,6 @@ def check_exportable(model_cfg, where: str) -> None:
             f"{where}: model.decoder_self is {model_cfg.decoder_self!r}; CTranslate2's Transformer decoder has no "
             "recurrent layer in place of self-attention: translate this model with --engine torch"
         )
-    defaults = {"final_logits_bias": False, "sinusoidal_layout": "interleaved", "scale_embedding": True}
-    for key, value in defaults.items():
-        if getattr(model_cfg, key) != value:
-            raise MtkitError(
-                f"{where}: model.{key} = {getattr(model_cfg, key)!r} is not exported to CTranslate2 yet; "
-                "translate this model with --engine torch"
-            )
 
 
 # ------------------------------------------------------------------------------------------ the spec
@@ -174,12 +170,12 @@ def build_spec(model, tokenizer, table_positions: Optional[int] = None):
     # Inputs: scaled embeddings plus our own position table (absent for relative and rotary positions).
     encoder.embeddings[0].weight = _np(model.src_embed.weight)
     decoder.embeddings.weight = _np(model.tgt_embed.weight)
-    encoder.scale_embeddings = decoder.scale_embeddings = True
-    if cfg.positions == "sinusoidal":
+    encoder.scale_embeddings = decoder.scale_embeddings = cfg.scale_embedding
+    if cfg.positions == "sinusoidal":  # as the model's own table: its layout, from its offset
         from mtkit.models.positions import sinusoidal_table
 
-        rows = max(cfg.max_positions, table_positions or 0)
-        table = _np(sinusoidal_table(rows, cfg.d_model))  # (rows, d_model)
+        rows, offset = max(cfg.max_positions, table_positions or 0), cfg.position_offset
+        table = _np(sinusoidal_table(rows + offset, cfg.d_model, cfg.sinusoidal_layout)[offset:])  # (rows, d_model)
         encoder.position_encodings.encodings = table
         decoder.position_encodings.encodings = table
     elif cfg.positions == "learned":
@@ -204,9 +200,10 @@ def build_spec(model, tokenizer, table_positions: Optional[int] = None):
         _norm(encoder.layer_norm, model.encoder_norm)
         _norm(decoder.layer_norm, model.decoder_norm)
     decoder.projection.weight = _np(model.tgt_embed.weight if model.output is None else model.output.weight)
+    if model.logits_bias is not None:
+        decoder.projection.bias = _np(model.logits_bias)
 
-    src_pieces = tokenizer.src_pieces(range(tokenizer.src_vocab_size))
-    tgt_pieces = tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
+    src_pieces, tgt_pieces = ct2_pieces(tokenizer, "src"), ct2_pieces(tokenizer, "tgt")
     spec.register_source_vocabulary(src_pieces)
     spec.register_target_vocabulary(tgt_pieces)
     config = spec.config
@@ -240,22 +237,42 @@ def save_spec(spec, directory: Path, quantization: Optional[str]) -> None:
         raise MtkitError(f"CTranslate2 refused the model: {str(err).strip().splitlines()[0]}") from None
 
 
+def ct2_pieces(tokenizer, side: str) -> list[str]:
+    """The vocabulary of ``side`` ("src" or "tgt") as an export registers it and the engine looks tokens up in it:
+    the tokenizer's pieces by id, each name once.
+
+    SentencePiece names every id apart. An imported model's table may not: M2M-100's BOS and EOS rows are both
+    ``</s>``, Marian's PAD and BOS both ``<pad>``, and rows a tokenizer leaves unnamed read ``<pad>``. EOS and UNK
+    keep their names first, then the ordinary pieces, then PAD and BOS; a name already taken becomes ``<mtkit:ID>``.
+    """
+    size = tokenizer.src_vocab_size if side == "src" else tokenizer.tgt_vocab_size
+    table = list((tokenizer.src_pieces if side == "src" else tokenizer.tgt_pieces)(list(range(size))))
+    taken: set[str] = set()
+    for i in (EOS, UNK, *range(NUM_SPECIAL, size), PAD, BOS):
+        if table[i] in taken:
+            table[i] = f"<mtkit:{i}>"
+        taken.add(table[i])
+    return table
+
+
 # ----------------------------------------------------------------------------------------- the files
 def tokenizer_files(tokenizer) -> dict[str, str]:
-    """The file names of the SentencePiece models in an export dir.
+    """The file names of the tokenizer's files in an export dir.
 
     Args:
         tokenizer: the model's ``Tokenizer``.
 
     Returns:
-        {"src": ..., "tgt": ...}: ``spm.model`` for both with a joint vocabulary, else ``source.spm.model`` and
-        ``target.spm.model``.
+        {"src": ..., "tgt": ...}: ``spm.model`` for both with one SentencePiece model, else ``source.spm.model``
+        and ``target.spm.model``; and "vocab": ``vocab.json`` for an imported model's vocabulary.
     """
-    return (
-        {"src": "spm.model", "tgt": "spm.model"}
-        if tokenizer.joint
-        else {"src": "source.spm.model", "tgt": "target.spm.model"}
+    blobs = tokenizer.model_bytes()
+    files = (
+        {"src": "source.spm.model", "tgt": "target.spm.model"}
+        if "tgt" in blobs
+        else {"src": "spm.model", "tgt": "spm.model"}
     )
+    return {**files, "vocab": "vocab.json"} if "vocab" in blobs else files
 
 
 def is_export_dir(path: Path) -> bool:
@@ -272,7 +289,7 @@ def read_export(path: Path) -> tuple[dict, object]:
 
     Returns:
         (metadata, tokenizer): the contents of ``mtkit_export.json`` and the ``Tokenizer`` of its SentencePiece
-        models.
+        models (and vocabulary).
 
     Raises:
         MtkitError: ``mtkit_export.json`` is missing, unreadable or not of this format.
@@ -284,12 +301,13 @@ def read_export(path: Path) -> tuple[dict, object]:
         if not isinstance(meta, dict) or meta.get("format") != EXPORT_FORMAT:
             raise ValueError("not this format")
         files = meta["tokenizer"]
-        src_file, tgt_file = path / files["src"], path / files["tgt"]
+        if not {"src", "tgt"} <= set(files):
+            raise KeyError("src")
     except (OSError, ValueError, KeyError, TypeError):
         raise MtkitError(
             f"{meta_file}: not an mtkit CTranslate2 export; rerun mtkit export RUN_DIR --out {path}"
         ) from None
-    return meta, Tokenizer(src_file, tgt_file)
+    return meta, Tokenizer.from_files(path, files)
 
 
 def convert(
