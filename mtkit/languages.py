@@ -11,6 +11,16 @@ def language_tag(lang: str, template: str = "<2{lang}>") -> str:
     return template.replace("{lang}", lang)
 
 
+def run_sources(data) -> tuple[str, ...]:
+    """The languages a run translates from: a many-to-many model's languages, its directions' sources (in the order
+    they first come), or its one source language."""
+    if data.languages:
+        return tuple(data.languages)
+    if data.directions:
+        return tuple(dict.fromkeys(d.src_lang for d in data.directions))
+    return (data.src_lang,)
+
+
 def run_languages(data) -> tuple[tuple[str, str], tuple[str, ...]]:
     """(source, target) codes of a run's ``data`` section, and a multilingual run's targets (() otherwise). A
     multilingual run's source is its directions' one source language, or "" where they have several."""

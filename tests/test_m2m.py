@@ -335,6 +335,86 @@ def test_argos_export_of_an_import_is_refused_in_one_line(family, run_cli, tmp_p
     assert not out.exists() and not any(tmp_path.iterdir())
 
 
+def nllb_run(workdir: Path) -> Path:
+    from mtkit.cli import main
+
+    run = workdir / "run-nllb"
+    if not run.exists():
+        assert main(["import-hf", str(workdir / "nllb"), "--out", str(run)]) == 0
+    return run
+
+
+def fine_tune_tree(tmp_path: Path, run: Path, **data) -> dict:
+    """A config fine-tuning ``run`` on toy eng_Latn -> deu_Latn pairs with LoRA (data: extra data keys)."""
+    splits = {}
+    for split, (n, seed) in {"train": (200, 3), "valid": (8, 4)}.items():
+        pairs = toy_pairs(n, seed=seed)
+        for side, lines in (("src", [s for s, _ in pairs]), ("tgt", [t for _, t in pairs])):
+            path = tmp_path / f"{split}.{side}"
+            path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        splits[split] = {"src": str(tmp_path / f"{split}.src"), "tgt": str(tmp_path / f"{split}.tgt")}
+    direction = {"src_lang": "eng_Latn", "tgt_lang": "deu_Latn", "splits": splits}
+    training = dict(run_dir=str(tmp_path / "ft"), max_updates=40, validate_every=40, log_every=10, batch_tokens=400)
+    return {
+        "data": {"dir": str(tmp_path / "data"), "directions": [direction], **data},
+        "model": {"init_from": str(run), "dropout": 0.0},
+        "training": {
+            **training,
+            "lr": 1e-2,
+            "warmup_updates": 1,
+            "threads": 1,
+            "valid_max_sentences": 4,
+            "lora": {"rank": 4},
+        },
+        "decoding": {"beam_size": 1, "device": "cpu", "threads": 1},
+    }
+
+
+def test_fine_tune_an_nllb_import_with_lora_then_translate(workdir, tmp_path, write_config, run_cli):
+    """data.directions with model.init_from an NLLB-200 import: the config takes the model's source_tag, target_tag
+    and tag_template; prepare encodes ``eng_Latn text </s>`` / ``deu_Latn text </s>`` with the model's own ids; LoRA
+    training lowers the loss; the run translates with no --source (its one source language)."""
+    pytest.importorskip("peft")
+    run = nllb_run(workdir)
+    config = write_config(fine_tune_tree(tmp_path, run))
+    done = run_cli("prepare", config)
+    assert done.code == 0, done.err
+    from mtkit.data.batches import ParallelData  # noqa: F401  (the data dir reads as any)
+    from mtkit.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_dir(tmp_path / "data")
+    assert tokenizer.fingerprint() == load_checkpoint(run).tokenizer.fingerprint()
+    vocab = tokenizer.vocab
+    src = tokenizer.encode_src(["eng_Latn A dog ."])[0]
+    assert src[0] == vocab.ids["eng_Latn"] and len(src) > 1
+    done = run_cli("train", config)
+    assert done.code == 0, done.err
+    records = [json.loads(line) for line in (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r and r.get("kind", "train") == "train"]
+    assert len(losses) >= 3 and losses[-1] < losses[0] * 0.8, losses
+    saved = load_checkpoint(tmp_path / "ft").config.data
+    assert (saved.source_tag, saved.target_tag, saved.tag_template) == (True, "decoder", "{lang}")
+    sources = [s for s, _ in toy_pairs(6, seed=9)]
+    done = run_cli("translate", tmp_path / "ft", stdin="\n".join(sources))
+    assert done.code == 0, done.err
+    assert len(done.out.splitlines()) == len(sources)
+    import mtkit
+
+    model = mtkit.load(tmp_path / "ft")
+    assert model.sources == ("eng_Latn",) and model.targets == ("deu_Latn",)
+    assert done.out.splitlines() == model.translate(sources, source="eng_Latn", target="deu_Latn")
+
+
+def test_fine_tuning_an_import_refuses_other_language_tokens(workdir, tmp_path, write_config, run_cli):
+    run = nllb_run(workdir)
+    done = run_cli("prepare", write_config(fine_tune_tree(tmp_path, run, tag_template="<2{lang}>")))
+    one_line_refusal(done, "data.tag_template", "differs from '{lang}'")
+    tree = fine_tune_tree(tmp_path, run)
+    tree["data"]["directions"][0]["tgt_lang"] = "deu_Latx"
+    one_line_refusal(run_cli("prepare", write_config(tree)), "'deu_Latx'", "not a token of model.init_from")
+    assert not (tmp_path / "data").exists()
+
+
 # --------------------------------------------------------------------------------------------- bad input
 def one_line_refusal(result, *needles):
     assert result.code == 2, result

@@ -117,7 +117,8 @@ def _with_init_from(tree: dict, where: str) -> dict:
         return tree
     saved = Path(str(model["init_from"])) / "config.yaml"
     try:
-        base = yaml.safe_load(saved.read_text(encoding="utf-8"))["model"]
+        whole = yaml.safe_load(saved.read_text(encoding="utf-8"))
+        base = whole["model"]
         if not isinstance(base, dict):
             raise TypeError
     except (OSError, yaml.YAMLError, KeyError, TypeError):
@@ -133,7 +134,28 @@ def _with_init_from(tree: dict, where: str) -> dict:
                 f"{where}: model.{key} = {value!r} differs from {base[key]!r} in {saved}; with model.init_from "
                 "the architecture is that run's: remove model.{key}".replace("{key}", key)
             )
-    return {**tree, "model": {**base, **model}}
+    return {**tree, "model": {**base, **model}, **_language_tokens(tree, whole.get("data"), saved, where)}
+
+
+INIT_FROM_TAG_KEYS = ("source_tag", "target_tag", "tag_template")
+
+
+def _language_tokens(tree: dict, base: object, saved: Path, where: str) -> dict:
+    """{"data": ...} with ``data.directions`` reading and writing the language tokens as the ``init_from`` run does,
+    where that run reads its source language as a token (an imported M2M-100 or NLLB-200 model): its source_tag,
+    target_tag and tag_template, which the config may leave out or repeat; {} for any other run."""
+    data = tree.get("data")
+    if not isinstance(base, dict) or not base.get("source_tag") or not isinstance(data, dict):
+        return {}
+    if not data.get("directions"):
+        return {}
+    for key in INIT_FROM_TAG_KEYS:
+        if key in data and data[key] != base.get(key):
+            raise MtkitError(
+                f"{where}: data.{key} = {data[key]!r} differs from {base.get(key)!r} in {saved}; the model reads "
+                f"its languages as its own tokens: remove data.{key}"
+            )
+    return {"data": {**{k: base[k] for k in INIT_FROM_TAG_KEYS if k in base}, **data}}
 
 
 def to_dict(cfg: Config) -> dict:

@@ -148,8 +148,12 @@ class DataConfig(Section):
             if len(set(self.languages)) != len(self.languages) or len(self.languages) < 2:
                 raise ValueError("data.languages: give two or more languages, each once")
             return self
-        if self.source_tag:
-            raise ValueError("data.source_tag is for data.languages (a many-to-many model)")
+        if self.source_tag and not self.directions:
+            raise ValueError("data.source_tag is for data.directions or data.languages (a multilingual model)")
+        if self.source_tag and self.target_tag != "decoder":
+            raise ValueError(
+                "data.source_tag puts the source language's token first in the source: it goes with target_tag: decoder"
+            )
         if not self.directions:
             if self.temperature != 1.0 or self.target_tag != "decoder" or self.tag_template != "<2{lang}>":
                 raise ValueError("temperature, target_tag, tag_template are for data.directions (a multilingual model)")

@@ -47,11 +47,14 @@ def _tagged(direction, split: str, cfg) -> Iterator[Pair]:
     spec = direction.splits[split]
     tag = language_tag(direction.tgt_lang, cfg.tag_template)
     source = cfg.target_tag == "source"
+    # data.source_tag (a model that reads its source language as a token, as M2M-100 and NLLB-200): that token first
+    # in the source, the target's first in the target
+    src_tag = f"{language_tag(direction.src_lang, cfg.tag_template)} " if cfg.source_tag else ""
     for pair in file_pairs(Path(spec.src), Path(spec.tgt), cfg.skip_bad_lines):
         if pair is None:
             yield None
         else:
-            yield (f"{tag} {pair[0]}", pair[1]) if source else (pair[0], f"{tag} {pair[1]}")
+            yield (f"{tag} {pair[0]}", pair[1]) if source else (f"{src_tag}{pair[0]}", f"{tag} {pair[1]}")
 
 
 def manifest_entry(cfg) -> dict:

@@ -51,7 +51,10 @@ class TranslationModel:
     def __init__(self, engine: Engine, calibration: Optional[Calibration] = None, source: Optional[str] = None):
         self.engine = engine
         self.calibration = calibration  # the run's (mtkit calibrate), for hypotheses' confidence
-        self.source = source  # the source language of a model that reads it as a token (``mtkit.load(source=)``)
+        # the source language of a model that reads it as a token (``mtkit.load(source=)``; a run fine-tuned from
+        # such a model on one source language: that one)
+        only = engine.sources if engine.source_tag and len(engine.sources) == 1 else ()
+        self.source = source if source is not None else (only[0] if only else None)
 
     @property
     def options(self) -> Options:
@@ -218,13 +221,16 @@ class TranslationModel:
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """The languages the model translates from: a many-to-many model's languages, else its one source ("" where
-        it has several)."""
-        return self.engine.targets if self.engine.source_tag else (self.languages[0],)
+        """The languages the model translates from: those it reads as a token (a many-to-many model's languages, or
+        the directions' sources of a run fine-tuned from one), else its one source ("" where it has several)."""
+        if self.engine.source_tag:
+            return self.engine.sources or self.engine.targets
+        return (self.languages[0],)
 
     def check_source(self, source: Optional[str]) -> None:
-        """Raise ``MtkitError`` unless ``source`` (None: none given) is a language this model can translate from,
-        given where the model reads it as a token (``data.source_tag``)."""
+        """Raise ``MtkitError`` unless ``source`` (None: none given, the loaded one then) is a language this model can
+        translate from, given where the model reads it as a token (``data.source_tag``)."""
+        source = source if source is not None else self.source
         if not self.engine.source_tag:
             own = self.languages[0]
             if source is not None and own and source != own:

@@ -88,6 +88,7 @@ class Engine(abc.ABC):
     target_tag: str = "source"  # where its language token goes (config data.target_tag)
     tag_template: str = "<2{lang}>"  # the token's text (config data.tag_template)
     source_tag: bool = False  # the source language's token first in the source (config data.source_tag)
+    sources: tuple[str, ...] = ()  # the languages it translates from, where it reads them as a token
 
     def __init__(self, tokenizer, options: Options, max_positions: int):
         self.tokenizer, self.options = tokenizer, options

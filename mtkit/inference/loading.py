@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from mtkit.errors import MtkitError
 from mtkit.inference.options import Options
 from mtkit.interop import ct2_export as ct2
-from mtkit.languages import run_languages
+from mtkit.languages import run_languages, run_sources
 
 if TYPE_CHECKING:
     from mtkit.inference.ct2_engine import Ct2Engine
@@ -45,6 +45,7 @@ def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
         engine.languages, engine.targets = tuple(facts["languages"]), tuple(facts["targets"])
         engine.target_tag, engine.tag_template = facts["target_tag"], facts["tag_template"]
         engine.source_tag = bool(facts.get("source_tag", False))
+        engine.sources = tuple(facts.get("sources", ()))
         return engine
     finally:
         if tmp is not None:
@@ -123,4 +124,5 @@ def torch_engine(paths: list[Path], overrides: dict) -> "TorchEngine":
     engine.languages, engine.targets = run_languages(meta_cfg.data)
     engine.target_tag, engine.tag_template = meta_cfg.data.target_tag, meta_cfg.data.tag_template
     engine.source_tag = meta_cfg.data.source_tag
+    engine.sources = run_sources(meta_cfg.data)
     return engine

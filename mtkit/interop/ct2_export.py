@@ -32,7 +32,7 @@ from typing import Optional
 
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
-from mtkit.languages import run_languages
+from mtkit.languages import run_languages, run_sources
 from mtkit.tokenizer import BOS, EOS, NUM_SPECIAL, PAD, UNK, Tokenizer
 
 EXPORT_META = "mtkit_export.json"
@@ -366,6 +366,7 @@ def runtime_facts(cfg) -> dict:
     multilingual model's targets and how its language token is placed and spelt."""
     languages, targets = run_languages(cfg.data)
     return {
+        "sources": list(run_sources(cfg.data)),
         "decoding": cfg.decoding.model_dump(),
         "languages": list(languages),
         "targets": list(targets),
