@@ -318,6 +318,22 @@ def test_bench_lora_smoke_prints_each_mode_and_its_trained_parameters(tmp_path):
     assert "LoRA rank 8" in out and "peak RSS MiB" in out
 
 
+def test_bench_nllb_ct2_smoke_imports_exports_and_decodes_with_each_engine(tmp_path):
+    """scripts/bench_nllb_ct2.py --smoke: a random NLLB-shaped directory imported and exported (int8); a row per
+    engine and search whose tokens/s is sentences/s times the tokens an output has (at most 4 and EOS)."""
+    pytest.importorskip("ctranslate2")
+    out = run_script(ROOT / "scripts" / "bench_nllb_ct2.py", "--smoke", "--work", tmp_path / "w", cwd=tmp_path)
+    rows = re.findall(r"^(torch auto|torch float32|ctranslate2 int8) +(greedy|beam 4) +([\d.]+) +([\d.]+) ", out, re.M)
+    assert [(r[0], r[1]) for r in rows] == [
+        (engine, search)
+        for search in ("greedy", "beam 4")
+        for engine in ("torch auto", "torch float32", "ctranslate2 int8")
+    ], out
+    for _, _, sentences, tokens in rows:
+        assert 0 < float(tokens) <= 5 * float(sentences) * 1.01
+    assert "mtkit import-hf:" in out and "mtkit export int8:" in out and not (tmp_path / "w" / "hf").exists()
+
+
 def test_relabel_run_serves_the_same_model_as_another_direction(bench_run, tmp_path):
     """scripts/relabel_run.py: the copy claims de-en (its spec and its loaded languages) and translates exactly as
     the run it copies."""
