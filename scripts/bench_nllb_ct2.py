@@ -10,7 +10,8 @@ SentencePiece model on Multi30k's English and German (8,000 pieces), writes a tr
 pieces and language codes unnamed, up to the shape's 256,206), imports it (`mtkit import-hf`), exports it
 (`mtkit export --quantization int8`), then translates test_2016_flickr's first --sentences English sentences into
 German (eng_Latn -> deu_Latn), greedy and beam 4, with each engine in this process after one warm-up batch:
-the torch engine at ``dtype: auto`` (int8 where PyTorch has x86 int8 kernels) and float32, and the export.
+the torch engine at ``dtype: auto`` (int8 where PyTorch has x86 int8 kernels) and float32, and the export, then
+the export through ``ctranslate2.Translator.translate_batch`` alone (``ctranslate2 direct``).
 A random model seldom ends a sentence before --output-tokens tokens (``max_len_a 0``), and the tokens are
 counted: the target tokens/s compare like with like. Printed: the CPU, each step's seconds, the export's size and a table of
 sentences/s and target tokens/s per engine and search, with each one's ratio to the torch engine's ``auto``.
@@ -84,6 +85,21 @@ def build_nllb_dir(directory: Path, shape: tuple, pieces: int, smoke: bool) -> N
     M2M100ForConditionalGeneration(model_config).save_pretrained(directory)
 
 
+def direct(model, sources: list[str], beam: int, args) -> tuple:
+    """The export's row through ``ctranslate2.Translator.translate_batch`` alone: the engine's encoded sources and
+    target prefix (the language token), its batches, no rescoring and no detokenising."""
+    engine = model.engine
+    pieces = [[engine.src_vocab[t] for t in ids] for ids in engine.encode([f"eng_Latn {s}" for s in sources])]
+    prefix = [["deu_Latn"]] * len(pieces)
+    options = dict(beam_size=beam, max_decoding_length=args.output_tokens + 1, max_batch_size=args.batch_size)
+    engine.translator.translate_batch(pieces[: args.batch_size], target_prefix=prefix[: args.batch_size], **options)
+    start = time.perf_counter()
+    found = engine.translator.translate_batch(pieces, target_prefix=prefix, **options)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(r.hypotheses[0]) for r in found)  # the prefix's token stands for the EOS counted elsewhere
+    return "ctranslate2 direct", beam, len(sources) / seconds, tokens / seconds, "translate_batch alone"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="nllb-600m", choices=[s for s in SHAPES if s != "smoke"])
@@ -140,6 +156,8 @@ def main() -> None:
             seconds = time.perf_counter() - start
             tokens = sum(len(t.hypotheses[0].tokens) + 1 for t in found)  # with EOS
             rows.append((name, beam, len(sources) / seconds, tokens / seconds, model.engine.describe()))
+            if name.startswith("ctranslate2"):
+                rows.append(direct(model, sources, beam, args))
             del model
     print(f"{'engine':18} {'search':7} {'sent/s':>8} {'tgt tok/s':>10} {'x torch auto':>12}  engine line")
     for name, beam, rate, tok_rate, line in rows:

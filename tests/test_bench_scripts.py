@@ -323,12 +323,9 @@ def test_bench_nllb_ct2_smoke_imports_exports_and_decodes_with_each_engine(tmp_p
     engine and search whose tokens/s is sentences/s times the tokens an output has (at most 4 and EOS)."""
     pytest.importorskip("ctranslate2")
     out = run_script(ROOT / "scripts" / "bench_nllb_ct2.py", "--smoke", "--work", tmp_path / "w", cwd=tmp_path)
-    rows = re.findall(r"^(torch auto|torch float32|ctranslate2 int8) +(greedy|beam 4) +([\d.]+) +([\d.]+) ", out, re.M)
-    assert [(r[0], r[1]) for r in rows] == [
-        (engine, search)
-        for search in ("greedy", "beam 4")
-        for engine in ("torch auto", "torch float32", "ctranslate2 int8")
-    ], out
+    engines = ("torch auto", "torch float32", "ctranslate2 int8", "ctranslate2 direct")
+    rows = re.findall(rf"^({'|'.join(engines)}) +(greedy|beam 4) +([\d.]+) +([\d.]+) ", out, re.M)
+    assert [(r[0], r[1]) for r in rows] == [(e, search) for search in ("greedy", "beam 4") for e in engines], out
     for _, _, sentences, tokens in rows:
         assert 0 < float(tokens) <= 5 * float(sentences) * 1.01
     assert "mtkit import-hf:" in out and "mtkit export int8:" in out and not (tmp_path / "w" / "hf").exists()
