@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from itertools import chain
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 from mtkit.config import language_tag
 from mtkit.data.sources import Pair, file_pairs
+from mtkit.errors import MtkitError
+from mtkit.languages import run_sources
+from mtkit.tokenizer import UNK
 
 MULTILINGUAL = "mul"  # the ISO 639 code for several languages: a multilingual data dir's src_lang and tgt_lang
 
@@ -67,3 +70,19 @@ def manifest_entry(cfg) -> dict:
         "targets": {lang: language_tag(lang, cfg.tag_template) for lang in cfg.targets},
         "target_tag": cfg.target_tag,
     }
+
+
+def check_language_tokens(cfg, tokenizer, init_from: Optional[str]) -> None:
+    """A multilingual corpus encoded by another run's tokenizer (``model.init_from``, such as an imported NLLB-200
+    model): each language token it puts in the text must be one token of that vocabulary."""
+    sides = [(lang, tokenizer.encode_tgt) for lang in cfg.targets]
+    if cfg.source_tag:
+        sides += [(lang, tokenizer.encode_src) for lang in run_sources(cfg)]
+    for lang, encode in sides:
+        tag = language_tag(lang, cfg.tag_template)
+        ids = encode([tag])[0]
+        if len(ids) != 1 or ids[0] == UNK:
+            raise MtkitError(
+                f"data.directions: {tag!r} (language {lang!r}) is not a token of model.init_from {init_from or ''}; "
+                "use the model's own language codes and its data.tag_template"
+            )

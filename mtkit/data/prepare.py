@@ -34,14 +34,13 @@ from mtkit.data.builddir import (
     new_build,
     remove_stale_builds,
 )
-from mtkit.data.directions import MULTILINGUAL, manifest_entry, open_directions
+from mtkit.data.directions import MULTILINGUAL, check_language_tokens, manifest_entry, open_directions
 from mtkit.data.sources import Pair, describe, hf_paths, mixed_train, open_sources
 from mtkit.data.summary import print_prepare_summary
 from mtkit.errors import MtkitError
 from mtkit.files import current_umask, fsync_tree, replace_dir
-from mtkit.languages import run_sources
 from mtkit.manifest import FORMAT_VERSION, MANIFEST
-from mtkit.tokenizer import UNK, Tokenizer, seed_sampling, train_sentencepiece
+from mtkit.tokenizer import Tokenizer, seed_sampling, train_sentencepiece
 
 CHUNK_LINES = 10_000  # lines encoded per SentencePiece batch call
 # keys added after FORMAT_VERSION 1 (see _inputs_fingerprint)
@@ -97,7 +96,7 @@ def prepare(
         raise MtkitError(f"data.src_lang and data.tgt_lang are both {data_cfg.src_lang!r}; they must differ")
     _filters(data_cfg, data_cfg.src_lang, data_cfg.tgt_lang)  # a bad data.filters fails before any work
     if tokenizer is not None and data_cfg.multilingual:
-        _check_language_tokens(data_cfg, tokenizer, init_from)
+        check_language_tokens(data_cfg, tokenizer, init_from)
     inputs = input_files(data_cfg)
     fingerprint = _inputs_fingerprint(data_cfg, inputs, tokenizer.fingerprint() if tokenizer else None)
     if not force:
@@ -237,22 +236,6 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
     }
     (build_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return manifest
-
-
-def _check_language_tokens(cfg, tokenizer: Tokenizer, init_from: Optional[str]) -> None:
-    """A multilingual corpus encoded by another run's tokenizer (``model.init_from``, such as an imported NLLB-200
-    model): each language token it puts in the text must be one token of that vocabulary."""
-    sides = [(lang, tokenizer.encode_tgt) for lang in cfg.targets]
-    if cfg.source_tag:
-        sides += [(lang, tokenizer.encode_src) for lang in run_sources(cfg)]
-    for lang, encode in sides:
-        tag = language_tag(lang, cfg.tag_template)
-        ids = encode([tag])[0]
-        if len(ids) != 1 or ids[0] == UNK:
-            raise MtkitError(
-                f"data.directions: {tag!r} (language {lang!r}) is not a token of model.init_from {init_from or ''}; "
-                "use the model's own language codes and its data.tag_template"
-            )
 
 
 def _user_symbols(cfg) -> list[str]:
