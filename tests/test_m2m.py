@@ -319,6 +319,27 @@ def test_ctranslate2_export_translates_as_the_torch_engine(family, run_cli):
                 assert a.log_prob == pytest.approx(b.log_prob, abs=1e-3)
                 seen.add(a.tokens)
         assert len(seen) > len(SOURCES)  # not one output for every sentence and both targets
+        unscored = ct2_model.translate_batch(SOURCES, target=targets[0], scores=False)  # ranked by CT2's own scores
+        assert [t.text for t in unscored] == [t.text for t in ct2_model.translate_batch(SOURCES, target=targets[0])]
+    # the engine ranks a prefixed beam by CTranslate2's scores: they are the continuation's log-prob
+    engine, checked = ct2_model.engine, 0
+    for sentence in SOURCES:
+        pieces = [engine.src_vocab[t] for t in engine.encode([f"{source} {sentence}"])[0]]
+        result = engine.translator.translate_batch(
+            [pieces],
+            [[targets[0]]],
+            beam_size=3,
+            num_hypotheses=3,
+            return_scores=True,
+            length_penalty=1e-6,
+            max_decoding_length=MAX_NEW,
+        )[0]
+        for hypothesis, score in zip(result.hypotheses, result.scores):
+            log_probs = engine.translator.score_batch([pieces], [hypothesis])[0].log_probs  # EOS's last
+            ended = len(hypothesis) < MAX_NEW  # else cut at the limit: no EOS in the score
+            assert score == pytest.approx(sum(log_probs[1:] if ended else log_probs[1:-1]), abs=2e-3)
+            checked += 1
+    assert checked == 3 * len(SOURCES)
     flags = ("--source", source, "--target", targets[0], "-b", 1, "--max-len-a", 0, "--max-len-b", MAX_NEW)
     done = run_cli("translate", out, *flags, stdin="\n".join(SOURCES))
     assert done.code == 0, done.err

@@ -146,9 +146,10 @@ class Ct2Engine(Engine):
             subset = [prefixes[s] for s in group] if prefixes is not None else None
             for s, cands in zip(group, self._candidates(o, [sources[s] for s in group], limit, subset, suppress)):
                 found[s] = cands
+        # After a target prefix CTranslate2's scores are the continuation's (the prefix's tokens are not counted), as
+        # the log-probs _ranked compares: no rescoring pass is needed to rank them (on NLLB's 256k vocabulary that
+        # pass took 60% of a beam search's time; docs/pretrained.md)
         forced = [len(p) for p in prefixes] if prefixes is not None else [0] * len(sources)
-        if prefixes is not None:  # rescored: the continuation's log-prob, not CTranslate2's whole-output score
-            found = [[(pieces, None, None) for pieces, _, _ in cands] for cands in found]
         return self._ranked(o, sources, found, forced)
 
     def _candidates(
