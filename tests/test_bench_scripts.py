@@ -331,6 +331,22 @@ def test_bench_nllb_ct2_smoke_imports_exports_and_decodes_with_each_engine(tmp_p
     assert "mtkit import-hf:" in out and "mtkit export int8:" in out and not (tmp_path / "w" / "hf").exists()
 
 
+def test_bench_ct2_prefix_times_both_ways_and_counts_equal_outputs(bench_run, tmp_path):
+    """scripts/bench_ct2_prefix.py: a row per way with its turns and their best, the outputs the two agree on (all
+    but near-ties), and the speed ratio of the two bests."""
+    pytest.importorskip("ctranslate2")
+    _, run_dir, _, _, _ = bench_run
+    out = run_script(ROOT / "scripts" / "bench_ct2_prefix.py", run_dir, "--turns", "1", "--beam", "2", cwd=tmp_path)
+    bests = {}
+    for name in ("CTranslate2's scores", "every candidate rescored"):
+        best, turn = re.search(rf"^{name} +best +([\d.]+) s  \(([\d.]+)\)  1000 sentences, beam 2", out, re.M).groups()
+        assert best == turn, out
+        bests[name] = float(best)
+    assert figure(r"^outputs equal: (\d+) of 1000", out) >= 990  # a near-tie may rank the other way
+    ratio = figure(r"^CTranslate2's scores: ([\d.]+)x", out)
+    assert ratio == pytest.approx(bests["every candidate rescored"] / bests["CTranslate2's scores"], abs=0.02)
+
+
 def test_relabel_run_serves_the_same_model_as_another_direction(bench_run, tmp_path):
     """scripts/relabel_run.py: the copy claims de-en (its spec and its loaded languages) and translates exactly as
     the run it copies."""
