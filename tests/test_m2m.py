@@ -400,7 +400,6 @@ def test_fine_tune_an_nllb_import_with_lora_then_translate(workdir, tmp_path, wr
     config = write_config(fine_tune_tree(tmp_path, run))
     done = run_cli("prepare", config)
     assert done.code == 0, done.err
-    from mtkit.data.batches import ParallelData  # noqa: F401  (the data dir reads as any)
     from mtkit.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_dir(tmp_path / "data")
