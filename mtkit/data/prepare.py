@@ -85,7 +85,7 @@ def prepare(
     if data_cfg.languages:
         raise MtkitError(
             "data.languages describes an imported many-to-many model, which mtkit prepare cannot encode a corpus "
-            "for; give data.splits or data.directions"
+            "for; to fine-tune it, give data.directions and model.init_from (docs/pretrained.md)"
         )
     if data_cfg.multilingual and not any("train" in d.splits for d in data_cfg.directions):
         raise MtkitError("data.directions: no direction has a train split; give at least one")
