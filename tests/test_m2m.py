@@ -128,16 +128,20 @@ def workdir(tmp_path_factory, one_thread) -> Path:
     return root
 
 
-@pytest.fixture(scope="module", params=["m2m100", "nllb"])
-def family(request, workdir):
-    """(family, the transformers directory, the imported run)."""
+def imported_run(workdir: Path, name: str) -> Path:
+    """The run `mtkit import-hf` makes of the family's transformers directory (once per module)."""
     from mtkit.cli import main
 
-    name = request.param
     run = workdir / f"run-{name}"
     if not run.exists():
         assert main(["import-hf", str(workdir / name), "--out", str(run)]) == 0
-    return name, workdir / name, run
+    return run
+
+
+@pytest.fixture(scope="module", params=["m2m100", "nllb"])
+def family(request, workdir):
+    """(family, the transformers directory, the imported run)."""
+    return request.param, workdir / request.param, imported_run(workdir, request.param)
 
 
 def mtkit_ids(loaded, family: str, target: str):
@@ -290,7 +294,7 @@ def test_ctranslate2_export_translates_as_the_torch_engine(family, run_cli):
     engine's best beam hypothesis is empty (this random model's, now and then) it is left out of the comparison."""
     pytest.importorskip("ctranslate2")
     import mtkit
-    from mtkit.interop.ct2_export import ct2_pieces
+    from mtkit.interop.ct2_export import ct2_vocabularies
 
     name, _, run = family
     source, targets = LANGS[name]
@@ -300,7 +304,7 @@ def test_ctranslate2_export_translates_as_the_torch_engine(family, run_cli):
         assert done.code == 0, done.err
     assert {"spm.model", "vocab.json"} <= {p.name for p in out.iterdir()}
     tokenizer = load_checkpoint(run).tokenizer
-    pieces = ct2_pieces(tokenizer, "tgt")
+    pieces = ct2_vocabularies(tokenizer)[1]
     assert len(set(pieces)) == len(pieces) == tokenizer.tgt_vocab_size and pieces[EOS] == "</s>"
     for beam in (1, 3):
         opts = dict(source=source, beam_size=beam, max_len_a=0, max_len_b=MAX_NEW, threads=1)
@@ -356,15 +360,6 @@ def test_argos_export_of_an_import_is_refused_in_one_line(family, run_cli, tmp_p
     assert not out.exists() and not any(tmp_path.iterdir())
 
 
-def nllb_run(workdir: Path) -> Path:
-    from mtkit.cli import main
-
-    run = workdir / "run-nllb"
-    if not run.exists():
-        assert main(["import-hf", str(workdir / "nllb"), "--out", str(run)]) == 0
-    return run
-
-
 def fine_tune_tree(tmp_path: Path, run: Path, **data) -> dict:
     """A config fine-tuning ``run`` on toy eng_Latn -> deu_Latn pairs with LoRA (data: extra data keys)."""
     splits = {}
@@ -396,7 +391,7 @@ def test_fine_tune_an_nllb_import_with_lora_then_translate(workdir, tmp_path, wr
     and tag_template; prepare encodes ``eng_Latn text </s>`` / ``deu_Latn text </s>`` with the model's own ids; LoRA
     training lowers the loss; the run translates with no --source (its one source language)."""
     pytest.importorskip("peft")
-    run = nllb_run(workdir)
+    run = imported_run(workdir, "nllb")
     config = write_config(fine_tune_tree(tmp_path, run))
     done = run_cli("prepare", config)
     assert done.code == 0, done.err
@@ -426,7 +421,7 @@ def test_fine_tune_an_nllb_import_with_lora_then_translate(workdir, tmp_path, wr
 
 
 def test_fine_tuning_an_import_refuses_other_language_tokens(workdir, tmp_path, write_config, run_cli):
-    run = nllb_run(workdir)
+    run = imported_run(workdir, "nllb")
     done = run_cli("prepare", write_config(fine_tune_tree(tmp_path, run, tag_template="<2{lang}>")))
     one_line_refusal(done, "data.tag_template", "differs from '{lang}'")
     tree = fine_tune_tree(tmp_path, run)

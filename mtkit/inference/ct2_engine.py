@@ -12,7 +12,7 @@ from mtkit.decoding.hypothesis import Decoded, length_penalty_of
 from mtkit.errors import MtkitError
 from mtkit.inference.engine import Engine, batches
 from mtkit.inference.options import Options
-from mtkit.interop.ct2_export import ct2_pieces, import_ctranslate2
+from mtkit.interop.ct2_export import ct2_vocabularies, import_ctranslate2
 from mtkit.tokenizer import BOS, PAD, UNK
 
 
@@ -62,7 +62,7 @@ class Ct2Engine(Engine):
             raise MtkitError(f"CTranslate2 cannot run this model on {device} as {compute_type} ({first})") from None
         self.where = f"{device} as {compute_type}"
         self.max_len_cap = self.max_src
-        self.src_vocab, self.tgt_vocab = ct2_pieces(tokenizer, "src"), ct2_pieces(tokenizer, "tgt")
+        self.src_vocab, self.tgt_vocab = ct2_vocabularies(tokenizer)
         self.tgt_ids = {piece: i for i, piece in enumerate(self.tgt_vocab)}
         self.banned = [[self.tgt_vocab[PAD]], [self.tgt_vocab[BOS]]]
         if options.chosen.seed:  # an algorithm that draws (sampling; mbr's pseudo-references)

@@ -13,7 +13,7 @@ The spec is built with CTranslate2's Python model-spec API (``ctranslate2.specs`
   linear attention biases for decoders only (``TransformerDecoderSpec(alibi=True)``), none for an encoder;
 - the fused ``qkv`` of self-attention is CTranslate2's fused first linear; cross-attention is ``q`` then the
   fused ``kv``; pre- or post-norm; LayerNorm epsilon 1e-5 (PyTorch's).
-- CTranslate2 looks tokens up by name, so each id gets a name of its own (``ct2_pieces``): an imported model whose
+- CTranslate2 looks tokens up by name, so each id gets a name of its own (``ct2_vocabularies``): an imported model whose
   table names two rows alike (M2M-100's BOS and EOS are both ``</s>``) has the extra one renamed.
 
 The directory holds CTranslate2's ``model.bin``, ``config.json`` and vocabularies, the SentencePiece
@@ -174,8 +174,8 @@ def build_spec(model, tokenizer, table_positions: Optional[int] = None):
     if cfg.positions == "sinusoidal":  # as the model's own table: its layout, from its offset
         from mtkit.models.positions import sinusoidal_table
 
-        rows, offset = max(cfg.max_positions, table_positions or 0), cfg.position_offset
-        table = _np(sinusoidal_table(rows + offset, cfg.d_model, cfg.sinusoidal_layout)[offset:])  # (rows, d_model)
+        rows = max(cfg.max_positions, table_positions or 0)
+        table = _np(sinusoidal_table(rows, cfg.d_model, cfg.sinusoidal_layout, cfg.position_offset))  # (rows, d_model)
         encoder.position_encodings.encodings = table
         decoder.position_encodings.encodings = table
     elif cfg.positions == "learned":
@@ -203,7 +203,7 @@ def build_spec(model, tokenizer, table_positions: Optional[int] = None):
     if model.logits_bias is not None:
         decoder.projection.bias = _np(model.logits_bias)
 
-    src_pieces, tgt_pieces = ct2_pieces(tokenizer, "src"), ct2_pieces(tokenizer, "tgt")
+    src_pieces, tgt_pieces = ct2_vocabularies(tokenizer)
     spec.register_source_vocabulary(src_pieces)
     spec.register_target_vocabulary(tgt_pieces)
     config = spec.config
@@ -237,22 +237,27 @@ def save_spec(spec, directory: Path, quantization: Optional[str]) -> None:
         raise MtkitError(f"CTranslate2 refused the model: {str(err).strip().splitlines()[0]}") from None
 
 
-def ct2_pieces(tokenizer, side: str) -> list[str]:
-    """The vocabulary of ``side`` ("src" or "tgt") as an export registers it and the engine looks tokens up in it:
-    the tokenizer's pieces by id, each name once.
+def ct2_vocabularies(tokenizer) -> tuple[list[str], list[str]]:
+    """The source and target vocabularies as an export registers them and the engine looks tokens up in them: the
+    tokenizer's pieces by id, each name once (one table serves both sides where the tokenizer has one id space).
 
     SentencePiece names every id apart. An imported model's table may not: M2M-100's BOS and EOS rows are both
     ``</s>``, Marian's PAD and BOS both ``<pad>``, and rows a tokenizer leaves unnamed read ``<pad>``. EOS and UNK
     keep their names first, then the ordinary pieces, then PAD and BOS; a name already taken becomes ``<mtkit:ID>``.
     """
-    size = tokenizer.src_vocab_size if side == "src" else tokenizer.tgt_vocab_size
-    table = list((tokenizer.src_pieces if side == "src" else tokenizer.tgt_pieces)(list(range(size))))
-    taken: set[str] = set()
-    for i in (EOS, UNK, *range(NUM_SPECIAL, size), PAD, BOS):
-        if table[i] in taken:
-            table[i] = f"<mtkit:{i}>"
-        taken.add(table[i])
-    return table
+
+    def named_once(pieces: list[str]) -> list[str]:
+        table, taken = list(pieces), set()
+        for i in (EOS, UNK, *range(NUM_SPECIAL, len(table)), PAD, BOS):
+            if table[i] in taken:
+                table[i] = f"<mtkit:{i}>"
+            taken.add(table[i])
+        return table
+
+    src = named_once(tokenizer.src_pieces(list(range(tokenizer.src_vocab_size))))
+    if tokenizer.joint:
+        return src, src
+    return src, named_once(tokenizer.tgt_pieces(list(range(tokenizer.tgt_vocab_size))))
 
 
 # ----------------------------------------------------------------------------------------- the files

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(length: int, dim: int, layout: str = "interleaved") -> Tensor:
-    """The fixed sinusoidal position encodings of Vaswani et al. (2017).
+def sinusoidal_table(length: int, dim: int, layout: str = "interleaved", offset: int = 0) -> Tensor:
+    """The fixed sinusoidal position encodings of Vaswani et al. (2017), rows ``offset`` to ``offset + length``.
 
     Args:
         length: the number of positions.
@@ -28,10 +28,14 @@ def sinusoidal_table(length: int, dim: int, layout: str = "interleaved") -> Tens
             fairseq's frequencies ``10000 ** (-i / (dim / 2 - 1))`` and a zero last channel where ``dim`` is odd
             (M2M-100's and NLLB-200's table, computed in float32 as they do); any other value: sin on even, cos on
             odd channels, as in the paper.
+        offset: the row of the first position (``model.position_offset``: fairseq's positions start past the
+            padding id).
 
     Returns:
         (length, dim) float32.
     """
+    if offset:
+        return sinusoidal_table(length + offset, dim, layout)[offset:]
     if layout == "fairseq":
         half = dim // 2
         step = math.log(10000.0) / max(half - 1, 1)

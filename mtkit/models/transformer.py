@@ -246,8 +246,7 @@ class Transformer(Seq2Seq):
         if cfg.final_logits_bias:  # fixed, as Marian's: a buffer the checkpoint carries, not a parameter
             self.register_buffer("final_logits_bias", torch.zeros(tgt_vocab_size))
         if cfg.positions == "sinusoidal":
-            offset = cfg.position_offset  # fairseq's positions start past the padding id
-            table = sinusoidal_table(cfg.max_positions + offset, d, cfg.sinusoidal_layout)[offset:]
+            table = sinusoidal_table(cfg.max_positions, d, cfg.sinusoidal_layout, cfg.position_offset)
             self.register_buffer("pos_table", table, persistent=False)
         elif cfg.positions == "learned":
             self.src_pos = nn.Embedding(cfg.max_positions, d)
