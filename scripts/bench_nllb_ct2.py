@@ -29,11 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_lora import SHAPES as MODEL_SHAPES  # noqa: E402
 from benchlib import describe, read_gz  # noqa: E402
 
 SHAPES = {  # d_model, encoder layers, decoder layers, heads, FFN, vocabulary rows
-    "nllb-600m": (1024, 12, 12, 16, 4096, 256206),
-    "smoke": (32, 1, 1, 2, 64, 600),
+    "nllb-600m": MODEL_SHAPES["nllb-600m"],
+    "smoke": (32, 1, 1, 2, 64, 600),  # rows for 300 pieces, NLLB's 202 language codes and the specials
 }
 MULTI30K = ROOT / "data" / "multi30k"
 

@@ -412,7 +412,8 @@ def _write_translations(
 
 
 def _open_input(path: Path):
-    """The input file as bytes, decompressed where its name ends in .gz (as prepare reads corpora)."""
+    """The input file as bytes, decompressed where its name ends in .gz. By its name, not its first bytes as
+    prepare tells a corpus (``data.sources``): that opens the file twice, which a pipe (``-i <(cmd)``) cannot be."""
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
