@@ -16,6 +16,14 @@ noise (the split's own exact repeats too). The last row, clean, is the clean pai
 Then, unless ``--skip-train``, three models of ``--config`` are prepared and trained for ``--minutes`` each, on
 the clean split, the noisy one and the filtered one, and translate ``--test`` (beam 5): BLEU and chrF by
 sacreBLEU.
+
+With ``--dcce-minutes M``, the ``dcce`` filter (dual conditional cross-entropy, mtkit/data/dcce.py) runs after the
+defaults: a forward (en -> de) and a backward (de -> en) model of ``--config`` are trained M minutes each on the
+default-filtered split, as a user without clean data would, and score its pairs. Its threshold comes from held-out
+pairs, not from the noise labels: the ``--dcce-quantile`` quantile of the scores of the validation pairs (clean
+translations neither model trained on). Printed: the threshold, the scores' quantiles per kind of pair, and the
+precision and recall at that threshold and a few others; then a model trained ``--minutes`` on what dcce kept
+("filtered+dcce") and, as the ceiling of any filter, on the noisy split's clean pairs alone ("clean pairs only").
 """
 
 from __future__ import annotations
@@ -72,7 +80,7 @@ def judge(src: list, tgt: list) -> list:
     """The default filters' verdict on each pair, in order: the name of the first that objects, or None."""
     from mtkit.data import filters
 
-    chosen = filters.build({name: {} for name in filters.FILTERS}, "en", "de", "bench", ("en", "de"))
+    chosen = filters.build({name: {} for name in filters.DEFAULTS}, "en", "de", "bench", ("en", "de"))
     return [filters.first_objection(chosen, " ".join(s.split()), " ".join(t.split())) for s, t in zip(src, tgt)]
 
 
@@ -144,6 +152,78 @@ def train_and_score(args, name: str, src: Path, tgt: Path) -> tuple[float, float
     return scores["bleu"]["score"], scores["chrf"]["score"]
 
 
+def train_scorer(args, name: str, overrides: list) -> Path:
+    """Prepare and train ``--config`` for ``--dcce-minutes`` under ``workdir/name``; its run dir."""
+    work = args.workdir / name
+    run = work / "run"
+    if not (args.reuse and (run / "checkpoints" / "average.safetensors").is_file()):
+        every = [
+            f"data.dir={work / 'data'}",
+            f"training.run_dir={run}",
+            f"training.max_minutes={args.dcce_minutes}",
+            "training.calibrate=false",
+            *overrides,
+            *args.set,
+        ]
+        mtkit(["prepare", args.config, *sets(every)])
+        mtkit(["train", args.config, *sets(every)])
+    return run
+
+
+def dcce_split(args, corpora: Path, filtered: tuple, kinds: list) -> tuple[list, list]:
+    """The default-filtered split's pairs that the dcce filter keeps, its figures printed on the way."""
+    import numpy as np
+
+    from mtkit import checkpoint as ckpt
+    from mtkit.data import dcce
+
+    val = [Path(f"{args.val}.en.gz"), Path(f"{args.val}.de.gz")]
+    forward = train_scorer(args, "dcce-forward", [
+        f"data.splits.train.src={corpora / 'filtered.en.gz'}", f"data.splits.train.tgt={corpora / 'filtered.de.gz'}",
+    ])  # fmt: skip
+    backward = train_scorer(args, "dcce-backward", [
+        "data.src_lang=de", "data.tgt_lang=en",
+        f"data.splits.train.src={corpora / 'filtered.de.gz'}", f"data.splits.train.tgt={corpora / 'filtered.en.gz'}",
+        f"data.splits.valid.src={val[1]}", f"data.splits.valid.tgt={val[0]}",
+        f"data.splits.test.src={args.test_tgt}", f"data.splits.test.tgt={args.test_src}",
+    ])  # fmt: skip
+    models = [ckpt.load_checkpoint(run) for run in (forward, backward)]
+
+    def scored(src: list, tgt: list) -> np.ndarray:
+        started = time.perf_counter()
+        h_f = dcce.cross_entropies(models[0], src, tgt)
+        h_b = dcce.cross_entropies(models[1], tgt, src)
+        print(f"scored {len(src)} pairs in {time.perf_counter() - started:.1f} s")
+        return np.array([dcce.dual_score(f, b) for f, b in zip(h_f, h_b)])
+
+    val_src, val_tgt = read_gz(val[0]), read_gz(val[1])
+    held_out = scored([" ".join(x.split()) for x in val_src], [" ".join(x.split()) for x in val_tgt])
+    threshold = float(np.quantile(held_out, args.dcce_quantile))
+    src, tgt = filtered
+    score = scored([" ".join(x.split()) for x in src], [" ".join(x.split()) for x in tgt])
+    kinds_arr = np.array(kinds)
+    print(
+        f"\ndcce threshold: {threshold:.3f}, the {args.dcce_quantile:g} quantile of the {len(val_src)} valid pairs' scores"
+    )
+    print(f"{'pairs':<16} {'count':>6} " + " ".join(f"{'q' + str(q):>6}" for q in (10, 50, 90)))
+    for kind in ("valid", "clean", *KINDS):
+        values = held_out if kind == "valid" else score[kinds_arr == kind]
+        if len(values):
+            qs = " ".join(f"{np.quantile(values, q / 100):>6.2f}" for q in (10, 50, 90))
+            print(f"{kind:<16} {len(values):>6} {qs}")
+    present = [k for k in (*KINDS, "clean") if (kinds_arr == k).any()]
+    print("\nrecall by kind of pair (clean: the share of clean pairs removed)")
+    print(f"{'max_score':>9} {'removed':>8} {'precision':>9} " + " ".join(f"{k[:9]:>9}" for k in present))
+    for t in sorted({round(threshold, 3), 2.0, 2.5, 3.0, 3.5, 4.0, 5.0}):
+        gone = score > t
+        noise = gone & (kinds_arr != "clean")
+        recall = " ".join(f"{(gone & (kinds_arr == k)).sum() / (kinds_arr == k).sum():>9.3f}" for k in present)
+        mark = "  <- used" if t == round(threshold, 3) else ""
+        print(f"{t:>9.3f} {gone.sum():>8} {noise.sum() / max(gone.sum(), 1):>9.3f} {recall}{mark}")
+    keep = score <= threshold
+    return [s for s, k in zip(src, keep) if k], [t for t, k in zip(tgt, keep) if k]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, required=True)
@@ -159,6 +239,9 @@ def main() -> None:
     ap.add_argument("--test-tgt", type=Path, default=ROOT / "data" / "multi30k" / "test_2016_flickr.de.gz")
     ap.add_argument("--skip-train", action="store_true", help="the filters' figures only")
     ap.add_argument("--reuse", action="store_true", help="a split whose run finished training is only translated")
+    ap.add_argument("--dcce-minutes", type=float, default=0.0, help="train the dcce filter's two models this long")
+    ap.add_argument("--dcce-quantile", type=float, default=0.99, help="of the valid pairs' scores: the threshold")
+    ap.add_argument("--val", type=Path, default=ROOT / "data" / "multi30k" / "val", help="PREFIX of .en.gz / .de.gz")
     args = ap.parse_args()
 
     print(f"bench_clean {time.strftime('%Y-%m-%d %H:%M')}  {describe()}")
@@ -184,15 +267,22 @@ def main() -> None:
         f"\nclean {len(files['clean'][0])} pairs (the original split), noisy {len(src)}, filtered {len(kept)} "
         f"({len(clean_pairs)} of the noisy split's pairs are clean)"
     )
+    if args.dcce_minutes:
+        for name in ("filtered",):  # what the two scoring models train on
+            write(corpora / f"{name}.en.gz", files[name][0]), write(corpora / f"{name}.de.gz", files[name][1])
+        kept_kinds = [k for k, v in zip(kinds, verdicts) if v is None]
+        files["filtered+dcce"] = dcce_split(args, corpora, files["filtered"], kept_kinds)
+        files["clean pairs only"] = ([s for s, _ in clean_pairs], [t for _, t in clean_pairs])
     if args.skip_train:
         return
     scores = {}
     for name, (s, t) in files.items():
-        paths = write(corpora / f"{name}.en.gz", s), write(corpora / f"{name}.de.gz", t)
-        scores[name] = train_and_score(args, name, *paths)
-    print(f"\n{'train split':<12} {'pairs':>8} {'BLEU':>6} {'chrF':>6}   ({args.minutes:g} minutes a model)")
+        slug = name.replace(" ", "-").replace("+", "-")
+        paths = write(corpora / f"{slug}.en.gz", s), write(corpora / f"{slug}.de.gz", t)
+        scores[name] = train_and_score(args, slug, *paths)
+    print(f"\n{'train split':<17} {'pairs':>8} {'BLEU':>6} {'chrF':>6}   ({args.minutes:g} minutes a model)")
     for name, (bleu, chrf) in scores.items():
-        print(f"{name:<12} {len(files[name][0]):>8} {bleu:>6.2f} {chrf:>6.2f}")
+        print(f"{name:<17} {len(files[name][0]):>8} {bleu:>6.2f} {chrf:>6.2f}")
     print(f"filtered - clean: {scores['filtered'][0] - scores['clean'][0]:+.2f} BLEU")
 
 

@@ -66,7 +66,7 @@ class MixPart(Section):
 
 
 # the filters of noisy corpora (mtkit/data/filters.py registers them, in the order they run)
-FILTER_NAMES = ("length", "char_ratio", "url", "repeat", "copy", "script", "language", "dedup")
+FILTER_NAMES = ("length", "char_ratio", "url", "repeat", "copy", "script", "language", "dedup", "dcce")
 
 
 class DataConfig(Section):

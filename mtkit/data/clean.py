@@ -45,13 +45,15 @@ def parse_filters(names: Optional[str], settings: list[str]) -> dict[str, dict]:
     VALUE read as YAML (numbers, true/false, [lists])."""
     import yaml
 
-    chosen = list(pair_filters.FILTERS) if names is None else [n.strip() for n in names.split(",") if n.strip()]
+    chosen = list(pair_filters.DEFAULTS) if names is None else [n.strip() for n in names.split(",") if n.strip()]
     spec = pair_filters.normalise_spec(chosen, "--filters")
     for setting in settings:
         key, sep, raw = setting.partition("=")
         name, dot, option = key.strip().partition(".")
         if not sep or not dot or not option:
             raise MtkitError(f"--option {setting!r}: give NAME.OPTION=VALUE, e.g. --option language.min_letters=20")
+        if names is None and name in pair_filters.FILTERS:  # the defaults, and a filter outside them set here
+            spec.setdefault(name, {})
         if name not in spec:
             raise MtkitError(f"--option {setting!r}: filter {name!r} is not among --filters ({', '.join(spec)})")
         try:
@@ -78,7 +80,8 @@ def clean(
         src_path, tgt_path: line-aligned text files, plain or gzip.
         out_dir: where the kept pairs go, under the inputs' file names.
         src_lang, tgt_lang: the languages; None: the last suffix of the file name (``corpus.en``).
-        filters: name -> options (``filters.build``); None: every filter with its defaults.
+        filters: name -> options (``filters.build``); None: the default filters (``filters.DEFAULTS``) with their
+            default options.
         skip_bad_lines: drop pairs with invalid UTF-8 instead of failing.
         quiet: print nothing.
 
@@ -97,7 +100,7 @@ def clean(
     tgt_lang = _language(tgt_lang, tgt_path, "--tgt-lang")
     if src_lang == tgt_lang:
         raise MtkitError(f"{src_path} and {tgt_path} are both in language {src_lang!r}; give --src-lang / --tgt-lang")
-    spec = {name: {} for name in pair_filters.FILTERS} if filters is None else filters
+    spec = {name: {} for name in pair_filters.DEFAULTS} if filters is None else filters
     lang_keys = tuple(
         flag if given else f"{path.name} (its suffix; or give {flag})"
         for flag, given, path in (("--src-lang", src_given, src_path), ("--tgt-lang", tgt_given, tgt_path))
@@ -193,12 +196,12 @@ def _stream(src_path: Path, tgt_path: Path, temps: list, gz: list, chosen: list,
     writers = [_Writer(temp, compress) for temp, compress in zip(temps, gz)]
     try:
         read = kept = bad = 0
-        for read, pair in enumerate(file_pairs(src_path, tgt_path, skip_bad, "give --skip-bad-lines"), 1):
-            if pair is None:
+        numbered = enumerate(file_pairs(src_path, tgt_path, skip_bad, "give --skip-bad-lines"), 1)
+        for (read, raw), pair, objection in pair_filters.judged(chosen, numbered, _normalised):
+            if raw is None:
                 bad += 1
                 continue
-            src, tgt = " ".join(pair[0].split()), " ".join(pair[1].split())
-            objection = pair_filters.first_objection(chosen, src, tgt)
+            src, tgt = pair
             if objection is None:
                 kept += 1
                 writers[0].add(src + "\n")
@@ -218,6 +221,11 @@ def _stream(src_path: Path, tgt_path: Path, temps: list, gz: list, chosen: list,
         raise
     report.update(pairs_read=read, pairs_kept=kept, bad_lines_skipped=bad)
     report["removed"].update(removed)
+
+
+def _normalised(item: tuple) -> Optional[tuple[str, str]]:
+    pair = item[1]
+    return None if pair is None else (" ".join(pair[0].split()), " ".join(pair[1].split()))
 
 
 def print_report(report: dict, out_dir: Path):

@@ -25,6 +25,8 @@ from typing import ClassVar, Optional, Union
 
 import numpy as np
 
+from mtkit.data.dcce import DualCrossEntropy
+from mtkit.data.filter_base import Filter, first_objection, judged, option, option_key, option_setting  # noqa: F401
 from mtkit.errors import MtkitError
 
 Spec = Union[list, dict, None]
@@ -185,37 +187,6 @@ def identifier_code(lang: str, known, where: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ filters
-def option(default, doc: str):
-    """A filter option: its default and the line docs/data.md shows for it."""
-    kwargs = {"default_factory": lambda: type(default)(default)} if isinstance(default, (list, dict)) else {}
-    return dataclasses.field(**(kwargs or {"default": default}), metadata={"doc": doc})
-
-
-@dataclasses.dataclass
-class Filter:
-    """What every filter has: its name, its options (the dataclass fields) and the pair's languages."""
-
-    name: ClassVar[str] = ""
-    src_lang: str = dataclasses.field(default="", metadata={"internal": True})
-    tgt_lang: str = dataclasses.field(default="", metadata={"internal": True})
-    where: str = dataclasses.field(default="filters", metadata={"internal": True})
-    lang_keys: tuple = dataclasses.field(default=("src_lang", "tgt_lang"), metadata={"internal": True})
-
-    def check(self, src: str, tgt: str) -> Optional[str]:
-        """None to keep the pair; else why it goes."""
-        raise NotImplementedError
-
-    def bad(self, key: str, what: str) -> MtkitError:
-        return MtkitError(f"{option_key(self.where, self.name, key)}: {what}")
-
-    def positive(self, *keys: str, at_most: Optional[float] = None):
-        for key in keys:
-            value = getattr(self, key)
-            if value <= 0 or (at_most is not None and value > at_most):
-                span = f"in (0, {at_most}]" if at_most is not None else "above 0"
-                raise self.bad(key, f"must be {span} (got {value})")
-
-
 @dataclasses.dataclass
 class Length(Filter):
     """Each side has between min_chars and max_chars characters (after whitespace normalisation)."""
@@ -467,9 +438,11 @@ def _list(value) -> list:
 
 
 # The order filters run in, cheapest first; dedup last, so that its hashes hold only pairs the others kept.
+# dcce scores with two models: last, on the pairs every cheaper filter kept; not among the defaults.
 FILTERS: dict[str, type[Filter]] = {
-    cls.name: cls for cls in (Length, CharRatio, Url, Repeat, Copy, Script, Language, Dedup)
+    cls.name: cls for cls in (Length, CharRatio, Url, Repeat, Copy, Script, Language, Dedup, DualCrossEntropy)
 }
+DEFAULTS = tuple(name for name, cls in FILTERS.items() if cls.default)  # what runs when no filter is named
 
 
 def options_of(cls: type[Filter]) -> list[dataclasses.Field]:
@@ -494,19 +467,6 @@ def normalise_spec(spec: Spec, where: str) -> dict[str, dict]:
             raise MtkitError(f"{option_key(where, name)}: give its options as a mapping (got {options!r})")
         out[name] = dict(options or {})
     return out
-
-
-def option_key(where: str, name: str, key: str = "") -> str:
-    """How an error names a filter's option: ``data.filters.copy.max_similarity`` in a config, ``--option
-    copy.max_similarity`` on the command line (``where`` ``--filters``)."""
-    path = f"{name}.{key}" if key else name
-    return f"--option {path}" if where == "--filters" else f"{where}.{path}"
-
-
-def option_setting(where: str, path: str, value: str) -> str:
-    """How to set an option, for an error's advice: ``data.filters.script.scripts: {...}`` or ``--option
-    'script.scripts={...}'``."""
-    return f"--option '{path}={value}'" if where == "--filters" else f"{where}.{path}: {value}"
 
 
 def _typed(value, default, key: str):
@@ -557,12 +517,3 @@ def build(
         filters.append(cls(src_lang=src_lang, tgt_lang=tgt_lang, where=where, lang_keys=lang_keys, **values))
     order = list(FILTERS)
     return sorted(filters, key=lambda f: order.index(f.name))
-
-
-def first_objection(filters: list[Filter], src: str, tgt: str) -> Optional[tuple[str, str]]:
-    """(filter name, why) of the first filter that removes the pair; None if every filter keeps it."""
-    for f in filters:
-        why = f.check(src, tgt)
-        if why is not None:
-            return f.name, why
-    return None

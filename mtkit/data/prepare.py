@@ -266,33 +266,42 @@ def _clean_split(
     seen: set[bytes] = set()
     src_buf: list[str] = []
     tgt_buf: list[str] = []
+    reasons: dict[int, str] = {}  # pair number -> why prepare's own checks drop it (train)
+
+    def judged_pair(item) -> Optional[tuple[str, str]]:
+        """The normalised pair for data.filters, or None for a pair prepare's own checks drop (or bad UTF-8)."""
+        number, pair = item
+        stats.pairs_read += 1
+        if pair is None:
+            return None
+        src, tgt = _normalise(pair[0]), _normalise(pair[1])
+        if train:
+            if not src or not tgt:
+                reasons[number] = "empty"
+            elif len(src) > cfg.max_chars or len(tgt) > cfg.max_chars:
+                reasons[number] = "max_chars"
+            elif cfg.dedup:
+                key = hashlib.blake2b(f"{src}\t{tgt}".encode("utf-8"), digest_size=16).digest()
+                if key in seen:
+                    reasons[number] = "duplicate"
+                seen.add(key)
+        return None if number in reasons else (src, tgt)
+
     with (
         open(out_paths[0], "w", encoding="utf-8", newline="\n") as fs,
         open(out_paths[1], "w", encoding="utf-8", newline="\n") as ft,
     ):
-        for pair in pairs:
-            stats.pairs_read += 1
-            if pair is None:
+        for (number, raw), pair, objection in pair_filters.judged(
+            list(filters) if train else [], enumerate(pairs), judged_pair
+        ):
+            if raw is None:
                 stats.bad_lines_skipped += 1
                 continue
-            src, tgt = _normalise(pair[0]), _normalise(pair[1])
-            if train:
-                reason = None
-                if not src or not tgt:
-                    reason = "empty"
-                elif len(src) > cfg.max_chars or len(tgt) > cfg.max_chars:
-                    reason = "max_chars"
-                elif cfg.dedup:
-                    key = hashlib.blake2b(f"{src}\t{tgt}".encode("utf-8"), digest_size=16).digest()
-                    if key in seen:
-                        reason = "duplicate"
-                    seen.add(key)
-                if not reason and filters:
-                    objection = pair_filters.first_objection(filters, src, tgt)
-                    reason = objection and objection[0]
-                if reason:
-                    stats.filtered[reason] += 1
-                    continue
+            reason = reasons.pop(number, None) or (objection and objection[0])
+            if reason:
+                stats.filtered[reason] += 1
+                continue
+            src, tgt = pair
             stats.pairs_kept += 1
             src_buf.append(src + "\n")
             tgt_buf.append(tgt + "\n")

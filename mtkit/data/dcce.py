@@ -1,0 +1,134 @@
+"""The ``dcce`` filter: dual conditional cross-entropy (Junczys-Dowmunt 2018, "Dual Conditional Cross-Entropy
+Filtering of Noisy Parallel Corpora"), with two of mtkit's own models.
+
+A forward model (source -> target) and a backward one (target -> source), both trained on data one trusts, score
+each pair by teacher forcing: H_f, the forward model's cross-entropy of the target given the source, and H_b, the
+backward model's of the source given the target, each in nats per subword (the end of sentence included). The
+pair's score is
+
+    |H_f - H_b| + (H_f + H_b) / 2
+
+low where both models find the pair likely and agree on how likely: a fluent sentence paired with the wrong one,
+or a translation missing its second half, is unlikely in at least one direction. Pairs whose score is over
+``max_score`` go. The models may be small and quickly trained; their languages must be the pair's, one each way.
+
+The filter is batched: it scores the pairs the cheaper filters kept, a chunk at a time (``filter_base.judged``),
+sorted by length within a chunk and grouped into batches of about ``batch_tokens`` subwords.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import ClassVar, Optional
+
+from mtkit.data.filter_base import Filter, option
+
+
+@dataclasses.dataclass
+class DualCrossEntropy(Filter):
+    """The dual conditional cross-entropy of a forward and a backward model (Junczys-Dowmunt 2018): pairs over
+    max_score (nats per subword) go. Not among the defaults: it needs the two models' run dirs."""
+
+    name: ClassVar[str] = "dcce"
+    batched: ClassVar[bool] = True
+    default: ClassVar[bool] = False
+    forward: str = option("", "run dir (or checkpoint) of a source -> target model")
+    backward: str = option("", "run dir (or checkpoint) of a target -> source model")
+    max_score: float = option(3.0, "a pair scoring more (|H_f - H_b| + (H_f + H_b) / 2, nats per subword) goes")
+    batch_tokens: int = option(6000, "subwords per scoring batch")
+
+    def __post_init__(self):
+        self.positive("max_score", "batch_tokens")
+        self.models = (
+            self._load("forward", (self.src_lang, self.tgt_lang)),
+            self._load("backward", (self.tgt_lang, self.src_lang)),
+        )
+
+    def _load(self, key: str, langs: tuple[str, str]):
+        from mtkit import checkpoint as ckpt
+        from mtkit.devices import pick_device
+        from mtkit.errors import MtkitError
+
+        path = getattr(self, key)
+        if not path:
+            raise self.bad(key, f"give the run dir of a model translating {langs[0]} -> {langs[1]}")
+        try:
+            loaded = ckpt.load_checkpoint(Path(path), pick_device("auto"))
+        except MtkitError as err:
+            raise self.bad(key, str(err)) from None
+        data = loaded.config.data
+        if data.multilingual or data.source_tag:
+            raise self.bad(key, f"{path} is a multilingual model; give one translating {langs[0]} -> {langs[1]} only")
+        if (data.src_lang, data.tgt_lang) != langs:
+            raise self.bad(key, f"{path} translates {data.src_lang} -> {data.tgt_lang}, not {langs[0]} -> {langs[1]}")
+        return loaded
+
+    def check(self, src, tgt):
+        return self.check_batch([(src, tgt)])[0]
+
+    def check_batch(self, pairs):
+        forward = cross_entropies(self.models[0], [p[0] for p in pairs], [p[1] for p in pairs], self.batch_tokens)
+        backward = cross_entropies(self.models[1], [p[1] for p in pairs], [p[0] for p in pairs], self.batch_tokens)
+        out: list[Optional[str]] = []
+        for h_f, h_b in zip(forward, backward):
+            score = dual_score(h_f, h_b)
+            out.append(f"score {score:.2f} (forward {h_f:.2f}, backward {h_b:.2f})" if score > self.max_score else None)
+        return out
+
+
+def dual_score(h_forward: float, h_backward: float) -> float:
+    """|H_f - H_b| + (H_f + H_b) / 2: the disagreement of the two directions plus their mean cross-entropy."""
+    return abs(h_forward - h_backward) + 0.5 * (h_forward + h_backward)
+
+
+def cross_entropies(loaded, sources: list[str], targets: list[str], batch_tokens: int = 6000) -> list[float]:
+    """Each target's cross-entropy given its source under a model, in nats per subword (its end of sentence
+    counted), by teacher forcing.
+
+    Args:
+        loaded: ``checkpoint.load_checkpoint``'s result (model in eval mode, tokenizer).
+        sources, targets: whitespace-normalised sentences, line-aligned.
+        batch_tokens: about this many padded subwords per batch.
+    """
+    import torch
+
+    from mtkit.tokenizer import BOS, EOS, PAD
+
+    model, tok = loaded.model, loaded.tokenizer
+    limit = model.max_positions - 1  # room for EOS / BOS
+    src_ids = [ids[:limit] for ids in tok.encode_src(sources)]
+    tgt_ids = [ids[:limit] for ids in tok.encode_tgt(targets)]
+    order = sorted(range(len(sources)), key=lambda i: (len(src_ids[i]), len(tgt_ids[i])))
+    out = [0.0] * len(sources)
+    start = 0
+    while start < len(order):
+        end, width = start, 0
+        while end < len(order):
+            i = order[end]
+            width = max(width, len(src_ids[i]) + 1, len(tgt_ids[i]) + 1)
+            if end > start and width * (end - start + 1) > batch_tokens:
+                break
+            end += 1
+        rows = order[start:end]
+        start = end
+        s_len = max(len(src_ids[i]) for i in rows) + 1
+        t_len = max(len(tgt_ids[i]) for i in rows) + 1
+        src = torch.full((len(rows), s_len), PAD, dtype=torch.long)
+        tgt_in = torch.full((len(rows), t_len), PAD, dtype=torch.long)
+        tgt_out = torch.full((len(rows), t_len), PAD, dtype=torch.long)
+        for r, i in enumerate(rows):
+            s, t = src_ids[i], tgt_ids[i]
+            src[r, : len(s) + 1] = torch.tensor([*s, EOS])
+            tgt_in[r, : len(t) + 1] = torch.tensor([BOS, *t])
+            tgt_out[r, : len(t) + 1] = torch.tensor([*t, EOS])
+        device = next(model.parameters()).device
+        src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
+        with torch.inference_mode():
+            logp = model(src, tgt_in).float().log_softmax(-1)  # (B, T, V)
+            nll = -logp.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
+            real = tgt_out != PAD
+            values = ((nll * real).sum(1) / real.sum(1)).tolist()
+        for r, i in enumerate(rows):
+            out[i] = values[r]
+    return out
