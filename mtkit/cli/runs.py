@@ -1,5 +1,5 @@
 """The commands that take a trained run further: average its checkpoints, plot its curves, export it, import one
-from Hugging Face, serve runs over HTTP."""
+from Hugging Face and extend an import's vocabulary, serve runs over HTTP."""
 
 from __future__ import annotations
 
@@ -136,6 +136,30 @@ def import_hf(
     from mtkit.interop.marian_import import import_main
 
     import_main(hf_dir, out, src_lang=src_lang, tgt_lang=tgt_lang, force=force)
+
+
+@_command
+def extend_vocab(
+    run: Path = typer.Argument(..., help="A run directory made by mtkit import-hf (NLLB-200, M2M-100, MarianMT)."),
+    add_tokens: Optional[Path] = typer.Option(
+        None, "--add-tokens", help="A UTF-8 file of new subwords, one a line (▁ where one starts a word)."
+    ),
+    add_language: Optional[List[str]] = typer.Option(
+        None, "--add-language", help="A new language code, as the model writes its own (xxx_Latn); repeatable."
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="The new run directory (default: RUN-extended); never RUN itself."
+    ),
+):
+    """Add subwords and language codes to an imported model's vocabulary, as a new run directory.
+
+    The new rows are the mean of the rows of the pieces that spelled each subword (of the model's language codes,
+    for a code); old ids keep theirs. Example: mtkit extend-vocab runs/nllb-200-600M --add-tokens terms.txt
+    --add-language xxx_Latn --out runs/nllb-200-600M-xxx
+    """
+    from mtkit.interop.extend_vocab import extend_main
+
+    extend_main(run, out=out, tokens_file=add_tokens, languages=list(add_language or []))
 
 
 @_command

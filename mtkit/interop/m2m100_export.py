@@ -38,14 +38,21 @@ def convert(loaded, where: str) -> tuple[dict, dict[str, torch.Tensor], dict[str
         (config.json as a dict, the tensors of model.safetensors by name, the other files' bytes by name).
 
     Raises:
-        MtkitError: a model section off the imported architecture.
+        MtkitError: a model section off the imported architecture, or a vocabulary extended since the import.
     """
     model_cfg, tokenizer = loaded.config.model, loaded.tokenizer
     for key, value in FIXED.items():
         if getattr(model_cfg, key) != value:
             raise MtkitError(f"{where}: model.{key} = {getattr(model_cfg, key)!r}; {ARCHITECTURE} has {value!r}")
     facts = hf_facts(tokenizer)
-    vocab = json.loads(tokenizer.vocab.blob.decode("utf-8"))["vocab"]
+    data = json.loads(tokenizer.vocab.blob.decode("utf-8"))
+    if data.get("added"):
+        raise MtkitError(
+            f"{where}: its vocabulary was extended (mtkit extend-vocab), which {ARCHITECTURE}'s tokenizer files "
+            "cannot hold (they number the language codes right after the SentencePiece pieces); export it for "
+            "CTranslate2 instead: mtkit export RUN --out DIR"
+        )
+    vocab = data["vocab"]
     order, special = tokenizer.vocab.marian_ids, tokenizer.vocab.special
     size = len(vocab)
     weights = {k: v.detach().float() for k, v in loaded.model.state_dict().items()}
