@@ -23,6 +23,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import yaml
@@ -176,8 +177,8 @@ def test_the_languages_of_a_package(tmp_path):
     from mtkit.interop.argos_export import package_languages
 
     bilingual = DataConfig(dir=str(tmp_path), src_lang="en", tgt_lang="de")
-    assert package_languages(bilingual, None, None) == ("en", "de", "")
-    assert package_languages(bilingual, "en", "de") == ("en", "de", "")
+    assert package_languages(bilingual, None, None) == ("en", "de", "", "")
+    assert package_languages(bilingual, "en", "de") == ("en", "de", "", "")
     with pytest.raises(MtkitError, match="translates en -> de only"):
         package_languages(bilingual, None, "fr")
 
@@ -187,15 +188,29 @@ def test_the_languages_of_a_package(tmp_path):
         ]
         return DataConfig(dir=str(tmp_path), directions=directions, **keys)
 
-    assert package_languages(multi(), "en", "fr") == ("en", "fr", "<2fr>")
-    assert package_languages(multi(), None, "fr") == ("en", "fr", "<2fr>")  # the one direction into fr
-    assert package_languages(multi(tag_template=">>{lang}<<"), "de", "en") == ("de", "en", ">>en<<")
+    assert package_languages(multi(), "en", "fr") == ("en", "fr", "<2fr>", "")
+    assert package_languages(multi(), None, "fr") == ("en", "fr", "<2fr>", "")  # the one direction into fr
+    assert package_languages(multi(tag_template=">>{lang}<<"), "de", "en") == ("de", "en", ">>en<<", "")
     with pytest.raises(MtkitError, match="several source languages: pass --source \\(one of en, fr\\)"):
         package_languages(multi(), None, "de")
     with pytest.raises(MtkitError, match="both 'en'"):
         package_languages(multi(), "en", "en")
     with pytest.raises(MtkitError, match="target_tag is 'source'"):
         package_languages(multi(target_tag="source"), "en", "de")
+    # a model that reads its source language as a token (an imported NLLB-200 model): that token first in the source
+    tagged = {"source_tag": True, "target_tag": "decoder", "tag_template": "{lang}"}
+    many = DataConfig(dir=str(tmp_path), languages=[f"l{i:02d}_Latn" for i in range(20)], **tagged)
+    assert package_languages(many, "l01_Latn", "l02_Latn") == ("l01_Latn", "l02_Latn", "l02_Latn", "l01_Latn")
+    with pytest.raises(MtkitError, match="pass --source \\(one of 19 languages: l00_Latn, l01_Latn, l03_Latn, ...\\)"):
+        package_languages(many, None, "l02_Latn")
+    with pytest.raises(
+        MtkitError, match="--target 'l02_latn': this run's targets are 20 languages, the nearest l02_Latn"
+    ):
+        package_languages(many, "l01_Latn", "l02_latn")
+    with pytest.raises(MtkitError, match="--source 'eng_Latn': this run's source languages are 20 languages"):
+        package_languages(many, "eng_Latn", "l02_Latn")
+    tuned = DataConfig(dir=str(tmp_path), directions=[{"src_lang": "eng_Latn", "tgt_lang": "deu_Latn"}], **tagged)
+    assert package_languages(tuned, None, "deu_Latn") == ("eng_Latn", "deu_Latn", "deu_Latn", "eng_Latn")
 
 
 def test_bad_input_is_one_line_and_nothing_is_written(bilingual_run, toy_run_workdir, tmp_path, run_cli):
@@ -285,6 +300,12 @@ def offline_env(home: Path) -> dict:
 @pytest.fixture(scope="module")
 def venvs() -> dict[str, Path]:
     """The Python of each tool's virtual environment (built once by benchmarks/argos/venvs.sh)."""
+    return tool_pythons()
+
+
+def tool_pythons() -> dict[str, Path]:
+    """{"argos": ..., "libretranslate": ...}: the Python of each tool's virtual environment, which
+    benchmarks/argos/venvs.sh builds where it is missing or out of date."""
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "argos" / "venvs.sh"), str(VENVS)],
         capture_output=True,
@@ -306,6 +327,8 @@ for path in job["install"]:
 answer = {"installed": sorted(f"{p.from_code}-{p.to_code}" for p in package.get_installed_packages())}
 if "texts" in job:
     answer["translations"] = [translate.translate(t, job["source"], job["target"]) for t in job["texts"]]
+for source, target in job.get("directions", []):  # several packages: each direction's translations of "each"
+    answer[f"{source}-{target}"] = [translate.translate(t, source, target) for t in job["each"]]
 if "split" in job:
     from minisbd import SBDetect
     detector = SBDetect(job["split"], use_gpu=False)
@@ -314,15 +337,16 @@ json.dump(answer, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
 """
 
 
-def run_in(python: Path, home: Path, job: dict, tmp_path: Path) -> dict:
-    """Run ARGOS_SCRIPT on ``job`` with ``python`` offline (``offline_env``); its JSON answer."""
+def run_in(python: Path, home: Path, job: dict, tmp_path: Path, settings: Optional[dict] = None) -> dict:
+    """Run ARGOS_SCRIPT on ``job`` with ``python`` offline (``offline_env``, plus argostranslate's ``settings``,
+    such as ``ARGOS_BEAM_SIZE``); its JSON answer."""
     (tmp_path / "job.json").write_text(json.dumps(job), encoding="utf-8")
     (tmp_path / "argos_job.py").write_text(ARGOS_SCRIPT, encoding="utf-8")
     done = subprocess.run(
         [str(python), str(tmp_path / "argos_job.py"), str(tmp_path / "job.json"), str(tmp_path / "answer.json")],
         capture_output=True,
         text=True,
-        env=offline_env(home),
+        env={**offline_env(home), **(settings or {})},
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -52,7 +52,7 @@ def train_spm(directory: Path) -> Path:
     return directory / "spm.model"
 
 
-def save_model(directory: Path, vocab_size: int, seed: int) -> None:
+def save_model(directory: Path, vocab_size: int, seed: int, positions: int = 64) -> None:
     config = M2M100Config(
         vocab_size=vocab_size,
         d_model=32,
@@ -62,7 +62,7 @@ def save_model(directory: Path, vocab_size: int, seed: int) -> None:
         decoder_attention_heads=4,
         encoder_ffn_dim=64,
         decoder_ffn_dim=64,
-        max_position_embeddings=64,
+        max_position_embeddings=positions,
         pad_token_id=1,
         bos_token_id=0,
         eos_token_id=2,
@@ -73,9 +73,9 @@ def save_model(directory: Path, vocab_size: int, seed: int) -> None:
     M2M100ForConditionalGeneration(config).save_pretrained(directory)
 
 
-def build_m2m100(directory: Path, spm_model: Path) -> Path:
+def build_m2m100(directory: Path, spm_model: Path, positions: int = 64) -> Path:
     """An M2M-100 directory: vocab.json (fairseq's <s> <pad> </s> <unk>, then the pieces), the 100 language tokens
-    after it, 8 padding rows, as facebook/m2m100_418M has them."""
+    after it, 8 padding rows, as facebook/m2m100_418M has them (``positions``: max_position_embeddings)."""
     import sentencepiece as spm
     from transformers import M2M100Tokenizer
 
@@ -88,11 +88,11 @@ def build_m2m100(directory: Path, spm_model: Path) -> Path:
     (directory / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
     tok = M2M100Tokenizer(str(directory / "vocab.json"), str(directory / "sentencepiece.bpe.model"))
     tok.save_pretrained(directory)
-    save_model(directory, len(vocab) + 100 + 8, seed=0)
+    save_model(directory, len(vocab) + 100 + 8, seed=0, positions=positions)
     return directory
 
 
-def build_nllb(directory: Path, spm_model: Path) -> Path:
+def build_nllb(directory: Path, spm_model: Path, positions: int = 64) -> Path:
     """An NLLB-200 directory: the SentencePiece model and what NllbTokenizer.save_pretrained writes
     (tokenizer.json: the pieces at their SentencePiece id + 1, the language codes as added tokens)."""
     from transformers import NllbTokenizer
@@ -104,7 +104,8 @@ def build_nllb(directory: Path, spm_model: Path) -> Path:
     (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     tok = NllbTokenizer.from_pretrained(directory)
     tok.save_pretrained(directory)
-    save_model(directory, len(tok) + 3, seed=1)  # rows the tokenizer does not name, as NLLB-200 has
+    # rows the tokenizer does not name, as NLLB-200 has
+    save_model(directory, len(tok) + 3, seed=1, positions=positions)
     return directory
 
 
@@ -348,16 +349,6 @@ def test_ctranslate2_export_translates_as_the_torch_engine(family, run_cli):
     done = run_cli("translate", out, *flags, stdin="\n".join(SOURCES))
     assert done.code == 0, done.err
     assert done.out.splitlines() == torch_model.translate(SOURCES, target=targets[0], beam_size=1)
-
-
-def test_argos_export_of_an_import_is_refused_in_one_line(family, run_cli, tmp_path):
-    pytest.importorskip("ctranslate2")
-    name, _, run = family
-    source, targets = LANGS[name]
-    out = tmp_path / "pkg.argosmodel"
-    done = run_cli("export", run, "--format", "argos", "--source", source, "--target", targets[0], "--out", out)
-    one_line_refusal(done, "reads the source language as a token", "mtkit export RUN --out DIR")
-    assert not out.exists() and not any(tmp_path.iterdir())
 
 
 def fine_tune_tree(tmp_path: Path, run: Path, **data) -> dict:

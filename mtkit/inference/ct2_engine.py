@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from itertools import repeat
 from pathlib import Path
@@ -26,6 +27,9 @@ class Ct2Engine(Engine):
     ``search: ctranslate2`` runs CTranslate2's own beam search instead (``_native``): its ranking, its scores.
     Hypotheses carry no attention, and constraints are refused (CTranslate2 has no constrained decoding).
     A prefix is CTranslate2's ``target_prefix``; avoided phrases are its ``suppress_sequences``.
+    Where the model's ``config.json`` has CTranslate2 put a token first in every source itself (``add_source_bos``:
+    an Argos Translate package's model, which adds the source language's token), a source that starts with that
+    token is passed without it.
     With ``options.scores`` or an n-best list, the kept hypotheses are rescored by a teacher-forced pass: their
     numbers are then the model's own and ``token_log_probs`` is filled. Without, a lone greedy or sampled
     hypothesis has a NaN score and log-prob.
@@ -65,6 +69,7 @@ class Ct2Engine(Engine):
         self.src_vocab, self.tgt_vocab = ct2_vocabularies(tokenizer)
         self.tgt_ids = {piece: i for i, piece in enumerate(self.tgt_vocab)}
         self.banned = [[self.tgt_vocab[PAD]], [self.tgt_vocab[BOS]]]
+        self.source_bos = _source_bos(Path(model_dir))
         if options.chosen.seed:  # an algorithm that draws (sampling; mbr's pseudo-references)
             ct2.set_random_seed(options.param(options.chosen.seed))
 
@@ -93,13 +98,18 @@ class Ct2Engine(Engine):
                 groups.setdefault(g.avoid if g else (), []).append(i)
             for avoid, group in groups.items():
                 prefixes = [guidance[i].prefix if guidance is not None and guidance[i] else () for i in group]
-                sources = [[self.src_vocab[t] for t in ids[i]] for i in group]  # CTranslate2 appends </s>
+                sources = [self._pieces(ids[i]) for i in group]  # CTranslate2 appends </s>
                 limits = [max(self.max_length(len(ids[i]) + 1, o), len(p)) for i, p in zip(group, prefixes)]
                 suppress = self.banned + [[self.tgt_vocab[t] for t in phrase] for phrase in avoid]
                 target_prefix = [[self.tgt_vocab[t] for t in p] for p in prefixes] if any(prefixes) else None
                 for i, hyps in zip(group, self._search(o, sources, limits, target_prefix, suppress)):
                     results[i] = hyps
         return results
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        """A source's pieces as CTranslate2 takes them: without the token it puts first itself (``source_bos``)."""
+        pieces = [self.src_vocab[t] for t in ids]
+        return pieces[1:] if self.source_bos is not None and pieces[:1] == [self.source_bos] else pieces
 
     def _mbr(self, ids: list[list[int]], guidance, o: Options) -> list[list]:
         """Minimum Bayes risk (``mtkit.decoding.mbr``) over a beam's n-best of ``mbr_candidates``, against
@@ -372,6 +382,16 @@ class Ct2Engine(Engine):
             token_log_probs = [0.0] * skip + list(r.log_probs)[skip:]
             out.append((math.fsum(token_log_probs), token_log_probs))
         return out
+
+
+def _source_bos(model_dir: Path) -> Optional[str]:
+    """The token CTranslate2 puts first in every source itself (the model config's ``bos_token`` where
+    ``add_source_bos`` is true), or None."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config.get("bos_token") if isinstance(config, dict) and config.get("add_source_bos") else None
 
 
 def _exact_scores(o: Options) -> bool:
