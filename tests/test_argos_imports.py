@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 from test_argos import HAVE_CT2, run_in, tool_pythons
-from test_m2m import LANGS, build_m2m100, build_nllb, train_spm
 
 from conftest import assert_one_line_error, cli, toy_pairs
+from test_m2m import LANGS, build_m2m100, build_nllb, train_spm
 
 pytestmark = [
     pytest.mark.skipif(not HAVE_CT2, reason='ctranslate2 is not installed (pip install "mtkit[ct2]")'),
