@@ -19,7 +19,7 @@ from mtkit.data import dcce
 from mtkit.data import filters as F
 from mtkit.tokenizer import BOS, EOS
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # a module of its own: two models trained
 MAX_SCORE = 1.8  # between the toy pairs' scores (at most about 1.6, held-out ones included) and the wrong ones'
 
 
