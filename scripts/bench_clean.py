@@ -19,7 +19,8 @@ sacreBLEU.
 
 With ``--dcce-minutes M``, the ``dcce`` filter (dual conditional cross-entropy, mtkit/data/dcce.py) runs after the
 defaults: a forward (en -> de) and a backward (de -> en) model of ``--config`` are trained M minutes each on the
-default-filtered split, as a user without clean data would, and score its pairs. Its threshold comes from held-out
+default-filtered split, as a user without clean data would, and score its pairs; ``--dcce-forward RUN`` takes a
+trained forward model instead (the filtered split's own run: ``work/bench-clean/filtered/run``). Its threshold comes from held-out
 pairs, not from the noise labels: the ``--dcce-quantile`` quantile of the scores of the validation pairs (clean
 translations neither model trained on). Printed: the threshold, the scores' quantiles per kind of pair, and the
 precision and recall at that threshold and a few others; then a model trained ``--minutes`` on what dcce kept
@@ -178,7 +179,7 @@ def dcce_split(args, corpora: Path, filtered: tuple, kinds: list) -> tuple[list,
     from mtkit.data import dcce
 
     val = [Path(f"{args.val}.en.gz"), Path(f"{args.val}.de.gz")]
-    forward = train_scorer(args, "dcce-forward", [
+    forward = args.dcce_forward or train_scorer(args, "dcce-forward", [
         f"data.splits.train.src={corpora / 'filtered.en.gz'}", f"data.splits.train.tgt={corpora / 'filtered.de.gz'}",
     ])  # fmt: skip
     backward = train_scorer(args, "dcce-backward", [
@@ -239,7 +240,8 @@ def main() -> None:
     ap.add_argument("--test-tgt", type=Path, default=ROOT / "data" / "multi30k" / "test_2016_flickr.de.gz")
     ap.add_argument("--skip-train", action="store_true", help="the filters' figures only")
     ap.add_argument("--reuse", action="store_true", help="a split whose run finished training is only translated")
-    ap.add_argument("--dcce-minutes", type=float, default=0.0, help="train the dcce filter's two models this long")
+    ap.add_argument("--dcce-minutes", type=float, default=0.0, help="train the dcce filter's models this long")
+    ap.add_argument("--dcce-forward", type=Path, help="the forward model: this run (e.g. the filtered split's own)")
     ap.add_argument("--dcce-quantile", type=float, default=0.99, help="of the valid pairs' scores: the threshold")
     ap.add_argument("--val", type=Path, default=ROOT / "data" / "multi30k" / "val", help="PREFIX of .en.gz / .de.gz")
     args = ap.parse_args()

@@ -4,8 +4,9 @@
                                   (gzip-compressed where the name ends in .gz)
     DIR/report.json               pairs read and kept, and per filter how many pairs it removed, with examples
 
-Lines are read, judged and written one pair at a time, so memory stays flat whatever the corpus size; only the
-duplicate filter's 8-byte hashes grow with the kept pairs. The outputs are written to temp files in DIR and
+Lines are read, judged and written one pair at a time (with the model-scored ``dcce`` filter, a chunk of
+``filter_base.CHUNK`` pairs at a time), so memory stays flat whatever the corpus size; only the duplicate filter's
+8-byte hashes grow with the kept pairs. The outputs are written to temp files in DIR and
 renamed into place at the end (report.json last): a clean that fails or is interrupted leaves DIR as it was,
 and is simply run again.
 """
