@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import benchlib  # noqa: E402
 import yaml
 from benchlib import describe, mtkit_timed, read_gz, sets
 
@@ -140,7 +141,11 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="extra overrides for every training run")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, help="decode only the first N lines of each split (smoke tests)")
+    ap.add_argument(
+        "--in-process", action="store_true", help="each mtkit command in this process (times without start-up)"
+    )
     args = ap.parse_args()
+    benchlib.IN_PROCESS = args.in_process
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import torch
 

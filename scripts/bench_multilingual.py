@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
 from benchlib import describe, mtkit_timed, read_gz, sets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,7 +220,11 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=20, help="with --train: T, a bilingual run's budget")
     parser.add_argument("--calibrate-updates", type=int, default=300, help="with --train: updates timed per rate")
     parser.add_argument("--set", action="append", default=[], help="with --train: extra overrides for every run")
+    parser.add_argument(
+        "--in-process", action="store_true", help="each mtkit command in this process (times without start-up)"
+    )
     args = parser.parse_args()
+    benchlib.IN_PROCESS = args.in_process
     if not args.multi and not args.many and not args.rate and not args.train:
         parser.error("give --train, --rate, --multi or --many")
     if args.train:

@@ -31,12 +31,32 @@ def sets(overrides: list[str]) -> list[str]:
     return [x for o in overrides for x in ("--set", o)]
 
 
+IN_PROCESS = False  # mtkit_timed runs each command in this process (a script's --in-process)
+
+
 def mtkit_timed(args: list, cwd: Union[Path, None] = None) -> tuple[str, int, float]:
-    """``mtkit ARGS`` in a process of its own, its command line printed first: (that line, exit status, seconds)."""
+    """``mtkit ARGS`` in a process of its own, its command line printed first: (that line, exit status, seconds).
+
+    With ``IN_PROCESS``, the command runs in this process instead (``mtkit.cli.main``, in ``cwd``): its seconds
+    then leave out a process's start-up (about 2 s of imports on 2 cores), which the published figures include;
+    the scripts' tests use it to check what the scripts compute without paying a start-up per command."""
     line = "mtkit " + " ".join(shlex.quote(str(a)) for a in args)
     print(f"$ {line}", flush=True)
     start = time.perf_counter()
-    code = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], cwd=cwd).returncode
+    if IN_PROCESS:
+        import os
+
+        from mtkit.cli import main as mtkit_main
+
+        before = os.getcwd()
+        os.chdir(cwd or before)
+        try:
+            code = mtkit_main([str(a) for a in args])
+        finally:
+            os.chdir(before)
+        sys.stdout.flush()
+    else:
+        code = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], cwd=cwd).returncode
     return line, code, time.perf_counter() - start
 
 

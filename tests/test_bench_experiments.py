@@ -132,7 +132,7 @@ def test_bench_distill_distils_trains_both_students_and_tabulates_what_it_decode
     out = run_script(
         ROOT / "scripts" / "bench_distill.py",
         *("--teacher-config", configs["teacher"], "--student-config", configs["student"], "--workdir", work),
-        *("--minutes", "0.05", "--limit", "20", "--threads", "1"),
+        *("--minutes", "0.05", "--limit", "20", "--threads", "1", "--in-process"),
         cwd=tmp_path,
     )
     manifest = json.loads((work / "distilled" / "manifest.json").read_text(encoding="utf-8"))
@@ -231,7 +231,19 @@ def test_bench_multilingual_reports_each_direction_the_speed_and_zero_shot_again
     out = run_script(
         ROOT / "scripts" / "bench_multilingual.py",
         *("--multi", multi, multi, "--bilingual", f"de={bi}", "--many", many),
-        *("--split", "val", "--limit", "12", "--beam-size", "2", "--threads", "1", "--dtype", "float32"),
+        *(
+            "--split",
+            "val",
+            "--limit",
+            "12",
+            "--beam-size",
+            "2",
+            "--threads",
+            "1",
+            "--dtype",
+            "float32",
+            "--in-process",
+        ),
         cwd=tmp_path,
     )
     source = {lang: read_gz(ROOT / "data" / "multi30k" / f"val.{lang}.gz")[:12] for lang in ("en", "de", "fr", "cs")}
