@@ -22,7 +22,9 @@ defaults: a forward (en -> de) and a backward (de -> en) model of ``--config`` a
 default-filtered split, as a user without clean data would, and score its pairs; ``--dcce-forward RUN`` takes a
 trained forward model instead (the filtered split's own run: ``work/bench-clean/filtered/run``). Its threshold comes from held-out
 pairs, not from the noise labels: the ``--dcce-quantile`` quantile of the scores of the validation pairs (clean
-translations neither model trained on). Printed: the threshold, the scores' quantiles per kind of pair, and the
+translations neither model trained on), or with ``--dcce-drop SHARE`` the score above which that share of the
+split's own pairs lies (the models trained on these pairs, noise included, and score them lower than unseen ones).
+Printed: the threshold, the scores' quantiles per kind of pair, and the
 precision and recall at that threshold and a few others; then a model trained ``--minutes`` on what dcce kept
 ("filtered+dcce") and, as the ceiling of any filter, on the noisy split's clean pairs alone ("clean pairs only").
 """
@@ -199,13 +201,15 @@ def dcce_split(args, corpora: Path, filtered: tuple, kinds: list) -> tuple[list,
 
     val_src, val_tgt = read_gz(val[0]), read_gz(val[1])
     held_out = scored([" ".join(x.split()) for x in val_src], [" ".join(x.split()) for x in val_tgt])
-    threshold = float(np.quantile(held_out, args.dcce_quantile))
     src, tgt = filtered
     score = scored([" ".join(x.split()) for x in src], [" ".join(x.split()) for x in tgt])
     kinds_arr = np.array(kinds)
-    print(
-        f"\ndcce threshold: {threshold:.3f}, the {args.dcce_quantile:g} quantile of the {len(val_src)} valid pairs' scores"
-    )
+    if args.dcce_drop:
+        threshold = float(np.quantile(score, 1 - args.dcce_drop))
+        print(f"\ndcce threshold: {threshold:.3f}, to drop the worst {args.dcce_drop:g} of the split's pairs")
+    else:
+        threshold = float(np.quantile(held_out, args.dcce_quantile))
+        print(f"\ndcce threshold: {threshold:.3f}, the {args.dcce_quantile:g} quantile of the valid pairs' scores")
     print(f"{'pairs':<16} {'count':>6} " + " ".join(f"{'q' + str(q):>6}" for q in (10, 50, 90)))
     for kind in ("valid", "clean", *KINDS):
         values = held_out if kind == "valid" else score[kinds_arr == kind]
@@ -243,6 +247,7 @@ def main() -> None:
     ap.add_argument("--dcce-minutes", type=float, default=0.0, help="train the dcce filter's models this long")
     ap.add_argument("--dcce-forward", type=Path, help="the forward model: this run (e.g. the filtered split's own)")
     ap.add_argument("--dcce-quantile", type=float, default=0.99, help="of the valid pairs' scores: the threshold")
+    ap.add_argument("--dcce-drop", type=float, help="instead: drop this share of the split's worst-scored pairs")
     ap.add_argument("--val", type=Path, default=ROOT / "data" / "multi30k" / "val", help="PREFIX of .en.gz / .de.gz")
     args = ap.parse_args()
 
