@@ -123,6 +123,12 @@ def test_clean_with_dcce_writes_the_kept_pairs_in_order(runs, tmp_path, run_cli)
     assert list(report["filters"]) == ["copy", "dcce"]
     kept = list(zip((out / "crawl.en").read_text().splitlines(), (out / "crawl.de").read_text().splitlines()))
     assert report["removed"]["dcce"] == len(pairs) - len(good) and kept == good  # every wrong pair, in order
+    scores = report["scores"]["dcce"]  # quantiles of the scores, to choose max_score from
+    assert scores["pairs_scored"] == len(pairs) and scores["q10"] <= scores["q50"] <= scores["q90"] <= scores["q99"]
+    assert (
+        scores["q50"] <= MAX_SCORE < scores["q99"]
+    )  # a fifth are wrong: the median is a good pair's, q99 a wrong one's
+    assert "dcce scores of 50 pairs: q10" in result.out
 
 
 def test_prepare_runs_dcce_on_the_train_split(runs, tmp_path, run_cli, write_config):

@@ -134,6 +134,7 @@ def clean(
         for temp in temps:
             temp.unlink(missing_ok=True)
         raise
+    report["scores"] = {f.name: f.summary() for f in chosen if f.summary()}
     report["seconds"] = round(time.perf_counter() - started, 3)
     atomic_write_text(out_dir / REPORT, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     if not quiet:
@@ -247,4 +248,7 @@ def print_report(report: dict, out_dir: Path):
             else ""
         )
         print(f"  {name:<13} {count:>10,}{example}")
+    for name, summary in report.get("scores", {}).items():
+        quantiles = ", ".join(f"{key} {value}" for key, value in summary.items() if key != "pairs_scored")
+        print(f"  {name} scores of {summary['pairs_scored']:,} pairs: {quantiles}")
     print(f"report: {out_dir / REPORT}")

@@ -45,6 +45,10 @@ class Filter:
         """``check`` of each pair, for a list of them."""
         return [self.check(src, tgt) for src, tgt in pairs]
 
+    def summary(self) -> Optional[dict]:
+        """What the filter saw, for the report (a scoring filter's score quantiles); None: nothing to say."""
+        return None
+
     def bad(self, key: str, what: str) -> MtkitError:
         return MtkitError(f"{option_key(self.where, self.name, key)}: {what}")
 
