@@ -81,6 +81,29 @@ def save(path: Path, bundle: Bundle) -> None:
     atomic_write_bytes(path, st_save(tensors, metadata=meta))
 
 
+def save_run(out: Path, cfg, tokenizer: Tokenizer, bundle: Bundle, name: str, verb: str) -> None:
+    """A run directory of one checkpoint: ``config.yaml``, the tokenizer's files and ``checkpoints/NAME``, written
+    to a temp sibling (``.OUT.VERB-PID.tmp``), fsynced and renamed into place. ``out`` is new or an empty folder,
+    or a run that may be replaced: the caller has checked."""
+    import os
+    import shutil
+
+    from mtkit.files import fsync_tree, replace_dir
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{verb}-{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        (tmp / "checkpoints").mkdir(parents=True)
+        (tmp / "config.yaml").write_text(cfgmod.dump(cfg), encoding="utf-8")
+        tokenizer.save(tmp)
+        save(tmp / "checkpoints" / name, bundle)
+        fsync_tree(tmp)
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def read_metadata(path: Path) -> dict:
     """The ``metadata`` of the checkpoint at ``path``, without reading its tensors.
 

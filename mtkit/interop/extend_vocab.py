@@ -20,9 +20,7 @@ taken from all old ids in one proportion.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -32,7 +30,6 @@ import torch
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
-from mtkit.files import fsync_tree, replace_dir
 from mtkit.interop import protobuf_wire
 from mtkit.languages import language_tag
 from mtkit.models import build_model
@@ -313,18 +310,7 @@ def extend_main(run: Path, *, out: Optional[Path], tokens_file: Optional[Path], 
     tokens = read_tokens(tokens_file) if tokens_file is not None else []
     file = ckpt.resolve(run)
     bundle, cfg, tokenizer = extend(ckpt.load(file), file, tokens, list(languages), str(tokens_file))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.extend-{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        (tmp / "checkpoints").mkdir(parents=True)
-        (tmp / "config.yaml").write_text(cfgmod.dump(cfg), encoding="utf-8")
-        tokenizer.save(tmp)
-        ckpt.save(tmp / "checkpoints" / CHECKPOINT, bundle)
-        fsync_tree(tmp)
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    ckpt.save_run(out, cfg, tokenizer, bundle, CHECKPOINT, "extend")
     size = bundle.metadata["tgt_vocab_size"]
     added = f"{len(tokens)} subword(s)" + (f" and language(s) {', '.join(languages)}" if languages else "")
     hint = ""

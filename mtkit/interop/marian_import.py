@@ -12,9 +12,7 @@ SentencePiece models and the vocabulary (``spm.src.model``, ``spm.tgt.model``, `
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -23,7 +21,7 @@ import torch
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
-from mtkit.files import check_new_run_dir, fsync_tree, replace_dir
+from mtkit.files import check_new_run_dir
 from mtkit.interop import marian
 from mtkit.interop.hf_files import imported_bundle, read_weights
 from mtkit.interop.hf_files import read_json as _read_json
@@ -196,19 +194,8 @@ def import_main(hf_dir: Path, out: Path, *, src_lang: Optional[str], tgt_lang: O
     hf_dir, out = Path(hf_dir), Path(out)
     check_new_run_dir(out, force)
     bundle = convert_any(hf_dir, src_lang, tgt_lang)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.import-{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        (tmp / "checkpoints").mkdir(parents=True)
-        cfg = cfgmod.from_dict(bundle.metadata["config"])
-        (tmp / "config.yaml").write_text(cfgmod.dump(cfg), encoding="utf-8")
-        Tokenizer.from_model_bytes(bundle.tokenizer).save(tmp)
-        ckpt.save(tmp / "checkpoints" / CHECKPOINT, bundle)
-        fsync_tree(tmp)
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    cfg = cfgmod.from_dict(bundle.metadata["config"])
+    ckpt.save_run(out, cfg, Tokenizer.from_model_bytes(bundle.tokenizer), bundle, CHECKPOINT, "import")
     flags = ""
     if cfg.data.languages:  # a many-to-many model: say which languages to name
         first, second = cfg.data.languages[:2]

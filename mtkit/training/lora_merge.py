@@ -27,11 +27,9 @@ def merge_main(run: Path, out: Path, force: bool = False) -> Path:
     Raises:
         MtkitError: ``run`` holds no LoRA checkpoint, ``out`` exists (without ``force``), or what loading raises.
     """
-    import os
-    import shutil
 
     from mtkit import config as cfgmod
-    from mtkit.files import check_new_run_dir, fsync_tree, replace_dir
+    from mtkit.files import check_new_run_dir
 
     file = ckpt.resolve(Path(run))
     if not ckpt.read_metadata(file).get("lora"):
@@ -48,18 +46,7 @@ def merge_main(run: Path, out: Path, force: bool = False) -> Path:
     meta = {k: v for k, v in loaded.metadata.items() if k != "lora"}
     meta.update(config=cfgmod.to_dict(cfg), merged_from=str(file))
     bundle = ckpt.Bundle(meta, loaded.model.state_dict(), loaded.tokenizer.model_bytes())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.merge-{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        (tmp / "checkpoints").mkdir(parents=True)
-        (tmp / "config.yaml").write_text(cfgmod.dump(cfg), encoding="utf-8")
-        loaded.tokenizer.save(tmp)
-        ckpt.save(tmp / "checkpoints" / MERGED_CHECKPOINT, bundle)
-        fsync_tree(tmp)
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    ckpt.save_run(out, cfg, loaded.tokenizer, bundle, MERGED_CHECKPOINT, "merge")
     layers = len(loaded.metadata["lora"]["layers"])
     print(f"merged the LoRA adapters of {layers} layers of {file} into its base weights -> {out}")
     return out
