@@ -9,7 +9,7 @@ A LoRA run's checkpoints hold only the adapters (``model.*lora_A*``, ``model.*lo
 to and the SHA-256 of that file's safetensors header. The header lists every tensor with its offsets and its CRC-32,
 which ``checkpoint.load`` checks against the data, so the digest changes with any tensor of the base. Resuming,
 translating and merging load the base from that file, check the digest, then put the adapters on it
-(``lora_checkpoint.load_lora_checkpoint``; ``training.lora_merge`` writes a merged run).
+(``checkpoint.load_lora_checkpoint``; ``training.lora_merge`` writes a merged run).
 ``merged`` folds the adapters into the base weights (PEFT's ``merge``) and gives back plain ``nn.Linear`` layers.
 """
 

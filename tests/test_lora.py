@@ -14,7 +14,7 @@ import yaml
 from conftest import TINY_TRANSFORMER, assert_one_line_error, cli, toy_pairs, write_lines
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit import lora, lora_checkpoint
+from mtkit import lora
 from mtkit.data.prepare import prepare
 from mtkit.models import PAD, build_model
 
@@ -82,7 +82,7 @@ def _unmerged(run, update: int):
     bundle = _ckpt(run, update)
     cfg = cfgmod.from_dict(bundle.metadata["config"])
     model = build_model(cfg.model, bundle.metadata["src_vocab_size"], bundle.metadata["tgt_vocab_size"], True)
-    lora_checkpoint.load_lora_checkpoint(model, bundle, run / "checkpoints", cfg.training.lora)
+    ckpt.load_lora_checkpoint(model, bundle, run / "checkpoints", cfg.training.lora)
     return model.eval()
 
 

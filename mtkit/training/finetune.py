@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit import lora, lora_checkpoint
+from mtkit import lora
 from mtkit.config import INIT_FROM_OWN_KEYS
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import Tokenizer
@@ -49,11 +49,9 @@ def start_from(cfg: cfgmod.Config, model, tokenizer: Tokenizer) -> Path:
                 f"model.{key} = {value!r} differs from {theirs.get(key)!r} of model.init_from {file}; "
                 f"its config.yaml does not match its checkpoint"
             )
-    weights = (
-        lora_checkpoint.whole_weights(file) if bundle.metadata.get("lora") else bundle.model
-    )  # a LoRA run's: merged
+    weights = ckpt.whole_weights(file) if bundle.metadata.get("lora") else bundle.model  # a LoRA run's: merged
     if any(lora.is_adapter(name) for name in model.state_dict()):  # training.lora: the base under the adapters
-        lora_checkpoint.load_base_weights(model, weights, file)
+        ckpt.load_base_weights(model, weights, file)
     else:
         ckpt.load_weights(model, weights, file)
     print(f"starting from {file} (model.init_from)")

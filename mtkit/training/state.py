@@ -16,7 +16,7 @@ import torch
 
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
-from mtkit import lora, lora_checkpoint
+from mtkit import lora
 from mtkit.errors import MtkitError
 from mtkit.training import distributed as distmod
 
@@ -144,11 +144,11 @@ def restore(trainer, path: Path, saved: ckpt.Bundle) -> TrainState:
         )
     if trainer.lora_layers is not None or meta.get("lora") is not None:
         lora.check_shape(meta.get("lora"), trainer.t.lora, path)
-        base, weights = lora_checkpoint.lora_base_weights(meta["lora"], path)
-        lora_checkpoint.load_base_weights(trainer.model, weights, base)
+        base, weights = ckpt.lora_base_weights(meta["lora"], path)
+        ckpt.load_base_weights(trainer.model, weights, base)
         if meta["lora"]["layers"] != trainer.lora_layers:
             raise MtkitError(f"{path}: its LoRA adapters are on other layers than training.lora.modules now names")
-        lora_checkpoint.load_adapters(trainer.model, saved.model, path)
+        ckpt.load_adapters(trainer.model, saved.model, path)
         trainer.lora_meta = meta["lora"]
     else:
         ckpt.load_weights(trainer.model, saved.model, path)
