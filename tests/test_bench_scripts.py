@@ -273,9 +273,17 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
                 assert 0 < float(ct2) < whole and abs(float(ct2) + float(rest) - whole) <= 0.002
         medians = re.search(rf"^{compute} beam {beam}, medians: (.*)$", out, re.MULTILINE).group(1)
         assert re.search(rf"{re.escape(name)} CTranslate2 {NUMBER} s, rest {NUMBER} s", medians), medians
-        assert abs(float(ratio) - float(direct) / float(fastest)) <= 0.01
+
+        # the ratios are printed to 0.01 and worked out from times printed to 0.001 s: rounding may move each by
+        # 0.005 plus what 0.0005 s of either time makes of it
+        def rounding(ratio: float, a: float, b: float) -> float:
+            return 0.005 + ratio * (0.0005 / a + 0.0005 / b) + 1e-9
+
+        expected = float(direct) / float(fastest)
+        assert abs(float(ratio) - expected) <= rounding(expected, float(direct), float(fastest))
         turns = sorted(d / t for d, t in zip(seconds["ct2_direct.py"], seconds[name]))
-        assert abs(float(median) - (turns[0] + turns[1]) / 2) <= 0.01
+        slack = max(rounding(d / t, d, t) for d, t in zip(seconds["ct2_direct.py"], seconds[name]))
+        assert abs(float(median) - (turns[0] + turns[1]) / 2) <= slack
         slug = {"mtkit": "mtkit", "--search ctranslate2": "search"}[name]
         mine = (work / f"out-{compute}-{beam}-{slug}.txt").read_text(encoding="utf-8").splitlines()
         script = (work / f"out-{compute}-{beam}-direct.txt").read_text(encoding="utf-8").splitlines()
