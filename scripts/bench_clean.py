@@ -177,8 +177,7 @@ def dcce_split(args, corpora: Path, filtered: tuple, kinds: list) -> tuple[list,
     """The default-filtered split's pairs that the dcce filter keeps, its figures printed on the way."""
     import numpy as np
 
-    from mtkit import checkpoint as ckpt
-    from mtkit.data import dcce
+    from mtkit.data import dcce, filters
 
     val = [Path(f"{args.val}.en.gz"), Path(f"{args.val}.de.gz")]
     forward = args.dcce_forward or train_scorer(args, "dcce-forward", [
@@ -190,14 +189,13 @@ def dcce_split(args, corpora: Path, filtered: tuple, kinds: list) -> tuple[list,
         f"data.splits.valid.src={val[1]}", f"data.splits.valid.tgt={val[0]}",
         f"data.splits.test.src={args.test_tgt}", f"data.splits.test.tgt={args.test_src}",
     ])  # fmt: skip
-    models = [ckpt.load_checkpoint(run) for run in (forward, backward)]
+    (scorer,) = filters.build({"dcce": {"forward": str(forward), "backward": str(backward)}}, "en", "de", "bench")
 
     def scored(src: list, tgt: list) -> np.ndarray:
         started = time.perf_counter()
-        h_f = dcce.cross_entropies(models[0], src, tgt)
-        h_b = dcce.cross_entropies(models[1], tgt, src)
+        both = scorer.cross_entropies(list(zip(src, tgt)))
         print(f"scored {len(src)} pairs in {time.perf_counter() - started:.1f} s")
-        return np.array([dcce.dual_score(f, b) for f, b in zip(h_f, h_b)])
+        return np.array([dcce.dual_score(h_f, h_b) for h_f, h_b in both])
 
     val_src, val_tgt = read_gz(val[0]), read_gz(val[1])
     held_out = scored([" ".join(x.split()) for x in val_src], [" ".join(x.split()) for x in val_tgt])

@@ -134,7 +134,7 @@ def clean(
         for temp in temps:
             temp.unlink(missing_ok=True)
         raise
-    report["scores"] = {f.name: f.summary() for f in chosen if f.summary()}
+    report["scores"] = {f.name: summary for f in chosen if (summary := f.summary())}
     report["seconds"] = round(time.perf_counter() - started, 3)
     atomic_write_text(out_dir / REPORT, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     if not quiet:

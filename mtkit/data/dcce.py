@@ -22,6 +22,8 @@ import dataclasses
 from pathlib import Path
 from typing import ClassVar, Optional
 
+import numpy as np
+
 from mtkit.data.filter_base import Filter, option
 
 HISTOGRAM_STEP, HISTOGRAM_BINS = 0.05, 400  # the scores the report's quantiles come from: 0 to 20, then above
@@ -71,11 +73,16 @@ class DualCrossEntropy(Filter):
     def check(self, src, tgt):
         return self.check_batch([(src, tgt)])[0]
 
+    def cross_entropies(self, pairs: list[tuple[str, str]]) -> list[tuple[float, float]]:
+        """(H_f, H_b) of each pair: the forward model's cross-entropy of the target, the backward one's of the
+        source."""
+        sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+        forward = cross_entropies(self.models[0], sources, targets, self.batch_tokens)
+        return list(zip(forward, cross_entropies(self.models[1], targets, sources, self.batch_tokens)))
+
     def check_batch(self, pairs):
-        forward = cross_entropies(self.models[0], [p[0] for p in pairs], [p[1] for p in pairs], self.batch_tokens)
-        backward = cross_entropies(self.models[1], [p[1] for p in pairs], [p[0] for p in pairs], self.batch_tokens)
         out: list[Optional[str]] = []
-        for h_f, h_b in zip(forward, backward):
+        for h_f, h_b in self.cross_entropies(pairs):
             score = dual_score(h_f, h_b)
             self.histogram[min(int(score / HISTOGRAM_STEP), HISTOGRAM_BINS)] += 1
             out.append(f"score {score:.2f} (forward {h_f:.2f}, backward {h_b:.2f})" if score > self.max_score else None)
@@ -101,9 +108,24 @@ def dual_score(h_forward: float, h_backward: float) -> float:
     return abs(h_forward - h_backward) + 0.5 * (h_forward + h_backward)
 
 
+class _Encoded:
+    """Encoded pairs as ``data.batches.collate`` reads a split: each side's ids concatenated, with offsets."""
+
+    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]]):
+        self.src_lengths = np.array([len(ids) for ids in src_ids], dtype=np.int64)
+        self.tgt_lengths = np.array([len(ids) for ids in tgt_ids], dtype=np.int64)
+        self._sides = {
+            side: (np.array([t for ids in seqs for t in ids], dtype=np.int64), np.cumsum([0, *lengths]))
+            for side, seqs, lengths in (("src", src_ids, self.src_lengths), ("tgt", tgt_ids, self.tgt_lengths))
+        }
+
+    def arrays(self, side: str) -> tuple[np.ndarray, np.ndarray]:
+        return self._sides[side]
+
+
 def cross_entropies(loaded, sources: list[str], targets: list[str], batch_tokens: int = 6000) -> list[float]:
     """Each target's cross-entropy given its source under a model, in nats per subword (its end of sentence
-    counted), by teacher forcing.
+    counted), by teacher forcing: the batches training makes (``make_batches``, ``collate``), in length order.
 
     Args:
         loaded: ``checkpoint.load_checkpoint``'s result (model in eval mode, tokenizer).
@@ -112,42 +134,19 @@ def cross_entropies(loaded, sources: list[str], targets: list[str], batch_tokens
     """
     import torch
 
-    from mtkit.tokenizer import BOS, EOS, PAD
+    from mtkit.data.batches import collate, make_batches
+    from mtkit.tokenizer import PAD
 
     model, tok = loaded.model, loaded.tokenizer
     limit = model.max_positions - 1  # room for EOS / BOS
-    src_ids = [ids[:limit] for ids in tok.encode_src(sources)]
-    tgt_ids = [ids[:limit] for ids in tok.encode_tgt(targets)]
-    order = sorted(range(len(sources)), key=lambda i: (len(src_ids[i]), len(tgt_ids[i])))
-    out = [0.0] * len(sources)
-    start = 0
-    while start < len(order):
-        end, width = start, 0
-        while end < len(order):
-            i = order[end]
-            width = max(width, len(src_ids[i]) + 1, len(tgt_ids[i]) + 1)
-            if end > start and width * (end - start + 1) > batch_tokens:
-                break
-            end += 1
-        rows = order[start:end]
-        start = end
-        s_len = max(len(src_ids[i]) for i in rows) + 1
-        t_len = max(len(tgt_ids[i]) for i in rows) + 1
-        src = torch.full((len(rows), s_len), PAD, dtype=torch.long)
-        tgt_in = torch.full((len(rows), t_len), PAD, dtype=torch.long)
-        tgt_out = torch.full((len(rows), t_len), PAD, dtype=torch.long)
-        for r, i in enumerate(rows):
-            s, t = src_ids[i], tgt_ids[i]
-            src[r, : len(s) + 1] = torch.tensor([*s, EOS])
-            tgt_in[r, : len(t) + 1] = torch.tensor([BOS, *t])
-            tgt_out[r, : len(t) + 1] = torch.tensor([*t, EOS])
-        device = next(model.parameters()).device
-        src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
+    pairs = _Encoded([ids[:limit] for ids in tok.encode_src(sources)], [ids[:limit] for ids in tok.encode_tgt(targets)])
+    device = next(model.parameters()).device
+    out = np.zeros(len(sources))
+    for rows in make_batches(pairs.src_lengths, pairs.tgt_lengths, batch_tokens, seed=0, epoch=0, shuffle=False):
+        batch = collate(pairs, rows, device)
         with torch.inference_mode():
-            logp = model(src, tgt_in).float().log_softmax(-1)  # (B, T, V)
-            nll = -logp.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
-            real = tgt_out != PAD
-            values = ((nll * real).sum(1) / real.sum(1)).tolist()
-        for r, i in enumerate(rows):
-            out[i] = values[r]
-    return out
+            logp = model(batch.src, batch.tgt_in).float().log_softmax(-1)  # (B, T, V)
+            nll = -logp.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
+            real = batch.tgt_out != PAD
+            out[rows] = ((nll * real).sum(1) / real.sum(1)).cpu().numpy()
+    return out.tolist()
