@@ -11,6 +11,16 @@ def language_tag(lang: str, template: str = "<2{lang}>") -> str:
     return template.replace("{lang}", lang)
 
 
+LISTED_IN_FULL = 12  # language codes a message lists in full; of more, it names the count and the nearest few
+
+
+def nearest_codes(codes, wrong: str, n: int = 3) -> list[str]:
+    """The ``n`` codes nearest to ``wrong`` (difflib's ratio), for a message about a language a model lacks."""
+    import difflib
+
+    return difflib.get_close_matches(wrong, list(codes), n=n, cutoff=0.0)
+
+
 def run_sources(data) -> tuple[str, ...]:
     """The languages a run translates from: a many-to-many model's languages, its directions' sources (in the order
     they first come), or its one source language."""

@@ -27,7 +27,7 @@ from mtkit.inference.options import Options, check_flags
 from mtkit.inference.results import Hypothesis, Translation
 from mtkit.inference.segments import Segment, with_parallel
 from mtkit.interop import ct2_export as ct2
-from mtkit.languages import language_tag
+from mtkit.languages import LISTED_IN_FULL, language_tag, nearest_codes
 
 PathLike = Union[str, Path]
 Line = Union[str, bytes, Segment, dict]
@@ -341,15 +341,9 @@ class TranslationModel:
 
 def _named(codes: Sequence[str], wrong: str, verb: str) -> str:
     """ "this model translates into a, b, c", or for many codes the nearest to ``wrong`` (difflib's ratio)."""
-    if len(codes) <= NAMED_IN_FULL:
+    if len(codes) <= LISTED_IN_FULL:
         return f"this model {verb} {', '.join(codes)}"
-    import difflib
-
-    near = difflib.get_close_matches(wrong, codes, n=3, cutoff=0.0)
-    return f"the nearest of the {len(codes)} languages this model {verb}: {', '.join(near)}"
-
-
-NAMED_IN_FULL = 12  # languages a message lists in full; of more, it names the nearest
+    return f"the nearest of the {len(codes)} languages this model {verb}: {', '.join(nearest_codes(codes, wrong))}"
 
 
 def _prefix_of(segment: Segment) -> str:

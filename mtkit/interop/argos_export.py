@@ -40,7 +40,7 @@ from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_dir
 from mtkit.interop import ct2_export, protobuf_wire, sentence_rules
-from mtkit.languages import run_sources
+from mtkit.languages import LISTED_IN_FULL, nearest_codes, run_sources
 from mtkit.text.names import language_name
 from mtkit.version import __version__
 
@@ -116,9 +116,6 @@ def package_languages(data, source: Optional[str], target: Optional[str]) -> Dir
     return Direction(source, target, cfgmod.language_tag(target, data.tag_template), source_prefix)
 
 
-LISTED_IN_FULL = 12  # language codes a message lists in full; of more, it names the count and a few
-
-
 def _listed(codes: list[str], near: Optional[str] = None) -> str:
     """``codes`` for a message: all of them, or for many their count and the three nearest to ``near`` (difflib's
     ratio), or the first three."""
@@ -126,9 +123,7 @@ def _listed(codes: list[str], near: Optional[str] = None) -> str:
         return ", ".join(codes)
     if near is None:
         return f"{len(codes)} languages: {', '.join(codes[:3])}, ..."
-    import difflib
-
-    return f"{len(codes)} languages, the nearest {', '.join(difflib.get_close_matches(near, codes, n=3, cutoff=0.0))}"
+    return f"{len(codes)} languages, the nearest {', '.join(nearest_codes(codes, near))}"
 
 
 def metadata(source: str, target: str, target_prefix: str) -> dict:
