@@ -40,6 +40,7 @@ from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_dir
 from mtkit.interop import ct2_export, protobuf_wire, sentence_rules
+from mtkit.interop.protobuf_wire import SPM_CONTROL, SPM_PIECE, SPM_PIECES, SPM_TYPE
 from mtkit.languages import LISTED_IN_FULL, nearest_codes, run_sources
 from mtkit.text.names import language_name
 from mtkit.version import __version__
@@ -49,8 +50,6 @@ PACKAGE_VERSION = "1.0"
 # outputs at 256; so the model needs positions for 1,024 (a sinusoidal table is written that long)
 ARGOS_MAX_INPUT = 1024
 ARGOS_VERSION = "1.11.0"  # the Argos Translate release these packages are built for and tested with
-# SentencePiece's ModelProto: pieces (field 1), each a message with piece (1), score (2), type (3; CONTROL = 3)
-SPM_PIECES, SPM_PIECE, SPM_TYPE, SPM_CONTROL = 1, 1, 3, 3
 
 
 class Direction(NamedTuple):
@@ -200,7 +199,7 @@ def tags_as_control(model: bytes, tags: set[str], add: bool = False) -> bytes:
     Raises:
         MtkitError: the bytes are not a SentencePiece model, or a tag is not one of its pieces (without ``add``).
     """
-    out, found, after_pieces = [], set(), 0
+    out, found = [], set()
     try:
         for number, _, value, raw in protobuf_wire.fields(model):
             if number == SPM_PIECES:
@@ -210,18 +209,13 @@ def tags_as_control(model: bytes, tags: set[str], add: bool = False) -> bytes:
                     found.add(piece)
                     body = b"".join(r for n, _, _, r in parts if n != SPM_TYPE)
                     raw = protobuf_wire.bytes_field(SPM_PIECES, body + protobuf_wire.int_field(SPM_TYPE, SPM_CONTROL))
-                after_pieces = len(out) + 1
             out.append(raw)
     except (ValueError, UnicodeDecodeError):
         raise MtkitError("the run's SentencePiece model does not read as one") from None
     missing = sorted(tags - found)
     if missing and not add:
         raise MtkitError(f"the SentencePiece model has no piece {missing[0]!r} (a language token)")
-    control = protobuf_wire.int_field(SPM_TYPE, SPM_CONTROL)
-    out[after_pieces:after_pieces] = [
-        protobuf_wire.bytes_field(SPM_PIECES, protobuf_wire.bytes_field(SPM_PIECE, tag) + control) for tag in missing
-    ]
-    return b"".join(out)
+    return protobuf_wire.spm_with_pieces(b"".join(out), missing, SPM_CONTROL)
 
 
 def package_spm(spm: bytes, tokenizer, data) -> bytes:

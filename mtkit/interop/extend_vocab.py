@@ -36,9 +36,7 @@ from mtkit.models import build_model
 from mtkit.tokenizer import UNK, Tokenizer
 
 CHECKPOINT = "ckpt_0000000.safetensors"
-# SentencePiece's ModelProto: pieces (field 1: piece 1, type 3; USER_DEFINED = 4), normalizer_spec (field 3:
-# add_dummy_prefix 3, remove_extra_whitespaces 4)
-SPM_PIECES, SPM_PIECE, SPM_TYPE, SPM_USER_DEFINED = 1, 1, 3, 4
+# SentencePiece's ModelProto: normalizer_spec (field 3: add_dummy_prefix 3, remove_extra_whitespaces 4)
 SPM_NORMALIZER, NORM_DUMMY_PREFIX, NORM_EXTRA_WHITESPACES = 3, 3, 4
 CODES = {  # the language codes each family of imports names, as a pattern
     "nllb": re.compile(r"[a-z]{2,3}_[A-Z][a-z]{3}"),  # fra_Latn
@@ -96,18 +94,9 @@ def with_pieces(model: bytes, pieces: Sequence[str]) -> bytes:
         MtkitError: the bytes are not a SentencePiece model.
     """
     try:
-        fields = list(protobuf_wire.fields(model))
+        return protobuf_wire.spm_with_pieces(model, pieces, protobuf_wire.SPM_USER_DEFINED)
     except ValueError:
         raise MtkitError("the run's SentencePiece model does not read as one") from None
-    last = max((i for i, (number, *_) in enumerate(fields) if number == SPM_PIECES), default=-1)
-    new = b"".join(
-        protobuf_wire.bytes_field(
-            SPM_PIECES,
-            protobuf_wire.bytes_field(SPM_PIECE, piece) + protobuf_wire.int_field(SPM_TYPE, SPM_USER_DEFINED),
-        )
-        for piece in pieces
-    )
-    return b"".join(raw for *_, raw in fields[: last + 1]) + new + b"".join(raw for *_, raw in fields[last + 1 :])
 
 
 def _speller(model: bytes) -> spm.SentencePieceProcessor:

@@ -110,3 +110,23 @@ def fields(data: bytes) -> Iterator[tuple[int, int, int | bytes, bytes]]:
         if pos > len(data) or number == 0:
             raise ValueError("truncated message")
         yield number, wire, value, data[start:pos]
+
+
+# ------------------------------------------------------------------------------- SentencePiece's ModelProto
+SPM_PIECES, SPM_PIECE, SPM_TYPE = 1, 1, 3  # ModelProto.pieces; each SentencePiece's piece and type
+SPM_CONTROL, SPM_USER_DEFINED = 3, 4  # piece types: a control symbol (decodes to no text), one kept whole in text
+
+
+def spm_with_pieces(model: bytes, pieces: Iterable[str], piece_type: int) -> bytes:
+    """A SentencePiece ``ModelProto`` with ``pieces`` added after its last piece, each of ``piece_type``, and every
+    other byte as it was.
+
+    Raises:
+        ValueError: the bytes are not a protobuf message.
+    """
+    parts = list(fields(model))
+    last = max((i for i, (number, *_) in enumerate(parts) if number == SPM_PIECES), default=-1)
+    new = b"".join(
+        bytes_field(SPM_PIECES, bytes_field(SPM_PIECE, piece) + int_field(SPM_TYPE, piece_type)) for piece in pieces
+    )
+    return b"".join(raw for *_, raw in parts[: last + 1]) + new + b"".join(raw for *_, raw in parts[last + 1 :])
