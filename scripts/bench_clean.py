@@ -131,39 +131,30 @@ def train_and_score(args, name: str, src: Path, tgt: Path) -> tuple[float, float
     """Prepare and train ``--config`` on (src, tgt) as the train split, translate ``--test``; (BLEU, chrF)."""
     from mtkit.scoring.score import corpus_scores
 
-    work = args.workdir / name
-    overrides = [
-        f"data.dir={work / 'data'}",
-        f"data.splits.train.src={src}",
-        f"data.splits.train.tgt={tgt}",
-        f"training.run_dir={work / 'run'}",
-        f"training.max_minutes={args.minutes}",
-        "training.calibrate=false",
-        *([f"training.max_updates={args.updates}"] if args.updates else []),
-        *args.set,
-    ]
+    updates = [f"training.max_updates={args.updates}"] if args.updates else []
+    run = trained_run(
+        args, name, args.minutes, [f"data.splits.train.src={src}", f"data.splits.train.tgt={tgt}", *updates]
+    )
+    work = run.parent
     hyp, sources = work / "test.hyp", work / "test.src"
-    trained = (work / "run" / "checkpoints" / "average.safetensors").is_file()
-    if not (args.reuse and trained):
-        mtkit(["prepare", args.config, *sets(overrides)])
-        mtkit(["train", args.config, *sets(overrides)])
     lines = read_gz(args.test_src) if args.test_src.suffix == ".gz" else args.test_src.read_text("utf-8").splitlines()
     sources.write_text("".join(line + "\n" for line in lines), encoding="utf-8")  # translate reads plain text
-    mtkit(["translate", work / "run", "-i", sources, "-o", hyp, "--beam-size", 5])
+    mtkit(["translate", run, "-i", sources, "-o", hyp, "--beam-size", 5])
     refs = read_gz(args.test_tgt) if args.test_tgt.suffix == ".gz" else args.test_tgt.read_text("utf-8").splitlines()
     scores = corpus_scores(hyp.read_text(encoding="utf-8").splitlines(), [refs], metrics=("bleu", "chrf"))
     return scores["bleu"]["score"], scores["chrf"]["score"]
 
 
-def train_scorer(args, name: str, overrides: list) -> Path:
-    """Prepare and train ``--config`` for ``--dcce-minutes`` under ``workdir/name``; its run dir."""
+def trained_run(args, name: str, minutes: float, overrides: list) -> Path:
+    """``--config`` prepared and trained ``minutes`` under ``workdir/name`` with ``overrides`` (with ``--reuse``, a
+    run that finished training is taken as it is); its run dir."""
     work = args.workdir / name
     run = work / "run"
     if not (args.reuse and (run / "checkpoints" / "average.safetensors").is_file()):
         every = [
             f"data.dir={work / 'data'}",
             f"training.run_dir={run}",
-            f"training.max_minutes={args.dcce_minutes}",
+            f"training.max_minutes={minutes}",
             "training.calibrate=false",
             *overrides,
             *args.set,
@@ -180,10 +171,10 @@ def dcce_split(args, corpora: Path, filtered: tuple, kinds: list) -> tuple[list,
     from mtkit.data import dcce, filters
 
     val = [Path(f"{args.val}.en.gz"), Path(f"{args.val}.de.gz")]
-    forward = args.dcce_forward or train_scorer(args, "dcce-forward", [
+    forward = args.dcce_forward or trained_run(args, "dcce-forward", args.dcce_minutes, [
         f"data.splits.train.src={corpora / 'filtered.en.gz'}", f"data.splits.train.tgt={corpora / 'filtered.de.gz'}",
     ])  # fmt: skip
-    backward = train_scorer(args, "dcce-backward", [
+    backward = trained_run(args, "dcce-backward", args.dcce_minutes, [
         "data.src_lang=de", "data.tgt_lang=en",
         f"data.splits.train.src={corpora / 'filtered.de.gz'}", f"data.splits.train.tgt={corpora / 'filtered.en.gz'}",
         f"data.splits.valid.src={val[1]}", f"data.splits.valid.tgt={val[0]}",
