@@ -2,11 +2,12 @@
 """How well mtkit's confidence tells good translations from bad: sentence confidence against sentence chrF, and
 flagged words against the reference.
 
-    python scripts/bench_confidence.py runs/multi30k-transformer [--threshold 0.5] [--algorithm beam]
+    python scripts/bench_confidence.py runs/multi30k-transformer [--samples 8] [--threshold 0.5] [--algorithm beam]
 
-Calibrates the run on val (``mtkit calibrate``: RUN/calibration.json), then translates val and test_2016_flickr
-and prints, per split: Spearman's rank correlation of the sentence confidence (and of the raw mean token
-log-prob) with sentence chrF against the reference; the calibration error (confidence against sentence chrF /
+Calibrates the run on val (``mtkit calibrate [--samples K]``: RUN/calibration.json), then translates val and
+test_2016_flickr and prints, per split: the seconds the translation with scores took (with --samples, the epsilon
+samples each sentence draws for its agreement included); Spearman's rank correlation of the sentence confidence
+(and of the raw mean token log-prob) with sentence chrF against the reference; the calibration error (confidence against sentence chrF /
 100, ten equal-width bins) uncalibrated and calibrated; and for words, how often a word under ``--threshold`` is
 absent from the reference (compared lower-cased, punctuation stripped) against a word at or above it, and their
 ratio.
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, default=0.5, help="a word under this confidence is flagged")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--algorithm", default=None)
+    ap.add_argument("--samples", type=int, default=0, help="mtkit calibrate --samples: epsilon samples a sentence")
     args = ap.parse_args()
 
     import contextlib
@@ -48,12 +50,12 @@ def main() -> None:
 
     print(f"bench_confidence {time.strftime('%Y-%m-%d %H:%M')}  {describe()}  {args.run}")
     with contextlib.redirect_stdout(io.StringIO()) as said:
-        calibrate_main(run=Path(args.run), threads=args.threads)
+        calibrate_main(run=Path(args.run), threads=args.threads, samples=args.samples)
     print(said.getvalue().strip())
     model = mtkit.load(args.run, threads=args.threads, algorithm=args.algorithm)
     chrf = CHRF()
     print(
-        f"{'split':<18} {'sentences':>9} {'Spearman conf':>13} {'Spearman lp':>11} {'ECE raw':>8} {'ECE cal':>8} "
+        f"{'split':<18} {'sentences':>9} {'seconds':>8} {'Spearman conf':>13} {'Spearman lp':>11} {'ECE raw':>8} {'ECE cal':>8} "
         f"{'flagged absent':>14} {'unflagged absent':>16} {'ratio':>6}"
     )
     for name in ("val", "test_2016_flickr"):
@@ -61,7 +63,10 @@ def main() -> None:
         references = read_gz(ROOT / f"data/multi30k/{name}.de.gz")
         confidence, raw, mean_lp, quality = [], [], [], []
         counts = {True: [0, 0], False: [0, 0]}  # flagged -> [absent, all]
-        for t, ref in zip(model.translate_batch(sources, scores=True), references):
+        started = time.perf_counter()
+        translations = model.translate_batch(sources, scores=True)
+        seconds = time.perf_counter() - started
+        for t, ref in zip(translations, references):
             best = t.best
             if best is None:
                 continue
@@ -78,7 +83,7 @@ def main() -> None:
                 counts[flagged][1] += 1
         absent = {k: v[0] / max(v[1], 1) for k, v in counts.items()}
         print(
-            f"{name:<18} {len(quality):9d} {spearman(confidence, quality):13.3f} {spearman(mean_lp, quality):11.3f} "
+            f"{name:<18} {len(quality):9d} {seconds:8.2f} {spearman(confidence, quality):13.3f} {spearman(mean_lp, quality):11.3f} "
             f"{calibration_error(raw, quality):8.3f} {calibration_error(confidence, quality):8.3f} "
             f"{absent[True]:9.3f} ({counts[True][1]}) {absent[False]:10.3f} ({counts[False][1]}) "
             f"{absent[True] / max(absent[False], 1e-9):6.2f}x",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import mtkit
-from mtkit.inference.confidence import Calibration, calibration_error, spearman, words
+from mtkit.inference.confidence import Calibration, agreement, calibration_error, features, spearman, words
 
 SOURCES = ["A man is riding a bike .", "Two dogs and a cat .", "The white tree ."]
 
@@ -72,13 +72,46 @@ def test_the_api_gives_every_hypothesis_its_confidence(run):
     assert model.translate_batch(SOURCES[0], scores=False).best.confidence is None
 
 
+def test_the_linear_score_is_fitted_then_mapped_monotonically(tmp_path):
+    """Least squares finds the weights of a quality that is linear in two figures; the confidence is the isotonic
+    map of that score; the file keeps features, weights and samples, and a file of mean log-prob knots alone (as
+    written before there were features) still loads as that."""
+    rng = random.Random(1)
+    rows = [{"mean_log_prob": rng.uniform(-3, 0), "log_length": rng.uniform(0, 3)} for _ in range(200)]
+    quality = [0.8 + 0.1 * r["mean_log_prob"] - 0.05 * r["log_length"] for r in rows]
+    cal = Calibration.fit_features(rows, quality, ("mean_log_prob", "log_length"))
+    assert cal.weights == pytest.approx((0.8, 0.1, -0.05)) and cal.features == ("mean_log_prob", "log_length")
+    assert [cal.confidence(r) for r in rows] == pytest.approx(quality, abs=1e-9)
+    ordered = sorted(rows, key=cal.score)
+    mapped = [cal.confidence(r) for r in ordered]
+    assert all(a <= b for a, b in zip(mapped, mapped[1:]))
+    cal.save(tmp_path)
+    assert Calibration.load(tmp_path) == cal
+    (tmp_path / "calibration.json").write_text(json.dumps({"x": [-2.0, -1.0], "y": [0.3, 0.6]}), encoding="utf-8")
+    old = Calibration.load(tmp_path)
+    assert old.features == ("mean_log_prob",) and old.confidence({"mean_log_prob": -1.5}) == pytest.approx(0.45)
+    with pytest.raises(mtkit.MtkitError, match="needs the translation's log_length"):
+        cal.confidence({"mean_log_prob": -1.0})
+
+
+def test_agreement_is_the_mean_chrf_against_the_samples():
+    from sacrebleu.metrics.chrf import CHRF
+
+    hyps, samples = ["Ein Mann fährt Rad .", "Zwei Hunde ."], ["Ein Mann fährt ein Rad .", "Ein Mann radelt ."]
+    chrf = CHRF()
+    expected = [sum(chrf.sentence_score(h, [s]).score for s in samples) / 200 for h in hyps]
+    assert agreement(hyps, samples) == pytest.approx(expected, abs=1e-6)
+    assert agreement(hyps, []) == [0.0, 0.0]
+
+
 def test_calibrate_writes_what_later_loads_use(calibrated, run_cli):
-    saved = json.loads((calibrated / "calibration.json").read_text(encoding="utf-8"))
-    cal = Calibration(tuple(saved["x"]), tuple(saved["y"]))
-    assert saved["fitted_on"] == 30 and list(cal.y) == sorted(cal.y)
+    cal = Calibration.load(calibrated)
+    assert cal.fitted_on == 30 and list(cal.y) == sorted(cal.y) and cal.samples == 0
+    assert cal.features == ("mean_log_prob", "log_length", "log_source_length")
     model = mtkit.load(calibrated, device="cpu", dtype="float32")
     for t in model.translate_batch(SOURCES):
-        assert t.best.confidence == pytest.approx(cal(sum(t.best.token_log_probs) / len(t.best.token_log_probs)))
+        figures = features(t.best.token_log_probs, len(t.source_tokens))
+        assert t.best.confidence == pytest.approx(cal.confidence(figures))
     result = run_cli("calibrate", calibrated, "--max-sentences", "20", "--device", "cpu")
     assert result.code == 0 and "calibrated on 20 sentences of valid: Spearman" in result.out
 
@@ -132,6 +165,30 @@ def test_the_server_answers_with_the_confidence(calibrated):
 def test_bad_mark_below_is_one_line(run, run_cli, args, message):
     result = run_cli("translate", run, *args)
     assert result.code == 2 and message in result.err and len(result.err.strip().splitlines()) == 1
+
+
+def test_calibrating_with_samples_makes_every_translation_draw_them(run, tmp_path, run_cli):
+    """`mtkit calibrate --samples 3`: the agreement joins the figures, and a later translation's confidence is the
+    calibration's map of its figures with its agreement against the 3 epsilon samples the API draws (seed 0)."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    result = run_cli("calibrate", copy, "--samples", "3", "--device", "cpu")
+    assert result.code == 0 and "log_source_length, agreement" in result.out, result.err
+    cal = Calibration.load(copy)
+    assert cal.samples == 3 and cal.features[-1] == "agreement" and len(cal.weights) == 5
+    model = mtkit.load(copy, device="cpu", dtype="float32")
+    drawn = mtkit.load(copy, device="cpu", dtype="float32", algorithm="sampling", nbest=3, epsilon=0.02, seed=0)
+    drawn = drawn.translate_batch(SOURCES, scores=False)  # a fresh model's draws with seed 0
+    model.translate_batch(SOURCES, algorithm="sampling", seed=0)  # the API's own stream of seed 0 moves on...
+    for t, d in zip(model.translate_batch(SOURCES), drawn):  # ...but the confidence's samples start it afresh
+        agrees = agreement([t.best.text], [h.text for h in d.hypotheses])[0]
+        figures = features(t.best.token_log_probs, len(t.source_tokens), agrees)
+        assert t.best.confidence == pytest.approx(cal.confidence(figures))
+    too_many = run_cli("calibrate", copy, "--samples", "65")
+    assert too_many.code == 2 and "--samples 65: use 0 (none) to 64" in too_many.err
+    (copy / "calibration.json").write_text(json.dumps({"x": [0.0], "y": [0.5], "features": ["agreement"]}))
+    damaged = run_cli("translate", copy, "-i", copy / "config.yaml")
+    assert damaged.code == 2 and "not a calibration" in damaged.err and len(damaged.err.strip().splitlines()) == 1
 
 
 def test_calibrating_what_cannot_be_calibrated_is_one_line(run, run_cli, tmp_path):

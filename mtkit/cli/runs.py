@@ -48,16 +48,22 @@ def calibrate(
     run: Path = typer.Argument(..., help="Run directory."),
     split: str = typer.Option("valid", "--split", help="The data dir's split to calibrate on (not train)."),
     max_sentences: Optional[int] = typer.Option(None, "--max-sentences", help="Only its first N sentences."),
+    samples: int = typer.Option(
+        0,
+        "--samples",
+        help="Also measure each translation's agreement with this many epsilon samples of the model (0: none); "
+        "every later translation with scores then draws them too.",
+    ),
     device: Optional[str] = typer.Option(None, "--device"),
     threads: Optional[int] = typer.Option(None, "--threads"),
 ):
     """Fit the run's translation confidence on its validation split: RUN/calibration.json (docs/decoding.md).
 
-    Example: mtkit calibrate runs/multi30k-transformer
+    Example: mtkit calibrate runs/multi30k-transformer --samples 8
     """
     from mtkit.inference.calibrate import calibrate_main
 
-    calibrate_main(run=run, split=split, max_sentences=max_sentences, device=device, threads=threads)
+    calibrate_main(run=run, split=split, max_sentences=max_sentences, samples=samples, device=device, threads=threads)
 
 
 @_command

@@ -18,7 +18,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from mtkit.errors import MtkitError
 from mtkit.inference import paragraphs
-from mtkit.inference.confidence import Calibration, sentence_confidence
+from mtkit.inference.confidence import Calibration, agreement, sentence_confidence
 from mtkit.inference.confidence import words as confidence_words
 from mtkit.inference.engine import Engine
 from mtkit.inference.languages import with_first, without_first
@@ -187,14 +187,33 @@ class TranslationModel:
             found = self.engine.translate_ids(ids, chunk_guidance if any(chunk_guidance) else None, options)
             if forced:
                 found = [[without_first(h) for h in hyps] for hyps in found]
+            samples = self._samples(ids, forced) if scores else [None] * len(chunk)
             # the hypotheses of sentences without a prefix are detokenised together: one call for the chunk
             prefixed = [bool(_prefix_of(segment)) for segment in chunk]
             plain = [h.tokens for hyps, p in zip(found, prefixed) if not p for h in hyps]
             texts = iter(self.engine.tokenizer.decode_tgt(plain))
-            for segment, src_ids, hyps, p in zip(chunk, ids, found, prefixed):
+            for segment, src_ids, hyps, p, drawn in zip(chunk, ids, found, prefixed, samples):
                 decoded = None if p else [next(texts) for _ in hyps]
-                out.append(self._translation(segment, src_ids, hyps, scores, options.alignments, decoded))
+                out.append(self._translation(segment, src_ids, hyps, scores, options.alignments, decoded, drawn))
         return out
+
+    def _samples(self, ids: list, forced: list) -> list:
+        """The texts of the epsilon samples each sentence draws for its confidence's ``agreement`` (the run's
+        calibration asks for ``samples`` a sentence; seed 0, so a call's confidences do not vary), or None each
+        where it asks for none."""
+        from mtkit.decoding.mbr import REFERENCE_EPSILON
+
+        count = self.calibration.samples if self.calibration is not None else 0
+        if not count:
+            return [None] * len(ids)
+        drawing = self.options.for_call(algorithm="sampling", nbest=count, epsilon=REFERENCE_EPSILON, seed=0)
+        self.engine.restart_draws(drawing)
+        guidance = [with_first(None, tag) for tag in forced] if forced else None
+        drawn = self.engine.translate_ids(ids, guidance, drawing)
+        if forced:
+            drawn = [[without_first(h) for h in hyps] for hyps in drawn]
+        texts = iter(self.engine.tokenizer.decode_tgt([h.tokens for hyps in drawn for h in hyps]))
+        return [[next(texts) for _ in hyps] for hyps in drawn]
 
     def translate_file(self, source: PathLike, target: PathLike, *, format: Optional[str] = None):
         """Translate the document ``source`` (.txt, .md, .html, .docx, .srt, .po, .xliff; ``format`` overrides the
@@ -309,8 +328,10 @@ class TranslationModel:
         scores: bool,
         alignments: bool,
         texts: Optional[list[str]],
+        samples: Optional[list[str]] = None,
     ) -> Translation:
-        """``texts``: the hypotheses detokenised, or None for a sentence with a prefix (detokenised here)."""
+        """``texts``: the hypotheses detokenised, or None for a sentence with a prefix (detokenised here);
+        ``samples``: the texts of the sentence's samples for its confidence's agreement, or None."""
         tok = self.engine.tokenizer
         if texts is None:  # the prefix as given, then the continuation: what follows its subwords
             prefix = _prefix_of(segment)
@@ -319,8 +340,10 @@ class TranslationModel:
             texts = [
                 prefix + _join(prefix, tok.tgt_pieces(h.tokens[forced : forced + 1]), r) for h, r in zip(hyps, rest)
             ]
+        source_tokens = tuple(tok.src_pieces(src_ids))
+        agreements = agreement(texts, samples) if samples is not None else [None] * len(hyps)
         out = []
-        for h, text in zip(hyps, texts):
+        for h, text, agrees in zip(hyps, texts, agreements):
             pieces = tuple(tok.tgt_pieces(h.tokens))
             out.append(
                 Hypothesis(
@@ -332,11 +355,13 @@ class TranslationModel:
                     alignment=tuple(map(tuple, h.attention.tolist()))
                     if alignments and h.attention is not None
                     else None,
-                    confidence=sentence_confidence(h.token_log_probs, self.calibration) if scores else None,
+                    confidence=sentence_confidence(h.token_log_probs, self.calibration, len(source_tokens), agrees)
+                    if scores
+                    else None,
                     word_confidences=confidence_words(pieces, h.token_log_probs) if scores else None,
                 )
             )
-        return Translation(source=segment.text, source_tokens=tuple(tok.src_pieces(src_ids)), hypotheses=tuple(out))
+        return Translation(source=segment.text, source_tokens=source_tokens, hypotheses=tuple(out))
 
 
 def _named(codes: Sequence[str], wrong: str, verb: str) -> str:

@@ -1,5 +1,7 @@
 """`mtkit calibrate RUN`: fit the run's confidence (``inference.confidence.Calibration``) on a split it was not
-trained on, by translating it and scoring each sentence against its reference with sacreBLEU's chrF."""
+trained on, by translating it and scoring each sentence against its reference with sacreBLEU's chrF; with
+``--samples K``, each sentence's agreement with K epsilon samples joins its figures (and every later translation
+with scores draws its K samples)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,17 @@ from pathlib import Path
 from typing import Optional
 
 from mtkit.errors import MtkitError
-from mtkit.inference.confidence import Calibration, calibration_error, mean_log_prob, spearman
+from mtkit.inference.confidence import LENGTHS, Calibration, agreement, calibration_error, features, spearman
+
+MAX_SAMPLES = 64
 
 
-def calibrate_main(*, run: Path, split: str = "valid", max_sentences: Optional[int] = None, **options) -> Calibration:
-    """Translate ``split`` of the run's data dir (its first ``max_sentences``), fit the calibration of mean token
-    log-prob to sentence chrF / 100, write RUN/calibration.json and print what it measured.
+def calibrate_main(
+    *, run: Path, split: str = "valid", max_sentences: Optional[int] = None, samples: int = 0, **options
+) -> Calibration:
+    """Translate ``split`` of the run's data dir (its first ``max_sentences``), fit the calibration of each
+    translation's figures (``confidence.features``; with ``samples``, its agreement with that many epsilon samples
+    too) to sentence chrF / 100, write RUN/calibration.json and print what it measured.
 
     Raises:
         MtkitError: ``run`` is not a run directory, its data dir lacks ``split`` (or its text), or nothing
@@ -26,6 +33,8 @@ def calibrate_main(*, run: Path, split: str = "valid", max_sentences: Optional[i
     from mtkit.inference import api
 
     run = Path(run)
+    if not 0 <= samples <= MAX_SAMPLES:
+        raise MtkitError(f"--samples {samples}: use 0 (none) to {MAX_SAMPLES} epsilon samples a sentence")
     if not (run / "config.yaml").is_file():
         raise MtkitError(f"{run}: not a run directory (no config.yaml); calibrate the run dir that training wrote")
     cfg = cfgmod.load(str(run / "config.yaml"))
@@ -39,22 +48,36 @@ def calibrate_main(*, run: Path, split: str = "valid", max_sentences: Optional[i
     if max_sentences:
         sources, references = sources[:max_sentences], references[:max_sentences]
     model = api.load(run, **options)
+    model.calibration = None  # a calibration already there draws no samples and is not used here
     chrf = CHRF()
-    scores, quality = [], []
-    for translation, reference in zip(model.translate_batch(sources, scores=True), references):
+    translations = model.translate_batch(sources, scores=True)
+    drawn = [None] * len(sources)
+    if samples:
+        from mtkit.decoding.mbr import REFERENCE_EPSILON
+
+        sampled = model.translate_batch(
+            sources, scores=False, algorithm="sampling", nbest=samples, epsilon=REFERENCE_EPSILON, seed=0
+        )
+        drawn = [[h.text for h in t.hypotheses] for t in sampled]
+    rows, quality = [], []
+    for translation, reference, texts in zip(translations, references, drawn):
         best = translation.best
         if best is None or best.token_log_probs is None:
             continue
-        scores.append(mean_log_prob(best.token_log_probs))
+        agrees = agreement([best.text], texts)[0] if texts is not None else None
+        rows.append(features(best.token_log_probs, len(translation.source_tokens), agrees))
         quality.append(chrf.sentence_score(best.text, [reference]).score / 100)
-    if len(scores) < 2:
-        raise MtkitError(f"{cfg.data.dir}: split {split!r} gave {len(scores)} translation(s); calibrating needs more")
-    calibration = Calibration.fit(scores, quality)
+    if len(rows) < 2:
+        raise MtkitError(f"{cfg.data.dir}: split {split!r} gave {len(rows)} translation(s); calibrating needs more")
+    names = LENGTHS + (("agreement",) if samples else ())
+    calibration = Calibration.fit_features(rows, quality, names, samples)
     path = calibration.save(run)
-    raw = [math.exp(s) for s in scores]
+    mean_lp = [row["mean_log_prob"] for row in rows]
+    confidence = [calibration.confidence(row) for row in rows]
     print(
-        f"calibrated on {len(scores)} sentences of {split}: Spearman {spearman(scores, quality):.3f} (mean log-prob "
-        f"against sentence chrF); calibration error {calibration_error(raw, quality):.3f} uncalibrated, "
-        f"{calibration_error([calibration(s) for s in scores], quality):.3f} on these sentences; wrote {path}"
+        f"calibrated on {len(rows)} sentences of {split}: Spearman {spearman(mean_lp, quality):.3f} (mean log-prob "
+        f"against sentence chrF), {spearman(confidence, quality):.3f} (the confidence: {', '.join(names)}); "
+        f"calibration error {calibration_error([math.exp(s) for s in mean_lp], quality):.3f} uncalibrated, "
+        f"{calibration_error(confidence, quality):.3f} on these sentences; wrote {path}"
     )
     return calibration

@@ -1,12 +1,15 @@
 """How much to trust a translation, from the model's own token probabilities: a sentence confidence in [0, 1] and a
 confidence per word.
 
-A sentence's raw figure is its mean token log-prob (EOS included), which ranks a model's translations by quality
-about as well as anything the model itself gives (docs/benchmarks.md, section 25). ``Calibration`` maps it to the
-expected sentence chrF / 100 of such a translation: an isotonic (never decreasing) fit on a validation set,
-written by ``mtkit calibrate RUN`` to RUN/calibration.json. Without one, the confidence is the geometric mean of the
-token probabilities, exp(mean log-prob). A word's confidence is the probability the model gave its subwords
-together, exp(the sum of their log-probs). No torch here.
+A sentence's figures (``features``): its mean token log-prob (EOS included), the logs of its length and of its
+source's in subwords, and, where the calibration asks for samples, its agreement with the model's own epsilon
+samples of the same source (their mean sentence chrF against it, 0-1: a translation the model would write in many
+ways scores low). ``Calibration`` maps them to the expected sentence chrF / 100 of such a translation: a linear
+score fitted by least squares on a validation set, then an isotonic (never decreasing) map of that score, written by
+``mtkit calibrate RUN [--samples K]`` to RUN/calibration.json (docs/benchmarks.md, section 25, for what each figure
+adds). Without a calibration, the confidence is the geometric mean of the token probabilities, exp(mean log-prob). A
+word's confidence is the probability the model gave its subwords together, exp(the sum of their log-probs). No
+torch here.
 """
 
 from __future__ import annotations
@@ -16,16 +19,43 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from mtkit.errors import MtkitError
 
 FILE = "calibration.json"
 WORD_START = "\u2581"
+LENGTHS = ("mean_log_prob", "log_length", "log_source_length")  # what every translation with scores gives
+FEATURES = (*LENGTHS, "agreement")  # agreement: only with samples drawn for it
 
 
 def mean_log_prob(token_log_probs: Sequence[float]) -> float:
     return sum(token_log_probs) / max(len(token_log_probs), 1)
+
+
+def features(
+    token_log_probs: Sequence[float], source_length: int, agreement: Optional[float] = None
+) -> dict[str, float]:
+    """A translation's figures by name (``FEATURES``; ``agreement`` only where given)."""
+    out = {
+        "mean_log_prob": mean_log_prob(token_log_probs),
+        "log_length": math.log(max(len(token_log_probs), 1)),
+        "log_source_length": math.log(max(source_length, 1)),
+    }
+    if agreement is not None:
+        out["agreement"] = agreement
+    return out
+
+
+def agreement(hypotheses: Sequence[str], samples: Sequence[str]) -> list[float]:
+    """Each hypothesis's mean sentence chrF (sacreBLEU's default, by fastchrf) against ``samples``, 0-1; 0.0 for
+    each where there are no samples."""
+    if not samples:
+        return [0.0] * len(hypotheses)
+    from mtkit.decoding.mbr import chrf_matrix
+
+    [matrix] = chrf_matrix([hypotheses], [samples])
+    return [sum(row) / len(row) / 100 for row in matrix]
 
 
 def words(tokens: Sequence[str], token_log_probs: Sequence[float]) -> tuple[tuple[str, float], ...]:
@@ -46,15 +76,45 @@ def words(tokens: Sequence[str], token_log_probs: Sequence[float]) -> tuple[tupl
 
 @dataclass(frozen=True)
 class Calibration:
-    """A never-decreasing piecewise-linear map from mean token log-prob to expected quality (chrF / 100).
+    """A never-decreasing piecewise-linear map from a translation's score to expected quality (chrF / 100); the
+    score is ``weights[0]`` plus the weighted sum of its ``features`` (by default the mean token log-prob alone).
 
     ``x`` are increasing knots, ``y`` their never-decreasing values in [0, 1]; below the first knot the first value
-    holds, above the last the last (``__call__``).
+    holds, above the last the last (``__call__``). ``samples``: the epsilon samples a sentence draws for its
+    ``agreement`` (0 where the features leave it out).
     """
 
     x: tuple[float, ...]
     y: tuple[float, ...]
     fitted_on: int = 0  # sentences
+    features: tuple[str, ...] = ("mean_log_prob",)
+    weights: tuple[float, ...] = (0.0, 1.0)  # the intercept, then one per feature
+    samples: int = 0
+
+    def score(self, values: Mapping[str, float]) -> float:
+        """The linear score of a translation's ``features`` (``MtkitError`` if one the calibration uses is absent)."""
+        missing = [name for name in self.features if name not in values]
+        if missing:
+            raise MtkitError(f"this calibration needs the translation's {', '.join(missing)}")
+        return self.weights[0] + sum(w * values[name] for w, name in zip(self.weights[1:], self.features))
+
+    def confidence(self, values: Mapping[str, float]) -> float:
+        return self(self.score(values))
+
+    @classmethod
+    def fit_features(
+        cls, rows: Sequence[Mapping[str, float]], quality: Sequence[float], names: Sequence[str], samples: int = 0
+    ) -> "Calibration":
+        """Least squares of ``quality`` on the features ``names`` of ``rows`` (with an intercept), then the
+        isotonic map (``fit``) of the fitted scores to ``quality``."""
+        import numpy as np
+
+        if len(rows) != len(quality) or not rows:
+            raise ValueError("calibration needs as many quality figures as translations, and at least one")
+        design = np.array([[1.0, *(row[name] for name in names)] for row in rows])
+        weights = np.linalg.lstsq(design, np.asarray(quality, dtype=float), rcond=None)[0]
+        fitted = cls.fit(list(design @ weights), quality)
+        return cls(fitted.x, fitted.y, fitted.fitted_on, tuple(names), tuple(map(float, weights)), samples)
 
     @classmethod
     def fit(cls, scores: Sequence[float], quality: Sequence[float]) -> "Calibration":
@@ -88,7 +148,8 @@ class Calibration:
         from mtkit.files import atomic_write_text
 
         path = Path(run_dir) / FILE
-        record = {"x": list(self.x), "y": list(self.y), "fitted_on": self.fitted_on}
+        record = {"x": list(self.x), "y": list(self.y), "fitted_on": self.fitted_on, "features": list(self.features)}
+        record |= {"weights": list(self.weights), "samples": self.samples}
         atomic_write_text(path, json.dumps(record) + "\n")
         return path
 
@@ -103,15 +164,29 @@ class Calibration:
             x, y = tuple(map(float, record["x"])), tuple(map(float, record["y"]))
             if not x or len(x) != len(y) or list(x) != sorted(x) or list(y) != sorted(y):
                 raise ValueError("knots out of order")
-            return cls(x, y, int(record.get("fitted_on", 0)))
+            names = tuple(record.get("features", ("mean_log_prob",)))
+            weights = tuple(map(float, record.get("weights", (0.0, 1.0))))
+            samples = int(record.get("samples", 0))
+            if set(names) - set(FEATURES) or len(weights) != len(names) + 1:
+                raise ValueError(f"features {list(names)} with {len(weights)} weights")
+            if ("agreement" in names) != (samples > 0):
+                raise ValueError(f"agreement without samples, or samples ({samples}) without agreement")
+            return cls(x, y, int(record.get("fitted_on", 0)), names, weights, samples)
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise MtkitError(f"{path}: not a calibration ({err}); rerun mtkit calibrate {run_dir}") from None
 
 
-def sentence_confidence(token_log_probs: Sequence[float], calibration: Optional[Calibration]) -> float:
-    """The confidence of a translation with these token log-probs: calibrated, or exp(mean log-prob)."""
-    score = mean_log_prob(token_log_probs)
-    return calibration(score) if calibration is not None else math.exp(score)
+def sentence_confidence(
+    token_log_probs: Sequence[float],
+    calibration: Optional[Calibration],
+    source_length: int = 0,
+    agreement: Optional[float] = None,
+) -> float:
+    """The confidence of a translation with these token log-probs (of a source of ``source_length`` subwords, with
+    this ``agreement`` where the calibration draws samples): calibrated, or exp(mean log-prob)."""
+    if calibration is None:
+        return math.exp(mean_log_prob(token_log_probs))
+    return calibration.confidence(features(token_log_probs, source_length, agreement))
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:

@@ -100,6 +100,11 @@ class Engine(abc.ABC):
         """One line on what computes and how (``mtkit translate --verbose``)."""
         return f"{type(self).__name__}, {self.options.device}, dtype {self.options.dtype}"
 
+    def restart_draws(self, options: Options) -> None:
+        """Make the next call with ``options`` draw as a freshly loaded model would (its seed's stream from the
+        start); an engine that seeds every call already does (CTranslate2)."""
+        return None
+
     def encode(self, lines: list[str]) -> list[list[int]]:
         # a line far over the limit is cut before SentencePiece sees it (cost bounded per line) and counts as
         # truncated; see max_chars_for for why that loses nothing but the tail any truncation loses

@@ -79,6 +79,11 @@ class TorchEngine(Engine):
             self._generators[key] = torch.Generator(device="cpu").manual_seed(key[1])
         return self._generators[key]
 
+    def restart_draws(self, options: Options) -> None:
+        seed = options.chosen.seed
+        if seed:
+            self._generators.pop((seed, options.param(seed)), None)
+
     dtype_name = "float32"  # what computes (``dtype: auto`` resolved) and why: set by whoever loads the model
     dtype_reason = ""
 
