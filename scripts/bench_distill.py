@@ -3,17 +3,22 @@
 
     python scripts/bench_distill.py --minutes 20
     python scripts/bench_distill.py --teacher runs/distill-teacher --ensemble --peer /tmp/mtkit-peer-opennmt
+    python scripts/bench_distill.py --teacher runs/multi30k-transformer --select top mbr --beam-size 8 \
+        --updates 1500 --no-original
 
 Each step is an ordinary `mtkit` command, printed before it runs and timed:
 1. the teacher: `mtkit prepare` and `mtkit train` of --teacher-config into runs/distill-teacher (or --teacher RUN,
    reused: its config.yaml is the teacher config unless --teacher-config is given);
 2. with --ensemble, a second teacher (training.seed=2) into runs/distill-teacher-seed2;
 3. `mtkit distill` of the teacher(s) into WORKDIR/distilled, then the student (--student-config) trained on it;
-4. the same student on the teacher's own data (same vocabulary);
+   with several --select rules (chrf, bleu, top, mbr: which n-best hypothesis becomes the target), one distilled
+   data dir and one student for each (WORKDIR/distilled-RULE, WORKDIR/student-distilled-RULE);
+4. the same student on the teacher's own data (same vocabulary), unless --no-original;
 5. `mtkit translate` of test_2016_flickr and val at beam 5 and 1 (the other decoding options: each run's own),
    timed as whole processes, scored with sacreBLEU; parameters, and the size of `mtkit export --quantization int8`.
 Training runs as in scripts/bench_train.py: the wall-clock budget ends it (max_updates=null except under a cosine
-schedule). Prints: the date and CPU, each command with its seconds, one markdown table, a row per model (BLEU / chrF,
+schedule); with --updates N each student trains exactly N updates instead (the clock then bounds nothing: students
+compared at equal updates whatever else shares the machine). Prints: the date and CPU, each command with its seconds, one markdown table, a row per model (BLEU / chrF,
 sentences/s, parameters, int8 export MiB, the pipeline's wall-clock), then the distilled student's speed ratio to the
 teacher (and to onmt_translate at beam 5 with --peer: the files benchmarks/peer_opennmt.sh wrote in WORKDIR) and
 its test BLEU minus the teacher's.
@@ -32,6 +37,8 @@ from pathlib import Path
 import benchlib  # noqa: E402
 import yaml
 from benchlib import describe, mtkit_timed, read_gz, sets
+
+from mtkit.data.selection import SELECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPLITS = {"test": "test_2016_flickr", "val": "val"}
@@ -52,12 +59,17 @@ def load_yaml(path) -> dict:
     return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
 
 
-def train(config, tree: dict, run_dir: Path, args, extra: tuple = ()) -> float:
-    """`mtkit train CONFIG` into a fresh ``run_dir`` for --minutes of wall time: its seconds."""
+def train(config, tree: dict, run_dir: Path, args, extra: tuple = (), updates: int | None = None) -> float:
+    """`mtkit train CONFIG` into a fresh ``run_dir`` for --minutes of wall time (or exactly ``updates`` updates,
+    the clock unbounded): its seconds."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    budget_only = [] if (tree.get("training") or {}).get("schedule") == "cosine" else ["training.max_updates=null"]
-    overrides = [f"training.run_dir={run_dir}", f"training.max_minutes={args.minutes}"]
+    if updates:
+        budget_only, minutes = [f"training.max_updates={updates}"], "null"
+    else:
+        no_cap = (tree.get("training") or {}).get("schedule") == "cosine"
+        budget_only, minutes = ([] if no_cap else ["training.max_updates=null"]), args.minutes
+    overrides = [f"training.run_dir={run_dir}", f"training.max_minutes={minutes}"]
     overrides += [f"training.threads={args.threads}", *budget_only, *args.set, *extra]
     return sh(["train", config, *sets(overrides)])[1]
 
@@ -136,6 +148,12 @@ def main() -> None:
     ap.add_argument("--student-config", default="configs/multi30k-student.yaml")
     ap.add_argument("--teacher", type=Path, metavar="RUN", help="reuse this trained teacher instead of training one")
     ap.add_argument("--ensemble", action="store_true", help="a second teacher (training.seed=2); distil from both")
+    ap.add_argument(
+        "--select", nargs="+", default=["chrf"], choices=SELECTIONS, help="mtkit distill --select: one student each"
+    )
+    ap.add_argument("--beam-size", type=int, help="mtkit distill --beam-size (default: the teacher's)")
+    ap.add_argument("--updates", type=int, help="train each student exactly N updates instead of --minutes")
+    ap.add_argument("--no-original", action="store_true", help="no student on the teacher's own data")
     ap.add_argument("--peer", type=Path, metavar="WORKDIR", help="add onmt_translate's row from peer_opennmt.sh")
     ap.add_argument("--workdir", type=Path, default=Path("work/bench-distill"))
     ap.add_argument("--set", action="append", default=[], help="extra overrides for every training run")
@@ -167,20 +185,28 @@ def main() -> None:
         teachers.append(Path("runs/distill-teacher-seed2"))
         steps["teacher2"] = train(teacher_config, teacher_tree, teachers[1], args, ("training.seed=2",))
 
-    # 3. distillation into a fresh data dir, then the student on it
-    distilled = work / "distilled"
-    for stale in (distilled, work / "distilled.distill"):
-        shutil.rmtree(stale, ignore_errors=True)
-    distill = ["distill", *teachers, "--config", args.student_config, "--threads", args.threads]
-    steps["distill"] = sh(distill + sets([*args.set, f"data.dir={distilled}"]))[1]
-    student = work / "student-distilled"
-    steps["student"] = train(args.student_config, student_tree, student, args, (f"data.dir={distilled}",))
+    # 3. distillation into a fresh data dir per selection rule, then a student on each
+    students = {}  # rule -> (row key, student run)
+    for rule in args.select:
+        tail = f"-{rule}" if len(args.select) > 1 else ""
+        distilled = work / f"distilled{tail}"
+        for stale in (distilled, work / f"distilled{tail}.distill"):
+            shutil.rmtree(stale, ignore_errors=True)
+        distill = ["distill", *teachers, "--config", args.student_config, "--threads", args.threads]
+        distill += ["--select", rule] + (["--beam-size", args.beam_size] if args.beam_size else [])
+        steps[f"distill{tail}"] = sh(distill + sets([*args.set, f"data.dir={distilled}"]))[1]
+        student = work / f"student-distilled{tail}"
+        extra = (f"data.dir={distilled}",)
+        steps[f"student{tail}"] = train(args.student_config, student_tree, student, args, extra, args.updates)
+        students[rule] = (f"student-distilled{tail}", student, tail)
 
     # 4. the same student on the teacher's data
-    original_config = work / "student-original.yaml"
-    original_config.write_text(yaml.safe_dump(dict(student_tree, data=teacher_tree["data"]), sort_keys=False), "utf-8")
-    original = work / "student-original"
-    steps["original"] = train(original_config, student_tree, original, args)
+    if not args.no_original:
+        original_config = work / "student-original.yaml"
+        original_data = dict(student_tree, data=teacher_tree["data"])
+        original_config.write_text(yaml.safe_dump(original_data, sort_keys=False), "utf-8")
+        original = work / "student-original"
+        steps["original"] = train(original_config, student_tree, original, args, updates=args.updates)
 
     # 5. decoding, sizes
     inputs = {}
@@ -192,9 +218,12 @@ def main() -> None:
     models = [("teacher", "teacher", teachers[:1], teacher_steps)]
     if args.ensemble:
         models.append(("ensemble", "teacher ensemble", teachers, teacher_steps + ["teacher2"]))
-    distill_steps = teacher_steps + ["teacher2"] * args.ensemble + ["distill", "student"]
-    models.append(("student-distilled", "distilled student", [student], distill_steps))
-    models.append(("student-original", "original-data student", [original], ["prepare", "original"]))
+    for rule, (key, student, tail) in students.items():
+        distill_steps = teacher_steps + ["teacher2"] * args.ensemble + [f"distill{tail}", f"student{tail}"]
+        name = f"distilled student ({rule})" if tail else "distilled student"
+        models.append((key, name, [student], distill_steps))
+    if not args.no_original:
+        models.append(("student-original", "original-data student", [original], ["prepare", "original"]))
     rows, signatures = {}, {}
     for key, name, runs, pipeline in models:
         default = load_yaml(runs[0] / "config.yaml").get("decoding", {}).get("beam_size", 5)
@@ -218,7 +247,8 @@ def main() -> None:
 
     # 6. the report
     sentences = {split: len(refs) for split, (_, refs) in inputs.items()}
-    print(f"\n== mtkit bench_distill: {args.minutes} min per training run on {args.threads} threads")
+    budget = f"{args.updates} updates per student" if args.updates else f"{args.minutes} min per training run"
+    print(f"\n== mtkit bench_distill: {budget} on {args.threads} threads")
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {describe()}")
     for line, seconds in LOG:
         print(f"{seconds:8.1f} s  $ {line}")
@@ -231,19 +261,21 @@ def main() -> None:
             f"| {name} | {r['test']} | {r['val']} | {r['rates'][5]:.1f} | {r['rates'][1]:.1f} | {r['params']} "
             f"| {r['int8']} | {r['pipeline']} |"
         )
-    student_row, teacher_row = rows["distilled student"], rows["teacher"]
-    rate = student_row["rates"][student_row["default"]]
-    print(
-        f"\ndistilled student / teacher, default decoding (beam {student_row['default']} / beam "
-        f"{teacher_row['default']}), sentences/s: {rate / teacher_row['rates'][teacher_row['default']]:.2f}x (goal >= 3x)"
-    )
-    if args.peer:
+    teacher_row = rows["teacher"]
+    for name in [n for n in rows if n.startswith("distilled student")]:
+        student_row = rows[name]
+        rate = student_row["rates"][student_row["default"]]
         print(
-            f"distilled student beam {student_row['default']} / onmt_translate beam 5, sentences/s: "
-            f"{rate / rows['onmt_translate (peer)']['rates'][5]:.2f}x (goal >= 7x; onmt_translate's own translation "
-            "time on the whole test set, model loading excluded; mtkit's whole processes)"
+            f"\n{name} / teacher, default decoding (beam {student_row['default']} / beam {teacher_row['default']}), "
+            f"sentences/s: {rate / teacher_row['rates'][teacher_row['default']]:.2f}x (goal >= 3x)"
         )
-    print(f"distilled student test BLEU - teacher's: {student_row['bleu'] - teacher_row['bleu']:+.2f} (goal >= -1.0)")
+        if args.peer:
+            print(
+                f"{name} beam {student_row['default']} / onmt_translate beam 5, sentences/s: "
+                f"{rate / rows['onmt_translate (peer)']['rates'][5]:.2f}x (goal >= 7x; onmt_translate's own "
+                "translation time on the whole test set, model loading excluded; mtkit's whole processes)"
+            )
+        print(f"{name} test BLEU - teacher's: {student_row['bleu'] - teacher_row['bleu']:+.2f} (goal >= -1.0)")
     for name, signature in signatures.items():
         print(f"{name}: {signature}")
 

@@ -113,6 +113,8 @@ def test_bench_positions_prepares_once_and_prints_a_row_per_scheme(tmp_path):
 
 
 def test_bench_distill_distils_trains_both_students_and_tabulates_what_it_decoded(tmp_path):
+    """Two selection rules (a data dir and a student each, trained exactly --updates), the original-data student;
+    each printed figure recomputed from what the script wrote."""
     splits = write_toy_splits(tmp_path)
     training = {"devices": "cpu", "batch_tokens": 600, "lr": 2e-3, "warmup_updates": 4, "log_every": 1}
     training |= {"validate_every": 1000, "valid_max_sentences": 10, "keep_last": 2, "average_last": 2, "save_every": 5}
@@ -133,15 +135,20 @@ def test_bench_distill_distils_trains_both_students_and_tabulates_what_it_decode
         ROOT / "scripts" / "bench_distill.py",
         *("--teacher-config", configs["teacher"], "--student-config", configs["student"], "--workdir", work),
         *("--minutes", "0.05", "--limit", "20", "--threads", "1", "--in-process"),
+        *("--select", "chrf", "top", "--updates", "6"),
         cwd=tmp_path,
     )
-    manifest = json.loads((work / "distilled" / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["distillation"]["teachers"][0]["path"].startswith(str(tmp_path / "runs" / "distill-teacher"))
+    for rule in ("chrf", "top"):
+        manifest = json.loads((work / f"distilled-{rule}" / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["distillation"]["teachers"][0]["path"].startswith(str(tmp_path / "runs" / "distill-teacher"))
+        assert manifest["distillation"]["select"] == rule
+        checkpoints = (work / f"student-distilled-{rule}" / "checkpoints").glob("ckpt_*.safetensors")
+        assert max(int(c.stem.split("_")[1]) for c in checkpoints) == 6  # --updates 6, the clock unbounded
     refs = {"test": read_gz(TEST_DE)[:20], "val": read_gz(VAL_DE)[:20]}
     decodes = re.findall(
         r"^(\S+) (test|val) beam (\d): ([\d.]+) s, ([\d.]+) sent/s, BLEU ([\d.]+) chrF ([\d.]+) \((.+)\)$", out, re.M
     )
-    assert len(decodes) == 3 * 2 * 2, out  # models x splits x beams
+    assert len(decodes) == 4 * 2 * 2, out  # models x splits x beams
     cells = {}
     for key, split, beam, seconds, rate, bleu, chrf, path in decodes:
         hyps = (tmp_path / path).read_text(encoding="utf-8").splitlines()
@@ -156,22 +163,21 @@ def test_bench_distill_distils_trains_both_students_and_tabulates_what_it_decode
     rows = {row[0].strip(): [cell.strip() for cell in row[1:]] for row in table[2:]}
     runs = {
         "teacher": ("teacher", tmp_path / "runs" / "distill-teacher"),
-        "distilled student": ("student-distilled", work / "student-distilled"),
+        "distilled student (chrf)": ("student-distilled-chrf", work / "student-distilled-chrf"),
+        "distilled student (top)": ("student-distilled-top", work / "student-distilled-top"),
         "original-data student": ("student-original", work / "student-original"),
     }
     assert list(rows) == list(runs), out  # no ensemble, no peer row without --ensemble, --peer
-    steps = {}  # each command's printed seconds, by what it ran
-    for seconds, verb, target in re.findall(r"^\s+([\d.]+) s  \$ mtkit (\w+) (\S+)", out, re.MULTILINE):
-        steps.setdefault(f"{verb} {Path(target).name}", float(seconds))
+    # each command's printed seconds, in order: prepare, the teacher, then distill and train for each rule, the
+    # original-data student
+    steps = [float(s) for s, _ in re.findall(r"^\s+([\d.]+) s  \$ mtkit (\w+) ", out, re.MULTILINE)]
+    verbs = re.findall(r"^\s+[\d.]+ s  \$ mtkit (\w+) ", out, re.MULTILINE)
+    assert verbs[:6] == ["prepare", "train", "distill", "train", "distill", "train"] and verbs[6] == "train", out
     pipelines = {
-        "teacher": ["prepare teacher.yaml", "train teacher.yaml"],
-        "distilled student": [
-            "prepare teacher.yaml",
-            "train teacher.yaml",
-            "distill distill-teacher",
-            "train student.yaml",
-        ],
-        "original-data student": ["prepare teacher.yaml", "train student-original.yaml"],
+        "teacher": [0, 1],
+        "distilled student (chrf)": [0, 1, 2, 3],
+        "distilled student (top)": [0, 1, 4, 5],
+        "original-data student": [0, 6],
     }
     for name, (key, run) in runs.items():
         test_bleu, val_bleu, beam5, greedy, params, mib, clock = rows[name]
@@ -181,11 +187,14 @@ def test_bench_distill_distils_trains_both_students_and_tabulates_what_it_decode
         assert mib == f"{(work / 'export' / key / 'model.bin').stat().st_size / 2**20:.2f}"
         minutes = sum(steps[step] for step in pipelines[name]) / 60
         assert clock.endswith(" min") and abs(float(clock.split()[0]) - minutes) <= 0.06, (name, clock, steps)
-    student, teacher = float(rows["distilled student"][2]), float(rows["teacher"][2])
-    ratio = figure(r"^distilled student / teacher, default decoding \(beam 5 / beam 5\), sentences/s: " + NUMBER, out)
-    assert (student - 0.05) / (teacher + 0.05) - 0.005 <= ratio <= (student + 0.05) / (teacher - 0.05) + 0.005
-    delta = cells["student-distilled", "test", 5][2] - cells["teacher", "test", 5][2]
-    assert abs(figure(r"^distilled student test BLEU - teacher's: \+?" + NUMBER, out) - delta) <= 0.006
+    teacher = float(rows["teacher"][2])
+    for rule in ("chrf", "top"):
+        name = re.escape(f"distilled student ({rule})")
+        student = float(rows[f"distilled student ({rule})"][2])
+        ratio = figure(rf"^{name} / teacher, default decoding \(beam 5 / beam 5\), sentences/s: " + NUMBER, out)
+        assert (student - 0.05) / (teacher + 0.05) - 0.005 <= ratio <= (student + 0.05) / (teacher - 0.05) + 0.005
+        delta = cells[f"student-distilled-{rule}", "test", 5][2] - cells["teacher", "test", 5][2]
+        assert abs(figure(rf"^{name} test BLEU - teacher's: \+?" + NUMBER, out) - delta) <= 0.006
     assert "onmt_translate" not in out
 
 
