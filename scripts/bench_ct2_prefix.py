@@ -2,7 +2,7 @@
 """The CTranslate2 engine's beam search after a target prefix: ranked by CTranslate2's own scores (today's engine)
 against rescoring every candidate with a teacher-forced pass first (the engine before 2026-11-27).
 
-    python scripts/bench_ct2_prefix.py RUN [--beam 5] [--turns 3]
+    python scripts/bench_ct2_prefix.py RUN [--beam 5] [--turns 3] [--limit N]
 
 RUN is a run dir translating test_2016_flickr's language pair (the shipped Multi30k en-de, e.g.
 runs/multi30k-transformer). Each English sentence is translated with the first word of its German reference as a
@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--limit", type=int, help="the first N test sentences only (default: all 1,000)")
     args = ap.parse_args()
 
     import mtkit
@@ -39,7 +40,7 @@ def main() -> None:
 
     sources = read_gz(MULTI30K / "test_2016_flickr.en.gz")
     references = read_gz(MULTI30K / "test_2016_flickr.de.gz")
-    lines = [{"text": s, "prefix": r.split()[0]} for s, r in zip(sources, references)]
+    lines = [{"text": s, "prefix": r.split()[0]} for s, r in zip(sources, references)][: args.limit]
     model = mtkit.load(args.run, engine="ctranslate2", beam_size=args.beam, threads=args.threads)
     print(f"bench_ct2_prefix {time.strftime('%Y-%m-%d %H:%M')}  {describe()}; {model.engine.describe()}")
     ranked = Ct2Engine._ranked
