@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 import mtkit
-from conftest import SUBPROCESS_ENV, diverged_at_near_ties
+from conftest import cli, diverged_at_near_ties
 from mtkit.checkpoint import load_checkpoint
 from mtkit.decoding.search import length_penalty_of
 from mtkit.models.base import EOS
@@ -63,14 +63,7 @@ def rnn_run(toy_run_workdir, tmp_path_factory) -> Path:
     tree["model"] = {"arch": "luong", "embed_dim": 16, "hidden_size": 16}
     tree["training"].update(run_dir=str(root / "rnn"), max_updates=2, validate_every=2)
     (root / "rnn.yaml").write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "mtkit", "train", str(root / "rnn.yaml")],
-        capture_output=True,
-        text=True,
-        env=SUBPROCESS_ENV,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    assert cli("train", root / "rnn.yaml") == 0
     return root / "rnn"
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import TINY_TRANSFORMER, write_lines, write_toy_splits
+from conftest import TINY_TRANSFORMER, cli, write_lines, write_toy_splits
 from test_bench_scripts import (
     NUMBER,
     ROOT,
@@ -235,7 +235,7 @@ def test_bench_multilingual_reports_each_direction_the_speed_and_zero_shot_again
         config = tmp_path / f"{name}.yaml"
         config.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
         for command in ("prepare", "train"):
-            run_script("-m", "mtkit", command, config, cwd=tmp_path)
+            assert cli(command, config) == 0
     multi, bi, many = (str(tmp_path / name) for name in ("multi", "bi", "many"))
     out = run_script(
         ROOT / "scripts" / "bench_multilingual.py",

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EN_WORDS, SUBPROCESS_ENV, TINY_TRANSFORMER, assert_one_line_error, prepare_and_train, write_lines
+from conftest import (
+    EN_WORDS,
+    SUBPROCESS_ENV,
+    TINY_TRANSFORMER,
+    assert_one_line_error,
+    cli,
+    prepare_and_train,
+    write_lines,
+)
 
 pytestmark = pytest.mark.slow  # trains its own model
 
@@ -150,13 +158,7 @@ def test_ctranslate2_translates_as_torch_does(multi_run, tmp_path):
     source = sentences(12, 9)
     torch_model = mtkit.load(multi_run)
     exported = tmp_path / "ct2"
-    done = subprocess.run(
-        [sys.executable, "-m", "mtkit", "export", str(multi_run), "--out", str(exported)],
-        capture_output=True,
-        text=True,
-        env=SUBPROCESS_ENV,
-    )
-    assert done.returncode == 0, done.stderr
+    assert cli("export", multi_run, "--out", exported) == 0
     ct2_model = mtkit.load(exported)
     assert ct2_model.targets == ("cp", "rv")
     for target in ("cp", "rv"):
@@ -257,13 +259,7 @@ def test_a_model_with_marian_tags_exports_to_transformers(tmp_path_factory):
     }
     config["training"].update(warmup_updates=40, validate_every=600, log_every=300, threads=1, valid_max_sentences=4)
     prepare_and_train(root, config)
-    done = subprocess.run(
-        [sys.executable, "-m", "mtkit", "export", str(root / "run"), "--format", "hf", "--out", str(root / "hf")],
-        capture_output=True,
-        text=True,
-        env=SUBPROCESS_ENV,
-    )
-    assert done.returncode == 0, done.stderr
+    assert cli("export", root / "run", "--format", "hf", "--out", root / "hf") == 0
     ours = mtkit.load(root / "run", beam_size=1, max_len_a=0, max_len_b=12)
     tokenizer, hf_model = MarianTokenizer.from_pretrained(root / "hf"), MarianMTModel.from_pretrained(root / "hf")
     source = sentences(8, 11)
