@@ -199,8 +199,8 @@ class TranslationModel:
 
     def _samples(self, ids: list, forced: list) -> list:
         """The texts of the epsilon samples each sentence draws for its confidence's ``agreement`` (the run's
-        calibration asks for ``samples`` a sentence; seed 0, so a call's confidences do not vary), or None each
-        where it asks for none."""
+        calibration asks for ``samples`` a sentence), or None each where it asks for none. The draws start afresh
+        from seed 0 at every chunk, so a sentence translated again in the same company gets the same confidence."""
         from mtkit.decoding.mbr import REFERENCE_EPSILON
 
         count = self.calibration.samples if self.calibration is not None else 0

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from mtkit.errors import MtkitError
-from mtkit.inference.confidence import LENGTHS, Calibration, agreement, calibration_error, features, spearman
+from mtkit.inference.confidence import BASIC, Calibration, agreement, calibration_error, features, spearman
 
 MAX_SAMPLES = 64
 
@@ -69,7 +69,7 @@ def calibrate_main(
         quality.append(chrf.sentence_score(best.text, [reference]).score / 100)
     if len(rows) < 2:
         raise MtkitError(f"{cfg.data.dir}: split {split!r} gave {len(rows)} translation(s); calibrating needs more")
-    names = LENGTHS + (("agreement",) if samples else ())
+    names = BASIC + (("agreement",) if samples else ())
     calibration = Calibration.fit_features(rows, quality, names, samples)
     path = calibration.save(run)
     mean_lp = [row["mean_log_prob"] for row in rows]

@@ -25,8 +25,8 @@ from mtkit.errors import MtkitError
 
 FILE = "calibration.json"
 WORD_START = "\u2581"
-LENGTHS = ("mean_log_prob", "log_length", "log_source_length")  # what every translation with scores gives
-FEATURES = (*LENGTHS, "agreement")  # agreement: only with samples drawn for it
+BASIC = ("mean_log_prob", "log_length", "log_source_length")  # what every translation with scores gives
+FEATURES = (*BASIC, "agreement")  # agreement: only with samples drawn for it
 
 
 def mean_log_prob(token_log_probs: Sequence[float]) -> float:
