@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import SUBPROCESS_ENV, TINY_TRANSFORMER, prepare_and_train, write_lines
+from conftest import TINY_TRANSFORMER, prepare_and_train, write_lines
 
 pytestmark = pytest.mark.slow  # trains its own model (about 30 s on 2 cores)
 
@@ -127,24 +125,22 @@ def test_tags_go_around_the_words_they_enclosed(model):
     assert "<b>Mann</b>" in tagged and "<i>roten</i>" in tagged
 
 
-def test_one_line_of_mtkit_translate_per_line_with_paragraphs_and_html(word_run, tmp_path):
+def test_one_line_of_mtkit_translate_per_line_with_paragraphs_and_html(word_run, tmp_path, run_cli):
     source = tmp_path / "in.txt"
     source.write_text(f"{PARAGRAPH}\n  A man is riding a bike.  \n\nTwo dogs play in the snow.\n", encoding="utf-8")
-    run = [sys.executable, "-m", "mtkit", "translate", str(word_run), "--input", str(source)]
-    done = subprocess.run(run, capture_output=True, text=True, env=SUBPROCESS_ENV)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.split("\n")
+    run = ["translate", word_run, "--input", source]
+    done = run_cli(*run)
+    assert done.code == 0, done.err
+    lines = done.out.split("\n")
     assert len(lines) == 5 and lines[4] == ""  # four lines in, four out
     assert lines[0].count(".") == 3 and lines[1] == "  Ein Mann ist fahrend ein Fahrrad.  " and lines[2] == ""
-    unsplit = subprocess.run([*run, "--no-split-sentences"], capture_output=True, text=True, env=SUBPROCESS_ENV)
-    assert unsplit.returncode == 0 and unsplit.stdout.split("\n")[0] != lines[0]
+    unsplit = run_cli(*run, "--no-split-sentences")
+    assert unsplit.code == 0 and unsplit.out.split("\n")[0] != lines[0]
     html = tmp_path / "in.html"
     html.write_text("A <b>man</b> is riding a <i>red</i> bike.\n", encoding="utf-8")
-    tagged = subprocess.run(
-        [*run[:-1], str(html), "--input-format", "html"], capture_output=True, text=True, env=SUBPROCESS_ENV
-    )
-    assert tagged.returncode == 0, tagged.stderr
-    assert "<b>Mann</b>" in tagged.stdout and "<i>roten</i>" in tagged.stdout
+    tagged = run_cli(*run[:-1], html, "--input-format", "html")
+    assert tagged.code == 0, tagged.err
+    assert "<b>Mann</b>" in tagged.out and "<i>roten</i>" in tagged.out
 
 
 def test_html_is_refused_where_it_cannot_be_done(model):
