@@ -352,7 +352,9 @@ def test_bench_ct2_prefix_times_both_ways_and_counts_equal_outputs(bench_run, tm
         bests[name] = float(best)
     assert figure(r"^outputs equal: (\d+) of 300", out) >= 297  # a near-tie may rank the other way
     ratio = figure(r"^CTranslate2's scores: ([\d.]+)x", out)
-    assert ratio == pytest.approx(bests["every candidate rescored"] / bests["CTranslate2's scores"], abs=0.02)
+    # the times are printed to 0.01 s and the ratio to 0.01: the ratio of the printed times within their rounding
+    slow, fast = bests["every candidate rescored"], bests["CTranslate2's scores"]
+    assert (slow - 0.005) / (fast + 0.005) - 0.005 <= ratio <= (slow + 0.005) / max(fast - 0.005, 1e-9) + 0.005, out
 
 
 def test_relabel_run_serves_the_same_model_as_another_direction(bench_run, tmp_path):
