@@ -18,7 +18,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from mtkit.errors import MtkitError
 from mtkit.inference import paragraphs
-from mtkit.inference.confidence import Calibration, agreement, sentence_confidence
+from mtkit.inference.confidence import Calibration, agreement, agreement_draws, sentence_confidence
 from mtkit.inference.confidence import words as confidence_words
 from mtkit.inference.engine import Engine
 from mtkit.inference.languages import with_first, without_first
@@ -201,12 +201,10 @@ class TranslationModel:
         """The texts of the epsilon samples each sentence draws for its confidence's ``agreement`` (the run's
         calibration asks for ``samples`` a sentence), or None each where it asks for none. The draws start afresh
         from seed 0 at every chunk, so a sentence translated again in the same company gets the same confidence."""
-        from mtkit.decoding.mbr import REFERENCE_EPSILON
-
         count = self.calibration.samples if self.calibration is not None else 0
         if not count:
             return [None] * len(ids)
-        drawing = self.options.for_call(algorithm="sampling", nbest=count, epsilon=REFERENCE_EPSILON, seed=0)
+        drawing = self.options.for_call(**agreement_draws(count))
         self.engine.restart_draws(drawing)
         guidance = [with_first(None, tag) for tag in forced] if forced else None
         drawn = self.engine.translate_ids(ids, guidance, drawing)

@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Optional
 
 from mtkit.errors import MtkitError
-from mtkit.inference.confidence import BASIC, Calibration, agreement, calibration_error, features, spearman
+from mtkit.inference.confidence import (
+    BASIC,
+    Calibration,
+    agreement,
+    agreement_draws,
+    calibration_error,
+    features,
+    spearman,
+)
 
 MAX_SAMPLES = 64
 
@@ -53,11 +61,7 @@ def calibrate_main(
     translations = model.translate_batch(sources, scores=True)
     drawn = [None] * len(sources)
     if samples:
-        from mtkit.decoding.mbr import REFERENCE_EPSILON
-
-        sampled = model.translate_batch(
-            sources, scores=False, algorithm="sampling", nbest=samples, epsilon=REFERENCE_EPSILON, seed=0
-        )
+        sampled = model.translate_batch(sources, scores=False, **agreement_draws(samples))
         drawn = [[h.text for h in t.hypotheses] for t in sampled]
     rows, quality = [], []
     for translation, reference, texts in zip(translations, references, drawn):

@@ -58,6 +58,14 @@ def agreement(hypotheses: Sequence[str], samples: Sequence[str]) -> list[float]:
     return [sum(row) / len(row) / 100 for row in matrix]
 
 
+def agreement_draws(samples: int) -> dict:
+    """The decoding options of the samples a translation's agreement is measured against: ``samples`` epsilon
+    samples (epsilon as MBR's pseudo-references draw them) from seed 0."""
+    from mtkit.decoding.mbr import REFERENCE_EPSILON
+
+    return {"algorithm": "sampling", "nbest": samples, "epsilon": REFERENCE_EPSILON, "seed": 0}
+
+
 def words(tokens: Sequence[str], token_log_probs: Sequence[float]) -> tuple[tuple[str, float], ...]:
     """(word, confidence) for each word of the subwords ``tokens`` (a word starts at a subword with ``▁``; EOS's
     log-prob, the last of ``token_log_probs``, belongs to none): the probability of its subwords together."""
