@@ -53,7 +53,7 @@ def train_sentencepiece(
         unk_id=UNK,
         bos_id=BOS,
         eos_id=EOS,
-        num_threads=_threads(),
+        num_threads=usable_cores(),
         minloglevel=2,  # errors only
         max_sentence_length=16384,  # bytes; longer lines are skipped for training, never an error
     )
@@ -335,7 +335,7 @@ def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]], vocab:
     # sentence far more than decoding it (docs/benchmarks.md, section 2); many pay for them
     if len(kept) < BATCH_ENCODE_FROM:
         return [sp.decode(seq) for seq in kept]
-    return sp.decode(kept, num_threads=_threads())
+    return sp.decode(kept, num_threads=usable_cores())
 
 
 def seed_sampling(seed: int) -> None:
@@ -356,13 +356,13 @@ def _encode(
     if vocab is not None:  # SentencePiece cuts the text after any language tag; the vocabulary numbers the pieces
         texts = [line[len(vocab.leading_tag(line)) :] for line in lines]
         sampling = dict(enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1) if alpha > 0 else {}
-        return vocab.lookup(lines, sp.encode(texts, out_type=str, **({"num_threads": _threads()} | sampling)))
+        return vocab.lookup(lines, sp.encode(texts, out_type=str, **({"num_threads": usable_cores()} | sampling)))
     if alpha > 0:
         out = sp.encode(list(lines), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
     elif len(lines) < BATCH_ENCODE_FROM:  # see _decode: threads cost more than they give on a few lines
         out = [sp.encode(line, out_type=int) for line in lines]
     else:
-        out = sp.encode(list(lines), out_type=int, num_threads=_threads())
+        out = sp.encode(list(lines), out_type=int, num_threads=usable_cores())
     return _tag_first(sp, lines, out)
 
 
@@ -389,8 +389,8 @@ def _tag_first(sp: spm.SentencePieceProcessor, lines: Sequence[str], out: list[l
 BATCH_ENCODE_FROM = 256  # lines from which SentencePiece's threaded batch encoding pays for its threads
 
 
-def _threads() -> int:
-    """Threads for SentencePiece's training and batch encoding: the cores this process may use."""
+def usable_cores() -> int:
+    """The cores this process may use (SentencePiece's threads for training and batch encoding)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # no sched_getaffinity (macOS)

@@ -3,10 +3,12 @@
 
     python scripts/bench_serve_models.py runs/demo runs/demo-de-en --third runs/ml-decoder   # all, 5-minute soak
     python scripts/bench_serve_models.py runs/demo runs/demo-de-en --clients 1 8 --soak 0 --memory-rounds 1
+    python scripts/bench_serve_models.py work/ct2/demo work/ct2/demo-de-en --parallel-models 2 --clients 64 --soak 0
 
 runs/demo is `make demo`'s model; runs/demo-de-en the same recipe the other way (prepare and train
 configs/multi30k-demo.yaml with `--set data.src_lang=de --set data.tgt_lang=en`, the splits' src and tgt paths
-swapped, `--set data.dir=work/multi30k-deen --set training.run_dir=runs/demo-de-en`).
+swapped, `--set data.dir=work/multi30k-deen --set training.run_dir=runs/demo-de-en`); work/ct2/NAME their
+CTranslate2 exports (`mtkit export runs/NAME --out work/ct2/NAME`).
 
 The two runs serve opposite directions (English->German and German->English); each sends the test split of its
 source language (test_2016_flickr), and the requests interleave the two: one sentence per `POST /v1/translate`
@@ -14,13 +16,16 @@ with `source` and `target` set, the n-th request in one direction and the next i
 
 1. Offline, in this process: both models loaded (through `mtkit.load`, as `mtkit translate` loads them), each
    translating its half as `mtkit translate` batches it; the mix's sentences/s is both halves over both times.
+   With `--parallel-models N` (the server's option) also the two models at once, each on a thread of its own
+   with threads / N threads, and the server's ratios are to the faster of the two offline figures.
 2. The detector alone, in this process: the server's per-text detection (`source: "auto"`) over the val
    sentences of en, de, fr and cs, one at a time, among the two runs' sources and among all four: p50 and mean
    microseconds per sentence, and how many it identifies right.
 3. One server with both models (`--preload`): for each client count, that many clients send the mixed requests.
    Printed per load: sentences/s and its ratio to the offline mix, p50/p95/p99 latency (all, and per
    direction), errors (any answer but a 200 with one translation), answers equal to offline, the mean batch and
-   the share of the time the models were translating (/metrics), and the server's peak RSS. Then the same with
+   the share of the time the models were translating (/metrics; the models' seconds together, so up to N x 100%
+   with `--parallel-models N`), and the server's peak RSS. Then the same with
    `source: "auto"` at the largest client count (what detection costs under load), and at 1 client each sentence
    sent twice in a row, once with its source and once with `auto`: p50 of each and the median of the per-sentence
    difference (the latency detection adds), and the detected languages right.
@@ -93,15 +98,7 @@ def mixed(sides: list[Side], auto: bool = False) -> tuple[list[dict], list[tuple
 
 def offline_mix(sides: list[Side], beam: int, threads: int) -> float:
     """Both models loaded in this process, each translating its sentences at once; returns the seconds of both."""
-    import mtkit
-
-    models = []
-    for side in sides:
-        start = time.perf_counter()
-        models.append(mtkit.load(side.run, beam_size=beam, threads=threads, device="cpu"))
-        print(f"mtkit.load({side.run}): {time.perf_counter() - start:.2f} s")
-    for model, side in zip(models, sides):
-        model.translate(side.sentences[:20])  # warm-up
+    models = loaded(sides, beam, threads)
     total = 0.0
     for model, side in zip(models, sides):
         start = time.perf_counter()
@@ -112,6 +109,33 @@ def offline_mix(sides: list[Side], beam: int, threads: int) -> float:
         print(f"offline {side.label} ({side.run}): {len(side.sentences)} sentences, {seconds:.2f} s, {rate:.1f} sent/s")
     del models
     return total
+
+
+def loaded(sides: list[Side], beam: int, threads: int) -> list:
+    """Each side's model (``mtkit.load`` as ``mtkit translate`` loads it), warmed up."""
+    import mtkit
+
+    models = []
+    for side in sides:
+        start = time.perf_counter()
+        models.append(mtkit.load(side.run, beam_size=beam, threads=threads, device="cpu"))
+        print(f"mtkit.load({side.run}, threads={threads}): {time.perf_counter() - start:.2f} s")
+    for model, side in zip(models, sides):
+        model.translate(side.sentences[:20])  # warm-up
+    return models
+
+
+def offline_parallel(sides: list[Side], beam: int, threads: int) -> float:
+    """Both models loaded with ``threads`` threads each, translating their sentences at once on a thread each (as
+    ``mtkit serve --parallel-models`` runs them); returns the wall seconds."""
+    models = loaded(sides, beam, threads)
+    workers = [threading.Thread(target=model.translate, args=(side.sentences,)) for model, side in zip(models, sides)]
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return time.perf_counter() - start
 
 
 def detector_alone(data: Path, split: str, sources: tuple[str, ...], langs: list[str]) -> dict:
@@ -342,6 +366,13 @@ def main() -> None:
     parser.add_argument("--soak", type=float, default=300, help="seconds of the --max-models 1 soak (0: none)")
     parser.add_argument("--detect-sentences", type=int, default=500, help="per direction, sent twice at 1 client")
     parser.add_argument("--memory-rounds", type=int, default=2, help="times round the directions (0: no memory)")
+    parser.add_argument(
+        "--parallel-models",
+        type=int,
+        default=1,
+        help="the server's --parallel-models; above 1 each model gets threads / N, and the offline mix is also "
+        "timed that way (two models at once, a thread each): ratios are to the faster of the two",
+    )
     parser.add_argument("--server-arg", action="append", default=[], help="passed to mtkit serve (repeatable)")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "multi30k")
     parser.add_argument("--split", default="test_2016_flickr")
@@ -370,6 +401,18 @@ def main() -> None:
     total = sum(len(side.sentences) for side in sides)
     offline_rate = total / seconds
     print(f"offline mix, both models in this process: {total} sentences, {seconds:.2f} s, {offline_rate:.1f} sent/s")
+    share = max(1, args.threads // args.parallel_models)
+    server_args = ["--preload", *args.server_arg]
+    if args.parallel_models > 1:
+        seconds = offline_parallel(sides, args.beam_size, share)
+        rate = total / seconds
+        print(
+            f"offline mix, the two models at once on a thread each ({share} thread(s) each): {total} sentences, "
+            f"{seconds:.2f} s, {rate:.1f} sent/s"
+        )
+        offline_rate = max(offline_rate, rate)
+        print(f"ratios below are to {offline_rate:.1f} sent/s, the faster of the two")
+        server_args = ["--parallel-models", str(args.parallel_models), *server_args]
 
     sources = tuple(dict.fromkeys(side.pair[0] for side in sides))
     detector_alone(args.data, args.detect_split, sources, args.detect_langs)
@@ -377,7 +420,7 @@ def main() -> None:
     requests, where = mixed(sides)
     auto_requests, _ = mixed(sides, auto=True)
     port = free_port()
-    server = start_server([s.run for s in sides], port, args.beam_size, args.threads, ["--preload", *args.server_arg])
+    server = start_server([s.run for s in sides], port, args.beam_size, share, server_args)
     rss = RssSampler(server.pid)
     rss.start()
     results = {}

@@ -11,6 +11,7 @@ each answer is compared exactly with ``mtkit.load(run).translate`` by hand.
 - Memory: ``--max-models 1`` under concurrent requests unloads and reloads, on the one model thread, with the answers
   of models that stay loaded; a model whose weights break after start is a 503 with the reason, shown in
   ``/v1/models``, while the other serves.
+- Several model threads (``--parallel-models``): two models translate at once, each on its share of the cores.
 - A models file: paths relative to it, an entry's decoding over the command line's; --preload.
 - Bad input, each one line: unknown language, unreachable pair, two unnamed models for one pair, a models file with
   an unknown key, missing, not YAML, a model path that does not exist.
@@ -24,6 +25,7 @@ import json
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,8 +41,9 @@ from test_serve import DEADLINE, assert_error, uvicorn_server  # noqa: E402
 
 import mtkit  # noqa: E402
 from mtkit.serving.app import create_models_app  # noqa: E402
-from mtkit.serving.batcher import model_thread  # noqa: E402
+from mtkit.serving.batcher import model_thread, model_threads  # noqa: E402
 from mtkit.serving.languages import data_directions  # noqa: E402
+from mtkit.serving.main import share_cores  # noqa: E402
 from mtkit.serving.models import model_spec, model_specs, read_models_file  # noqa: E402
 from mtkit.serving.pool import ModelPool, load_spec  # noqa: E402
 
@@ -349,9 +352,73 @@ def test_a_models_file_missing_or_not_yaml_and_a_missing_run_are_one_line(run_cl
     assert_one_line_error(run_cli("serve", tmp_path / "gone"), "gone", "no such run directory")
     assert_one_line_error(run_cli("serve"), "no model to serve")
     assert_one_line_error(run_cli("serve", tmp_path, "--max-models", "0"), "--max-models")
+    assert_one_line_error(run_cli("serve", tmp_path, "--parallel-models", "0"), "--parallel-models")
 
 
 # -------------------------------------------------------------------------------------- memory and load
+class _Meeting:
+    """A loaded model whose first batch waits (``barrier``) until the other model's first batch has begun too."""
+
+    def __init__(self, model, barrier: threading.Barrier):
+        self._model, self._barrier, self._met = model, barrier, False
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def translate_batch(self, lines, **kwargs):
+        if not self._met:
+            self._barrier.wait()  # broken (an error) after its timeout if the other model never starts
+            self._met = True
+        return self._model.translate_batch(lines, **kwargs)
+
+
+def test_two_model_threads_translate_two_models_at_once(runs, loaded):
+    barrier = threading.Barrier(2, timeout=20)
+    models: dict[str, _Meeting] = {}
+
+    def load(spec):
+        models[spec.name] = _Meeting(load_spec(spec), barrier)
+        return models[spec.name]
+
+    specs, parallel = share_cores([model_spec(runs[name], name=name) for name in ("en-de", "de-en")], 2, None, 2)
+    assert parallel == 2 and [spec.options["threads"] for spec in specs] == [1, 1]
+    executors = model_threads(parallel)
+    pool = ModelPool(specs, load=load)
+    executors[0].submit(pool.preload).result(DEADLINE)
+    english = [f"A {w} runs in the park ." for w in ("dog", "cat", "man", "child")]
+    german = [f"Ein {w} sitzt im Garten ." for w in ("Hund", "Katze", "Mann", "Kind")]
+    answers: dict[int, dict] = {}
+    with TestClient(create_models_app(pool, executor=executors)) as client:
+
+        def post(i: int) -> None:
+            text, source = (english[i // 2], "en") if i % 2 == 0 else (german[i // 2], "de")
+            answers[i] = client.post("/v1/translate", json={"text": text, "source": source}).json()
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(DEADLINE)
+    for executor in executors:
+        executor.shutdown()
+    for i in range(8):  # one worker would leave the first model at its barrier: an error, not these
+        expected = (
+            loaded["en-de"].translate(english[i // 2]) if i % 2 == 0 else loaded["de-en"].translate(german[i // 2])
+        )
+        assert answers[i]["translations"][0]["text"] == expected, (i, answers[i])
+
+
+def test_share_cores_gives_each_model_its_share_when_every_model_stays_in_memory(runs):
+    specs = [model_spec(runs[name], name=name) for name in ("en-de", "de-en", "en-mul")]
+    own = specs[:2] + [replace(specs[2], options={**specs[2].options, "threads": 3})]
+    shared, parallel = share_cores(own, 4, None, 8)
+    assert parallel == 3 and [spec.options["threads"] for spec in shared] == [2, 2, 3]  # given threads are kept
+    assert share_cores(specs, 2, None, 1)[0][0].options["threads"] == 1  # never 0
+    assert share_cores(specs, 4, 2, 8) == (specs, 1)  # fewer in memory than models: one thread, threads as given
+    assert share_cores(specs, 2, 3, 8)[1] == 2
+    assert share_cores(specs, 1, None, 8) == (specs, 1)
+
+
 def test_one_model_in_memory_under_concurrent_requests(runs, loaded):
     executor = model_thread()
     model_thread_id = executor.submit(threading.get_ident).result(DEADLINE)

@@ -5,6 +5,7 @@
   within ``max_wait`` of each other, for ``max_delay`` at most; a lone client never waits.
 - Dropped sentences are never translated; stopping fails the queued ones.
 - Sentences of ready keys (a model in memory) go before older ones of other keys, for a while at most.
+- Several workers translate batches of different lanes (models) at once, never two of one lane.
 No test sleeps or measures time: each waits until the worker has acted on what it was just given.
 """
 
@@ -15,7 +16,7 @@ from typing import Callable
 
 import pytest
 
-from mtkit.serving.batcher import Batcher, QueueFull
+from mtkit.serving.batcher import Batcher, QueueFull, model_threads
 
 DEADLINE = 60.0  # seconds any wait in these tests may take before it fails
 
@@ -249,6 +250,52 @@ def test_each_keys_batch_waits_for_its_own_clients_only(clock):
         assert results(other + again) == ["B1", "B2", "A3", "A4"]
     finally:
         batcher.stop()
+
+
+def test_several_workers_translate_different_lanes_at_once_and_one_lane_one_batch_at_a_time():
+    """Three workers (real threads, real time, no waiting for more sentences): "a"'s batch holds its lane while
+    it translates, "b"'s starts beside it, and the idle third worker leaves "a2" (lane a, another key) queued."""
+    lock, gate = threading.Lock(), threading.Event()
+    running: dict[str, int] = {}
+    most: dict[str, int] = {}
+    started = {key: threading.Event() for key in (("a", 1), ("a", 2), ("b", 1))}
+
+    def translate(lines: list, key) -> list:
+        with lock:
+            running[key[0]] = running.get(key[0], 0) + 1
+            most[key[0]] = max(most.get(key[0], 0), running[key[0]])
+        started[key].set()
+        assert gate.wait(DEADLINE)
+        with lock:
+            running[key[0]] -= 1
+        return [x.upper() for x in lines]
+
+    idle_with_queued = threading.Event()
+
+    def wait(cond: threading.Condition, timeout) -> None:
+        if batcher.depth:  # a worker goes idle while a sentence waits (the condition's lock is re-entrant)
+            idle_with_queued.set()
+        cond.wait(DEADLINE if timeout is None else timeout)
+
+    executors = model_threads(3)
+    batcher = Batcher(translate, 8, 0.0, 16, executor=executors, lane=lambda key: key[0], wait=wait)
+    batcher.start()
+    try:
+        first = batcher.submit(["x"], ("a", 1))
+        assert started[("a", 1)].wait(DEADLINE)
+        other = batcher.submit(["y"], ("b", 1))
+        assert started[("b", 1)].wait(DEADLINE), "the other lane waited for the first lane's batch"
+        same_lane = batcher.submit(["z"], ("a", 2))
+        assert idle_with_queued.wait(DEADLINE)  # the third worker saw "z" and left it
+        assert not started[("a", 2)].is_set() and batcher.depth == 1
+        gate.set()
+        assert results(first + other + same_lane) == ["X", "Y", "Z"]
+        assert most == {"a": 1, "b": 1}
+        assert batcher.stats.batches == 3
+    finally:
+        batcher.stop()
+        for executor in executors:
+            executor.shutdown()
 
 
 def test_dropped_sentences_are_never_translated(make, clock, model):

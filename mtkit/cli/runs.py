@@ -181,6 +181,11 @@ def serve(
         None, "--max-models", help="Models in memory at once; the least recently used is unloaded (default: all)."
     ),
     preload: bool = typer.Option(False, "--preload", help="Load the models at start, not on first use."),
+    parallel_models: int = typer.Option(
+        1,
+        "--parallel-models",
+        help="Models that may translate at once, each on a thread of its own and its share of the cores.",
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, "--port"),
     api_key: Optional[str] = typer.Option(
@@ -263,6 +268,8 @@ def serve(
 
     if max_models is not None and max_models < 1:
         raise MtkitError(f"--max-models {max_models}: keep at least one model in memory")
+    if parallel_models < 1:
+        raise MtkitError(f"--parallel-models {parallel_models}: give at least 1")
     serve_main(
         list(runs or []),
         models_file=models,
@@ -284,4 +291,5 @@ def serve(
             **algorithm_options,
         ),
         access_log=access_log,
+        parallel=parallel_models,
     )

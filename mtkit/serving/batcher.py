@@ -1,13 +1,15 @@
 """Dynamic batching: sentences of concurrent requests share one translate call.
 
-Requests put their sentences in one bounded queue (``queue_size`` sentences). A single worker thread takes up to
+Requests put their sentences in one bounded queue (``queue_size`` sentences). A worker thread takes up to
 ``batch_size`` sentences of the same key, translates them with one call and hands each result to its sentence's
-future. Before it starts a batch, the worker waits for as many sentences as there were clients last time: those of
-its previous batch, which send again once answered, plus those that arrived while it ran. It waits while they come,
+future. There is one worker unless the batcher is given several executors: then each key belongs to a lane (a
+model), and the workers translate batches of different lanes at once, never two of one lane (docs/serving.md,
+Several models). Before it starts a batch, the worker waits for as many sentences as there were clients last
+time: those of its previous batch, which send again once answered, plus those that arrived while it ran. It waits while they come,
 each within ``max_wait`` of the last (the first within ``max_delay``), and ``max_delay`` at most in all. So a lone
 client never waits. Clients that each wait for their answer end up in one batch instead of alternating halves: the
 model decodes while the clients wait, and the event loop answers and reads requests while the model waits, instead
-of both sharing the cores at once (docs/benchmarks.md, Serving). Only the worker touches the model
+of both sharing the cores at once (docs/benchmarks.md, Serving). A model is touched by one worker at a time
 (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
 """
 
@@ -19,7 +21,7 @@ import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Optional, Union
+from typing import Any, Callable, Hashable, Optional, Sequence, Union
 
 # (lines, key) -> one result per line, in order; a line is a str or a segments.Segment
 TranslateFn = Callable[[list, Hashable], list]
@@ -38,7 +40,15 @@ def model_thread() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtkit-model")
 
 
+def model_threads(count: int) -> list[ThreadPoolExecutor]:
+    """``count`` model threads (``model_thread``): a batcher given them translates as many models at once."""
+    return [model_thread() for _ in range(max(1, count))]
+
+
 KEYS_KEPT = 256  # the keys whose expected batch the worker remembers (a key not among them expects one sentence)
+
+
+_NO_LANE = object()  # a worker that holds no lane
 
 
 class QueueFull(Exception):
@@ -64,11 +74,11 @@ class Stats:
     sentences: int = 0
     largest_batch: int = 0
     dropped: int = 0  # sentences taken out of the queue when their request timed out or its client left
-    busy: float = 0.0  # seconds spent in translate calls
+    busy: float = 0.0  # seconds spent in translate calls (of all workers together)
 
 
 class Batcher:
-    """A bounded sentence queue and the one worker that translates it in batches.
+    """A bounded sentence queue and the workers that translate it in batches (one unless given more executors).
 
     Args:
         translate: called on the worker with a batch's lines and their common key.
@@ -77,13 +87,15 @@ class Batcher:
         queue_size: the most sentences waiting, all requests together.
         on_batch: called with each batch's size once it is translated.
         executor: the one-thread executor the model was loaded on (``model_thread``), to translate on that thread
-            too. Without one the batcher starts a thread of its own.
+            too; or several, one worker on each. Without one the batcher starts a thread of its own.
         max_delay: the longest the worker waits for the first expected sentence and holds a batch back in all
             (at least ``max_wait``).
         ready: whether a key's batch can start at once (its model is in memory); None: every key can. The worker
             takes the oldest sentence of a ready key before older ones of keys that are not, for ``patience``
             seconds at most, so that a few models taking turns in memory are not loaded for every batch.
         patience: the longest the oldest sentence waits behind sentences of ready keys.
+        lane: a key's lane (its model), with several workers: two never translate batches of one lane at once,
+            and each lane counts its own arrivals. None (or one worker): every key is of one lane.
         clock: monotonic seconds.
         wait: how the worker waits on its condition for at most a timeout measured on ``clock``.
     """
@@ -95,11 +107,12 @@ class Batcher:
         max_wait: float,
         queue_size: int,
         on_batch: Optional[Callable[[int], None]] = None,
-        executor: Optional[Executor] = None,
+        executor: Union[Executor, Sequence[Executor], None] = None,
         max_delay: float = 0.0,
         *,
         ready: Optional[Callable[[Hashable], bool]] = None,
         patience: float = 0.0,
+        lane: Optional[Callable[[Hashable], Hashable]] = None,
         clock: Callable[[], float] = time.monotonic,
         wait: WaitFn = threading.Condition.wait,
     ):
@@ -115,11 +128,19 @@ class Batcher:
         self._pending: collections.deque[Item] = collections.deque()
         self._cond = threading.Condition()
         self._stopped = False
-        self._executor = executor
-        self._worker: Optional[Union[threading.Thread, Future]] = None
+        self._executors: list[Executor] = (
+            [] if executor is None else [executor] if isinstance(executor, Executor) else list(executor)
+        )
+        self.workers = max(1, len(self._executors))
+        # one worker: every key in one lane, whose arrivals it counts all together (a client answered by one
+        # model's batch may send next to the other model, and its answer still goes out while the worker waits)
+        self.lane = lane if lane is not None and self.workers > 1 else (lambda key: None)
+        self._workers: list[Union[threading.Thread, Future]] = []
+        self._busy: set = set()  # the lanes a worker holds: translating, or waiting for its batch
         self._arrived = 0  # sentences submitted so far
-        self._last_arrival = 0.0  # clock() at the latest submit
-        self._arrived_by_end = 0  # self._arrived when the last batch ended
+        self._arrived_in: dict[Hashable, int] = {}  # per lane, sentences submitted so far
+        self._last_arrival: dict[Hashable, float] = {}  # per lane, clock() at its latest submit
+        self._arrived_by_end: dict[Hashable, int] = {}  # per lane, its _arrived_in when its last batch ended
         # per key, the sentences to wait for: its previous batch's and those of its key that arrived while it ran
         # (the clients of another model's batch come back after that batch, not this one's)
         self._expected: dict[Hashable, int] = {}
@@ -131,20 +152,21 @@ class Batcher:
             return len(self._pending)
 
     def start(self) -> None:
-        """Start the worker: on the executor if there is one, else on a thread of its own."""
+        """Start the workers: one on each executor, or one on a thread of its own."""
         with self._cond:
             self._stopped = False
-        if self._executor is not None:
-            self._worker = self._executor.submit(self._run)
+        if self._executors:
+            self._workers = [executor.submit(self._run) for executor in self._executors]
         else:
-            self._worker = threading.Thread(target=self._run, name="mtkit-batcher", daemon=True)
-            self._worker.start()
+            thread = threading.Thread(target=self._run, name="mtkit-batcher", daemon=True)
+            thread.start()
+            self._workers = [thread]
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the worker after its current batch; sentences still queued fail with ``QueueFull``.
+        """Stop the workers after their current batches; sentences still queued fail with ``QueueFull``.
 
         Args:
-            timeout: seconds to wait for the worker to end.
+            timeout: seconds to wait for each worker to end.
         """
         with self._cond:
             self._stopped = True
@@ -153,11 +175,12 @@ class Batcher:
         for item in left:
             if item.future.set_running_or_notify_cancel():
                 item.future.set_exception(QueueFull("the server is shutting down"))
-        if isinstance(self._worker, threading.Thread):
-            self._worker.join(timeout)
-        elif self._worker is not None:
-            futures_wait([self._worker], timeout)
-        self._worker = None
+        for worker in self._workers:
+            if isinstance(worker, threading.Thread):
+                worker.join(timeout)
+            else:
+                futures_wait([worker], timeout)
+        self._workers = []
 
     def submit(self, lines: list, key: Hashable = ()) -> list[Item]:
         """Queue all of ``lines`` or none of them.
@@ -181,7 +204,9 @@ class Batcher:
                 raise QueueFull(f"the translation queue is full ({self.queue_size} sentences); retry shortly")
             self._pending.extend(items)
             self._arrived += len(items)
-            self._last_arrival = now
+            lane = self.lane(key)
+            self._arrived_in[lane] = self._arrived_in.get(lane, 0) + len(items)
+            self._last_arrival[lane] = now
             self._cond.notify_all()
         return items
 
@@ -196,77 +221,106 @@ class Batcher:
             item.future.cancel()
 
     def _take(self) -> Optional[list[Item]]:
-        """The next batch: the oldest sentence (of a ready key first, ``_next_key``) and up to batch_size - 1
-        more of its key.
+        """The next batch: the oldest sentence of a lane no other worker holds (of a ready key first,
+        ``_next_key``) and up to batch_size - 1 more of its key. The worker holds that lane until ``_release``.
 
         Waits first for as many as its key's previous batch had plus those of its key that arrived while it ran
-        (one for a key not seen lately), as long as each
-        next sentence comes within max_wait, and for max_delay at most. Returns None once stopped, [] when every
-        sentence was dropped while waiting.
+        (one for a key not seen lately), as long as each next sentence of its lane comes within max_wait, and for
+        max_delay at most. Returns None once stopped, [] when every sentence it could take was dropped (or taken by
+        another worker) while waiting.
         """
         with self._cond:
-            while not self._pending and not self._stopped:
+            while not self._stopped and self._next_key(_NO_LANE) is None:
                 self._wait(self._cond, None)
             if self._stopped:
                 return None
             cap = self._clock() + max(self.max_wait, self.max_delay)
+            held = _NO_LANE
             while True:
-                key = self._next_key()
+                key = self._next_key(held)
+                if key is None:  # every sentence it could take dropped while waiting
+                    self._release(held)
+                    return []
+                lane = self.lane(key)
+                if lane != held:
+                    self._release(held)
+                    self._busy.add(lane)
+                    held = lane
                 expected = self._expected.get(key, 1)
                 same = sum(1 for x in self._pending if x.key == key)
-                # until a sentence comes after the last batch, its answers may still be going out: up to the cap;
-                # then max_wait after the latest one
-                came = self._arrived > self._arrived_by_end
-                left = (min(self._last_arrival + self.max_wait, cap) if came else cap) - self._clock()
+                # until a sentence of its lane comes after the lane's last batch, its answers may still be going
+                # out: up to the cap; then max_wait after the latest one
+                came = self._arrived_in.get(lane, 0) > self._arrived_by_end.get(lane, 0)
+                last = self._last_arrival.get(lane, 0.0)
+                left = (min(last + self.max_wait, cap) if came else cap) - self._clock()
                 if same >= expected or left <= 0 or self._stopped:
                     break
                 self._wait(self._cond, left)
-                if not self._pending:  # every sentence dropped while waiting
-                    return []
             batch, rest = [], collections.deque()
             for item in self._pending:
                 (batch if item.key == key and len(batch) < self.batch_size else rest).append(item)
             self._pending = rest
+            if not batch:
+                self._release(held)
             return batch
 
-    def _next_key(self) -> Hashable:
-        """The key of the next batch: the oldest sentence's, unless it is not ready, has waited less than
-        ``patience``, and a sentence of a ready key waits too (then that sentence's). Called with the lock held."""
-        first = self._pending[0]
+    def _release(self, lane: Hashable) -> None:
+        """Let other workers take ``lane``'s sentences again. Called with the lock held."""
+        if lane is not _NO_LANE:
+            self._busy.discard(lane)
+            self._cond.notify_all()
+
+    def _next_key(self, held: Hashable) -> Optional[Hashable]:
+        """The key of the next batch among the sentences of lanes no other worker holds (``held``: this worker's):
+        the oldest one's, unless it is not ready, has waited less than ``patience``, and a sentence of a ready key
+        waits too (then that sentence's). None if there is no such sentence. Called with the lock held."""
+        free = self._pending
+        if self._busy:
+            free = [x for x in self._pending if self.lane(x.key) == held or self.lane(x.key) not in self._busy]
+        if not free:
+            return None
+        first = free[0]
         if self.ready is None or self._clock() - first.arrived >= self.patience or self.ready(first.key):
             return first.key
-        return next((x.key for x in self._pending if self.ready(x.key)), first.key)
+        return next((x.key for x in free if self.ready(x.key)), first.key)
 
     def _run(self) -> None:
         while True:
             batch = self._take()
             if batch is None:
                 return
+            if not batch:
+                continue
+            key = batch[0].key
+            lane = self.lane(key)
             batch = [item for item in batch if item.future.set_running_or_notify_cancel()]
             if not batch:
+                with self._cond:
+                    self._release(lane)
                 continue
             with self._cond:
                 arrived = self._arrived
             started = self._clock()
             try:
-                results = self.translate([item.text for item in batch], batch[0].key)
+                results = self.translate([item.text for item in batch], key)
             except Exception as err:  # handed to each request, which answers with its own error
                 for item in batch:
                     item.future.set_exception(err)
                 continue
             finally:  # counted before any answer goes out: a client's next request must not look like another's
-                self.stats.busy += self._clock() - started
                 with self._cond:
-                    key = batch[0].key
+                    self.stats.busy += self._clock() - started
                     meanwhile = sum(1 for x in self._pending if x.key == key and x.number >= arrived)
                     self._expected.pop(key, None)  # the most recent last: the oldest go first past KEYS_KEPT
                     self._expected[key] = min(self.batch_size, len(batch) + meanwhile)
                     while len(self._expected) > KEYS_KEPT:
                         del self._expected[next(iter(self._expected))]
-                    self._arrived_by_end = self._arrived
-            self.stats.batches += 1
-            self.stats.sentences += len(batch)
-            self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+                    self._arrived_by_end[lane] = self._arrived_in.get(lane, 0)
+                    self._release(lane)
+            with self._cond:
+                self.stats.batches += 1
+                self.stats.sentences += len(batch)
+                self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
             if self.on_batch is not None:
                 self.on_batch(len(batch))
             for item, result in zip(batch, results):

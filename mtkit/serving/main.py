@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import math
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
 from mtkit.serving.app import create_models_app
-from mtkit.serving.batcher import model_thread
-from mtkit.serving.models import model_specs
+from mtkit.serving.batcher import model_threads
+from mtkit.serving.models import ModelSpec, model_specs
 from mtkit.serving.pool import ModelPool
+from mtkit.tokenizer import usable_cores
 
 
 def serve_main(
@@ -30,6 +32,7 @@ def serve_main(
     max_models: Optional[int] = None,
     preload: bool = False,
     access_log: bool = False,
+    parallel: int = 1,
 ) -> None:
     """Read the models, then serve them until Ctrl-C or SIGTERM.
 
@@ -49,6 +52,9 @@ def serve_main(
         max_models: the most models in memory at once; None for all.
         preload: load the models now (the first ``max_models``) rather than on first use.
         access_log: log each request.
+        parallel: how many models may translate at once, each on a model thread of its own (``share_cores``: with
+            every model in memory only); without ``threads`` in ``overrides`` each then computes on its share of
+            the cores.
 
     Raises:
         MtkitError: a model that does not read (or, with ``preload``, does not load), a bad models file, two unnamed
@@ -56,16 +62,19 @@ def serve_main(
     """
     import uvicorn
 
-    specs = model_specs(runs, models_file, engine=engine, options=overrides)
+    specs, parallel = share_cores(
+        model_specs(runs, models_file, engine=engine, options=overrides), parallel, max_models, usable_cores()
+    )
     pool = ModelPool(specs, max_models=max_models)
-    executor = model_thread()  # the models are loaded and run on this one thread
+    executors = model_threads(parallel)  # the models are loaded and run on these threads
     app = create_models_app(
-        pool, limits=limits, api_key=api_key or None, cors_origins=tuple(cors_origins), executor=executor
+        pool, limits=limits, api_key=api_key or None, cors_origins=tuple(cors_origins), executor=executors
     )
     if preload:
-        failures = executor.submit(pool.preload).result()
+        failures = executors[0].submit(pool.preload).result()
         if failures:
-            executor.shutdown(wait=False)
+            for executor in executors:
+                executor.shutdown(wait=False)
             raise MtkitError(str(failures[0]))
     # uvicorn handles both signals while it runs, then raises the one it stopped on again for the handlers it
     # found; with these, a stop it has completed ends the process normally instead of killing it by that signal
@@ -83,4 +92,28 @@ def serve_main(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        executor.shutdown(wait=False)
+        for executor in executors:
+            executor.shutdown(wait=False)
+
+
+def share_cores(
+    specs: list[ModelSpec], parallel: int, max_models: Optional[int], cores: int
+) -> tuple[list[ModelSpec], int]:
+    """How many models translate at once, and each spec with its threads for that.
+
+    One unless every model stays in memory (no ``max_models`` below their number: a model unloaded to make room
+    could be one that another thread translates with), and at most one per model. With more than one, a spec whose
+    threads are not given computes on its share of the cores.
+
+    Returns:
+        The specs (those without threads given the share) and the number of model threads.
+    """
+    parallel = max(1, min(parallel, len(specs)))
+    if parallel == 1 or (max_models is not None and max_models < len(specs)):
+        return specs, 1
+    share = max(1, cores // parallel)
+    given = [
+        spec if spec.options.get("threads") else replace(spec, options={**spec.options, "threads": share})
+        for spec in specs
+    ]
+    return given, parallel

@@ -26,14 +26,16 @@ class TranslationService:
     """Translates the sentences of requests with the models of a pool, batched across requests.
 
     One batcher serves every model: its key is (model name, call arguments), so a batch holds one model's
-    sentences, and its worker gets the model from the pool (loading it first if need be) on the model thread. Only
-    that worker calls a model. A request's sentences leave the queue when it times out or its client disconnects.
+    sentences, and its worker gets the model from the pool (loading it first if need be) on the model thread. With
+    several model threads (one executor each), different models translate at once, each model on one thread at a
+    time. A request's sentences leave the queue when it times out or its client disconnects.
 
     Args:
         model: a ``pool.ModelPool``, or one loaded model (anything with ``translate_batch``, ``check`` and
             ``options.batch_size``), served as a pool of one.
         limits: the server's bounds.
-        executor: the one-thread executor the models are loaded and run on (``batcher.model_thread``), or None.
+        executor: the one-thread executor the models are loaded and run on (``batcher.model_thread``), several
+            of them (``model_threads``), or None.
         on_batch: called on the model thread with each batch's model name and size.
         on_request: called with the model name of each translate call (a pivot's legs count one each).
         sleep: the request timeout's wait, like ``asyncio.sleep``.
@@ -60,6 +62,7 @@ class TranslationService:
             max_delay=limits.max_delay,
             ready=lambda key: self.pool.resident(key[0]) is not None,  # a loaded model's sentences go first...
             patience=limits.timeout * PATIENCE,  # ...for a while: a model that must be loaded waits at most this
+            lane=lambda key: key[0],  # with several model threads, one model's batches one at a time
         )
 
     @property
