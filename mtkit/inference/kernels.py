@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import platform
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -131,7 +132,8 @@ def _write_cache(path: Optional[Path], key: str, entry: dict) -> None:
     data[key] = entry
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # one file per process and thread: a server's model threads may load models at once
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
         os.replace(tmp, path)  # readers see the old file or the new one, never half of one
     except OSError:
