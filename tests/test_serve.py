@@ -40,8 +40,8 @@ from mtkit.flags import ServeLimits  # noqa: E402
 from mtkit.inference.options import Options as DecodingOptions  # noqa: E402
 from mtkit.inference.results import Hypothesis, Translation  # noqa: E402
 from mtkit.serving.app import create_app  # noqa: E402
-from mtkit.serving.batcher import model_thread  # noqa: E402
 from mtkit.serving.languages import run_languages  # noqa: E402
+from mtkit.serving.threads import model_thread  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 DEADLINE = 60.0  # seconds any wait in these tests may take before it fails

@@ -41,11 +41,14 @@ from test_serve import DEADLINE, assert_error, uvicorn_server  # noqa: E402
 
 import mtkit  # noqa: E402
 from mtkit.serving.app import create_models_app  # noqa: E402
-from mtkit.serving.batcher import model_thread, model_threads  # noqa: E402
 from mtkit.serving.languages import data_directions  # noqa: E402
-from mtkit.serving.main import share_cores  # noqa: E402
 from mtkit.serving.models import model_spec, model_specs, read_models_file  # noqa: E402
 from mtkit.serving.pool import ModelPool, load_spec  # noqa: E402
+from mtkit.serving.threads import (  # noqa: E402
+    model_thread,
+    model_threads,
+    share_cores,  # noqa: E402
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MULTI30K = Path(__file__).resolve().parent.parent / "data" / "multi30k"

@@ -16,7 +16,8 @@ from typing import Callable
 
 import pytest
 
-from mtkit.serving.batcher import Batcher, QueueFull, model_threads
+from mtkit.serving.batcher import Batcher, QueueFull
+from mtkit.serving.threads import model_threads
 
 DEADLINE = 60.0  # seconds any wait in these tests may take before it fails
 

@@ -42,7 +42,7 @@ class TranslationModel:
     line). A line beyond the model's length limit is truncated (``truncated`` counts them). Lines are
     translated ``options.chunk_size`` at a time, each chunk sorted by length and cut into batches, as
     ``mtkit translate`` does. One call at a time: the object is not thread-safe. Translate on the thread that
-    loaded it (``serving.batcher.model_thread`` gives a thread that can do both).
+    loaded it (``serving.threads.model_thread`` gives a thread that can do both).
     """
 
     # PyTorch's OpenMP threads belong to the thread that starts them: a second team on the same cores slows

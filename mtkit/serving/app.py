@@ -59,7 +59,7 @@ def create_app(
         limits: the server's bounds.
         api_key: the key every translate request must give; None for none.
         cors_origins: the origins browsers may call from.
-        executor: the one-thread executor the model was loaded on (``batcher.model_thread``), or None.
+        executor: the one-thread executor the model was loaded on (``threads.model_thread``), or None.
 
     Returns:
         The app; ``app.state.batcher`` is its batcher.
@@ -84,7 +84,7 @@ def create_models_app(
         limits: the server's bounds.
         api_key: the key every translate request must give; None for none.
         cors_origins: the origins browsers may call from.
-        executor: the one-thread executor models are loaded and run on (``batcher.model_thread``), several of
+        executor: the one-thread executor models are loaded and run on (``threads.model_thread``), several of
             them to run different models at once, or None.
         algorithms: the decoding algorithms a request may choose, each with its options
             (``schemas.options_model``; default: every registered one).

@@ -1,16 +1,13 @@
 """Dynamic batching: sentences of concurrent requests share one translate call.
 
-Requests put their sentences in one bounded queue (``queue_size`` sentences). A worker thread takes up to
-``batch_size`` sentences of the same key, translates them with one call and hands each result to its sentence's
-future. There is one worker unless the batcher is given several executors: then each key belongs to a lane (a
-model), and the workers translate batches of different lanes at once, never two of one lane (docs/serving.md,
-Several models). Before it starts a batch, the worker waits for as many sentences as there were clients last
-time: those of its previous batch, which send again once answered, plus those that arrived while it ran. It waits while they come,
-each within ``max_wait`` of the last (the first within ``max_delay``), and ``max_delay`` at most in all. So a lone
-client never waits. Clients that each wait for their answer end up in one batch instead of alternating halves: the
-model decodes while the clients wait, and the event loop answers and reads requests while the model waits, instead
-of both sharing the cores at once (docs/benchmarks.md, Serving). A model is touched by one worker at a time
-(``TranslationModel`` is not thread-safe), and the event loop never waits on it.
+Requests put their sentences in one bounded queue. A worker thread takes up to ``batch_size`` sentences of one
+key, translates them with one call and hands each result to its sentence's future; with several executors, the
+workers translate batches of different lanes (models) at once, never two of one lane. Before a batch the worker
+waits for as many sentences as there were clients last time (its previous batch's, which send again once
+answered, and those that came while it ran), while they come within ``max_wait`` of each other and ``max_delay``
+at most, so a lone client never waits: the model decodes while the clients wait and the event loop works while
+the model waits, instead of both sharing the cores (docs/benchmarks.md, Serving). A model is touched by one
+worker at a time (``TranslationModel`` is not thread-safe), and the event loop never waits on it.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Optional, Sequence, Union
@@ -27,22 +24,6 @@ from typing import Any, Callable, Hashable, Optional, Sequence, Union
 TranslateFn = Callable[[list, Hashable], list]
 # (condition, timeout or None) -> None: the worker's wait, called with the condition held; it may return early
 WaitFn = Callable[[threading.Condition, Optional[float]], Any]
-
-
-def model_thread() -> ThreadPoolExecutor:
-    """One thread for everything a model does, loading included.
-
-    Returns:
-        An executor with a single worker thread.
-    """
-    # PyTorch's OpenMP threads belong to the thread that starts them: a model loaded on one thread and run on
-    # another has two teams on the same cores (docs/benchmarks.md, Serving)
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtkit-model")
-
-
-def model_threads(count: int) -> list[ThreadPoolExecutor]:
-    """``count`` model threads (``model_thread``): a batcher given them translates as many models at once."""
-    return [model_thread() for _ in range(max(1, count))]
 
 
 KEYS_KEPT = 256  # the keys whose expected batch the worker remembers (a key not among them expects one sentence)
@@ -67,6 +48,15 @@ class Item:
 
 
 @dataclass
+class _Lane:
+    """The arrivals of one lane's sentences."""
+
+    arrived: int = 0  # sentences submitted so far
+    last: float = 0.0  # clock() at the latest submit
+    by_end: int = 0  # ``arrived`` when the lane's last batch ended
+
+
+@dataclass
 class Stats:
     """What the worker has done so far."""
 
@@ -86,8 +76,8 @@ class Batcher:
         max_wait: the longest pause between two arriving sentences the worker waits through while it expects more.
         queue_size: the most sentences waiting, all requests together.
         on_batch: called with each batch's size once it is translated.
-        executor: the one-thread executor the model was loaded on (``model_thread``), to translate on that thread
-            too; or several, one worker on each. Without one the batcher starts a thread of its own.
+        executor: the one-thread executor the model was loaded on (``threads.model_thread``), to translate on that
+            thread too; or several, one worker on each. Without one the batcher starts a thread of its own.
         max_delay: the longest the worker waits for the first expected sentence and holds a batch back in all
             (at least ``max_wait``).
         ready: whether a key's batch can start at once (its model is in memory); None: every key can. The worker
@@ -138,9 +128,7 @@ class Batcher:
         self._workers: list[Union[threading.Thread, Future]] = []
         self._busy: set = set()  # the lanes a worker holds: translating, or waiting for its batch
         self._arrived = 0  # sentences submitted so far
-        self._arrived_in: dict[Hashable, int] = {}  # per lane, sentences submitted so far
-        self._last_arrival: dict[Hashable, float] = {}  # per lane, clock() at its latest submit
-        self._arrived_by_end: dict[Hashable, int] = {}  # per lane, its _arrived_in when its last batch ended
+        self._lanes: collections.defaultdict[Hashable, _Lane] = collections.defaultdict(_Lane)
         # per key, the sentences to wait for: its previous batch's and those of its key that arrived while it ran
         # (the clients of another model's batch come back after that batch, not this one's)
         self._expected: dict[Hashable, int] = {}
@@ -204,9 +192,8 @@ class Batcher:
                 raise QueueFull(f"the translation queue is full ({self.queue_size} sentences); retry shortly")
             self._pending.extend(items)
             self._arrived += len(items)
-            lane = self.lane(key)
-            self._arrived_in[lane] = self._arrived_in.get(lane, 0) + len(items)
-            self._last_arrival[lane] = now
+            lane = self._lanes[self.lane(key)]
+            lane.arrived, lane.last = lane.arrived + len(items), now
             self._cond.notify_all()
         return items
 
@@ -221,13 +208,12 @@ class Batcher:
             item.future.cancel()
 
     def _take(self) -> Optional[list[Item]]:
-        """The next batch: the oldest sentence of a lane no other worker holds (of a ready key first,
-        ``_next_key``) and up to batch_size - 1 more of its key. The worker holds that lane until ``_release``.
+        """The next batch: the oldest sentence of a lane no other worker holds (``_next_key``) and up to
+        batch_size - 1 more of its key; the worker holds that lane until ``_release``.
 
         Waits first for as many as its key's previous batch had plus those of its key that arrived while it ran
-        (one for a key not seen lately), as long as each next sentence of its lane comes within max_wait, and for
-        max_delay at most. Returns None once stopped, [] when every sentence it could take was dropped (or taken by
-        another worker) while waiting.
+        (one for a key not seen lately), while each next sentence of its lane comes within max_wait, for max_delay
+        at most. Returns None once stopped, [] when every sentence it could take was dropped or cancelled.
         """
         with self._cond:
             while not self._stopped and self._next_key(_NO_LANE) is None:
@@ -250,9 +236,8 @@ class Batcher:
                 same = sum(1 for x in self._pending if x.key == key)
                 # until a sentence of its lane comes after the lane's last batch, its answers may still be going
                 # out: up to the cap; then max_wait after the latest one
-                came = self._arrived_in.get(lane, 0) > self._arrived_by_end.get(lane, 0)
-                last = self._last_arrival.get(lane, 0.0)
-                left = (min(last + self.max_wait, cap) if came else cap) - self._clock()
+                state = self._lanes[lane]
+                left = (min(state.last + self.max_wait, cap) if state.arrived > state.by_end else cap) - self._clock()
                 if same >= expected or left <= 0 or self._stopped:
                     break
                 self._wait(self._cond, left)
@@ -260,6 +245,7 @@ class Batcher:
             for item in self._pending:
                 (batch if item.key == key and len(batch) < self.batch_size else rest).append(item)
             self._pending = rest
+            batch = [item for item in batch if item.future.set_running_or_notify_cancel()]  # not those cancelled
             if not batch:
                 self._release(held)
             return batch
@@ -293,34 +279,30 @@ class Batcher:
                 continue
             key = batch[0].key
             lane = self.lane(key)
-            batch = [item for item in batch if item.future.set_running_or_notify_cancel()]
-            if not batch:
-                with self._cond:
-                    self._release(lane)
-                continue
             with self._cond:
                 arrived = self._arrived
-            started = self._clock()
+            started, failed = self._clock(), None
             try:
                 results = self.translate([item.text for item in batch], key)
             except Exception as err:  # handed to each request, which answers with its own error
-                for item in batch:
-                    item.future.set_exception(err)
-                continue
-            finally:  # counted before any answer goes out: a client's next request must not look like another's
-                with self._cond:
-                    self.stats.busy += self._clock() - started
-                    meanwhile = sum(1 for x in self._pending if x.key == key and x.number >= arrived)
-                    self._expected.pop(key, None)  # the most recent last: the oldest go first past KEYS_KEPT
-                    self._expected[key] = min(self.batch_size, len(batch) + meanwhile)
-                    while len(self._expected) > KEYS_KEPT:
-                        del self._expected[next(iter(self._expected))]
-                    self._arrived_by_end[lane] = self._arrived_in.get(lane, 0)
-                    self._release(lane)
+                failed = err
+            # counted before any answer goes out: a client's next request must not look like another's
             with self._cond:
-                self.stats.batches += 1
-                self.stats.sentences += len(batch)
-                self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+                self.stats.busy += self._clock() - started
+                meanwhile = sum(1 for x in self._pending if x.key == key and x.number >= arrived)
+                self._expected.pop(key, None)  # the most recent last: the oldest go first past KEYS_KEPT
+                self._expected[key] = min(self.batch_size, len(batch) + meanwhile)
+                while len(self._expected) > KEYS_KEPT:
+                    del self._expected[next(iter(self._expected))]
+                self._lanes[lane].by_end = self._lanes[lane].arrived
+                self._release(lane)
+                if failed is None:
+                    self.stats.batches, self.stats.sentences = self.stats.batches + 1, self.stats.sentences + len(batch)
+                    self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+            if failed is not None:
+                for item in batch:
+                    item.future.set_exception(failed)
+                continue
             if self.on_batch is not None:
                 self.on_batch(len(batch))
             for item, result in zip(batch, results):

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import math
 import signal
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
 from mtkit.serving.app import create_models_app
-from mtkit.serving.batcher import model_threads
-from mtkit.serving.models import ModelSpec, model_specs
+from mtkit.serving.models import model_specs
 from mtkit.serving.pool import ModelPool
+from mtkit.serving.threads import model_threads, share_cores
 from mtkit.tokenizer import usable_cores
 
 
@@ -94,26 +93,3 @@ def serve_main(
             signal.signal(sig, handler)
         for executor in executors:
             executor.shutdown(wait=False)
-
-
-def share_cores(
-    specs: list[ModelSpec], parallel: int, max_models: Optional[int], cores: int
-) -> tuple[list[ModelSpec], int]:
-    """How many models translate at once, and each spec with its threads for that.
-
-    One unless every model stays in memory (no ``max_models`` below their number: a model unloaded to make room
-    could be one that another thread translates with), and at most one per model. With more than one, a spec whose
-    threads are not given computes on its share of the cores.
-
-    Returns:
-        The specs (those without threads given the share) and the number of model threads.
-    """
-    parallel = max(1, min(parallel, len(specs)))
-    if parallel == 1 or (max_models is not None and max_models < len(specs)):
-        return specs, 1
-    share = max(1, cores // parallel)
-    given = [
-        spec if spec.options.get("threads") else replace(spec, options={**spec.options, "threads": share})
-        for spec in specs
-    ]
-    return given, parallel

@@ -1,10 +1,11 @@
 """The server's models in memory: each loaded on first use (or all at start), at most ``max_models`` at once, the
 least recently used unloaded first to make room.
 
-Only the model thread (the batcher's worker, ``batcher.model_thread``) loads, unloads and translates: ``get`` runs
+Only the model thread (the batcher's worker, ``threads.model_thread``) loads, unloads and translates: ``get`` runs
 there, between batches, so a model is never unloaded while it translates, and PyTorch's threads stay those of that
-one thread. Several model threads (``serving.main.share_cores``) are only given a pool that unloads nothing. The event loop only looks at which models are loaded (``resident``) to check requests against them; a
-model object it holds stays whole until it lets go of it.
+one thread. Several model threads (``threads.share_cores``) are only given a pool that unloads nothing. The event
+loop only looks at which models are loaded (``resident``) to check requests against them; a model object it holds
+stays whole until it lets go of it.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ class TranslationService:
         model: a ``pool.ModelPool``, or one loaded model (anything with ``translate_batch``, ``check`` and
             ``options.batch_size``), served as a pool of one.
         limits: the server's bounds.
-        executor: the one-thread executor the models are loaded and run on (``batcher.model_thread``), several
+        executor: the one-thread executor the models are loaded and run on (``threads.model_thread``), several
             of them (``model_threads``), or None.
         on_batch: called on the model thread with each batch's model name and size.
         on_request: called with the model name of each translate call (a pivot's legs count one each).
