@@ -309,11 +309,11 @@ def test_a_failing_rank_stops_the_run_in_bounded_time(toy):
 # is a stale copy on another machine would not.
 STALE_COPY_WORKER = textwrap.dedent("""
     import os, sys
-    import mtkit.checkpoint
+    import mtkit.checkpoint.store as store
 
-    if os.environ["RANK"] == "1":
-        real = mtkit.checkpoint.list_checkpoints
-        mtkit.checkpoint.list_checkpoints = lambda folder: real(folder)[:-1]
+    if os.environ["RANK"] == "1":  # the store's own listing, which finding the latest checkpoint reads
+        real = store.list_checkpoints
+        store.list_checkpoints = lambda folder: real(folder)[:-1]
     from mtkit.cli import main
     sys.exit(main(sys.argv[1:]))
 """)

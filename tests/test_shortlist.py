@@ -24,11 +24,11 @@ import torch
 import yaml
 
 from conftest import LOG_PROB_TOL, TINY_TRANSFORMER, diverged_at_near_ties, write_toy_splits
-from mtkit.checkpoint import load_checkpoint, quantize_int8
+from mtkit.checkpoint import load_checkpoint
 from mtkit.decoding.search import beam_search, greedy
 from mtkit.decoding.shortlist import LEXICON_FILE, Shortlisted, build_lexicon, candidates, load_lexicon
 from mtkit.models.base import BOS, EOS, PAD, UNK, Seq2Seq, State
-from mtkit.models.int8 import WEIGHT_LEVELS
+from mtkit.models.int8 import WEIGHT_LEVELS, quantize_int8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
