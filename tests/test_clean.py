@@ -14,6 +14,7 @@ import pytest
 
 from conftest import assert_one_line_error, toy_pairs, write_lines
 from mtkit.config.schema import FILTER_NAMES
+from mtkit.data import filter_text as T
 from mtkit.data import filters as F
 from mtkit.data.clean import language_of
 from mtkit.errors import MtkitError
@@ -47,10 +48,10 @@ def test_registry_names_options_and_docs():
 
 
 def test_fold_and_hashes():
-    assert F.fold("  Hello, World 2!  ") == "hello world"
-    assert F.fold("Ça — VA?") == "ça va"
-    seen = F.HashSet64(capacity=4)
-    keys = [F.hash64(f"pair {i}") for i in range(5000)]
+    assert T.fold("  Hello, World 2!  ") == "hello world"
+    assert T.fold("Ça — VA?") == "ça va"
+    seen = T.HashSet64(capacity=4)
+    keys = [T.hash64(f"pair {i}") for i in range(5000)]
     assert all(seen.add(k) for k in keys)
     assert not any(seen.add(k) for k in keys[::7])
     assert seen.size == 5000 and seen.nbytes <= 32 * 5000  # 8 bytes a slot, at most half full after growing
