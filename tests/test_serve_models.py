@@ -359,6 +359,33 @@ def test_a_models_file_missing_or_not_yaml_and_a_missing_run_are_one_line(run_cl
 
 
 # -------------------------------------------------------------------------------------- memory and load
+ENGLISH = [f"A {w} runs in the park ." for w in ("dog", "cat", "man", "child")]
+GERMAN = [f"Ein {w} sitzt im Garten ." for w in ("Hund", "Katze", "Mann", "Kind")]
+
+
+def post_mixed(client) -> dict[int, dict]:
+    """Eight concurrent ``/v1/translate`` requests, an English and a German sentence in turn; answers by index."""
+    answers: dict[int, dict] = {}
+
+    def post(i: int) -> None:
+        text, source = (ENGLISH[i // 2], "en") if i % 2 == 0 else (GERMAN[i // 2], "de")
+        answers[i] = client.post("/v1/translate", json={"text": text, "source": source}).json()
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE)
+    return answers
+
+
+def assert_mixed_answers(answers: dict[int, dict], loaded: dict) -> None:
+    """Each answer of ``post_mixed`` is its model's own translation, as the Python API gives it."""
+    for i in range(8):
+        model, text = (loaded["en-de"], ENGLISH[i // 2]) if i % 2 == 0 else (loaded["de-en"], GERMAN[i // 2])
+        assert answers[i]["translations"][0]["text"] == model.translate(text), (i, answers[i])
+
+
 class _Meeting:
     """A loaded model whose first batch waits (``barrier``) until the other model's first batch has begun too."""
 
@@ -388,27 +415,11 @@ def test_two_model_threads_translate_two_models_at_once(runs, loaded):
     executors = model_threads(parallel)
     pool = ModelPool(specs, load=load)
     executors[0].submit(pool.preload).result(DEADLINE)
-    english = [f"A {w} runs in the park ." for w in ("dog", "cat", "man", "child")]
-    german = [f"Ein {w} sitzt im Garten ." for w in ("Hund", "Katze", "Mann", "Kind")]
-    answers: dict[int, dict] = {}
     with TestClient(create_models_app(pool, executor=executors)) as client:
-
-        def post(i: int) -> None:
-            text, source = (english[i // 2], "en") if i % 2 == 0 else (german[i // 2], "de")
-            answers[i] = client.post("/v1/translate", json={"text": text, "source": source}).json()
-
-        threads = [threading.Thread(target=post, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(DEADLINE)
+        answers = post_mixed(client)
     for executor in executors:
         executor.shutdown()
-    for i in range(8):  # one worker would leave the first model at its barrier: an error, not these
-        expected = (
-            loaded["en-de"].translate(english[i // 2]) if i % 2 == 0 else loaded["de-en"].translate(german[i // 2])
-        )
-        assert answers[i]["translations"][0]["text"] == expected, (i, answers[i])
+    assert_mixed_answers(answers, loaded)  # one worker would leave the first model at its barrier: an error
 
 
 def test_share_cores_gives_each_model_its_share_when_every_model_stays_in_memory(runs):
@@ -433,28 +444,12 @@ def test_one_model_in_memory_under_concurrent_requests(runs, loaded):
 
     specs = [model_spec(runs[name], name=name) for name in ("en-de", "de-en")]
     pool = ModelPool(specs, max_models=1, load=load)
-    english = [f"A {w} runs in the park ." for w in ("dog", "cat", "man", "child")]
-    german = [f"Ein {w} sitzt im Garten ." for w in ("Hund", "Katze", "Mann", "Kind")]
-    answers: dict[int, dict] = {}
     with TestClient(create_models_app(pool, executor=executor)) as client:
-
-        def post(i: int) -> None:
-            text, source = (english[i // 2], "en") if i % 2 == 0 else (german[i // 2], "de")
-            answers[i] = client.post("/v1/translate", json={"text": text, "source": source}).json()
-
-        threads = [threading.Thread(target=post, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(DEADLINE)
+        answers = post_mixed(client)
         listed = client.get("/v1/models").json()["models"]
         metrics = client.get("/metrics").text
     executor.shutdown()
-    for i in range(8):
-        expected = (
-            loaded["en-de"].translate(english[i // 2]) if i % 2 == 0 else loaded["de-en"].translate(german[i // 2])
-        )
-        assert answers[i]["translations"][0]["text"] == expected, i
+    assert_mixed_answers(answers, loaded)
     assert [m["loaded"] for m in listed].count(True) == 1
     assert {thread for _, thread, _ in seen} == {model_thread_id}  # loaded on the thread that translates
     assert all(resident == 0 for _, _, resident in seen)  # room was made first: never two in memory
