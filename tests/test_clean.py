@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_line_error, toy_pairs, write_lines
-from mtkit.config.schema import FILTER_NAMES
+from mtkit.config.data import FILTER_NAMES
 from mtkit.data import filter_text as T
 from mtkit.data import filters as F
 from mtkit.data.clean import language_of

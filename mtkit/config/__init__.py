@@ -1,10 +1,12 @@
 """The experiment config: one YAML file, four sections, validated on load.
 
-``schema.py`` holds the sections (data, model, training, decoding), every default and cross-field check;
-``reading.py`` reads a file (``load``), applies dotted ``--set`` overrides and ``model.init_from``, turns a problem
-into one ``MtkitError`` line, and writes a config back (``to_dict``, ``dump``). Every name is importable from here.
+``schema.py`` holds the sections (model, training, decoding; ``data.py`` the data section, ``section.py`` what a
+section is), every default and cross-field check; ``reading.py`` reads a file (``load``), applies dotted ``--set``
+overrides and ``model.init_from``, turns a problem into one ``MtkitError`` line, and writes a config back
+(``to_dict``, ``dump``). Every name is importable from here.
 """
 
+from mtkit.config.data import DataConfig, Direction, HFDataset, ParallelFiles
 from mtkit.config.reading import (
     INIT_FROM_OWN_KEYS,
     apply_overrides,
@@ -20,18 +22,14 @@ from mtkit.config.schema import (
     SCHEME_ONLY_KEYS,
     BahdanauConfig,
     Config,
-    DataConfig,
     DecodingConfig,
-    Direction,
-    HFDataset,
     LuongConfig,
     ModelConfig,
-    ParallelFiles,
-    Section,
     TrainingConfig,
     TransformerConfig,
     language_tag,
 )
+from mtkit.config.section import Section
 
 __all__ = [
     "FP16_NEEDS_CUDA",
