@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtkit import config as cfgmod
-from mtkit.data.prepare import SplitStats, _clean_split, _read_chunks
+from mtkit.data.encoding import read_chunks
+from mtkit.data.prepare import SplitStats, _clean_split
 from mtkit.data.sources import file_pairs
 from mtkit.errors import MtkitError
 
@@ -120,7 +121,7 @@ def test_any_corpus_bytes_read_or_fail_in_one_line(src, tgt, gz, skip_bad, tmp_p
         return
     assert len(src) == len(tgt)  # mismatched line counts must have been an MtkitError
     # the cleaned files, read back the way the encoder reads them, hold exactly the kept pairs, aligned
-    read_back = [pair for chunk in _read_chunks(out, 5) for pair in zip(*chunk)]
+    read_back = [pair for chunk in read_chunks(out, 5) for pair in zip(*chunk)]
     assert len(read_back) == stats.pairs_kept <= len(src)
     assert all(a and b for a, b in read_back)  # train split: empty sides are filtered
 

@@ -19,7 +19,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from itertools import chain, compress, islice
+from itertools import compress
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -35,14 +35,22 @@ from mtkit.data.builddir import (
     remove_stale_builds,
 )
 from mtkit.data.directions import MULTILINGUAL, check_language_tokens, manifest_entry, open_directions
+from mtkit.data.encoding import (
+    CHUNK_LINES,
+    array_names,
+    encode_samples,
+    lengths_of,
+    read_chunks,
+    token_dtype,
+    write_arrays,
+)
 from mtkit.data.sources import Pair, describe, hf_paths, mixed_train, open_sources
 from mtkit.data.summary import print_prepare_summary
 from mtkit.errors import MtkitError
 from mtkit.files import current_umask, fsync_tree, replace_dir
 from mtkit.manifest import FORMAT_VERSION, MANIFEST
-from mtkit.tokenizer import Tokenizer, seed_sampling, train_sentencepiece
+from mtkit.tokenizer import Tokenizer, train_sentencepiece
 
-CHUNK_LINES = 10_000  # lines encoded per SentencePiece batch call
 # keys added after FORMAT_VERSION 1 (see _inputs_fingerprint)
 LATER_KEYS = ("src_subword_alpha", "tgt_subword_alpha", "subword_samples", "filters", "mix", "user_symbols")
 FILTER_REASONS = ("empty", "max_chars", "duplicate", "max_tokens", "length_ratio")  # train only; then data.filters
@@ -194,7 +202,7 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
         )
         tokenizer_files = {"src": src_model.name, "tgt": tgt_model.name}
     tokenizer = Tokenizer.from_files(build_dir, tokenizer_files)
-    dtypes = {"src": _token_dtype(tokenizer.src_vocab_size), "tgt": _token_dtype(tokenizer.tgt_vocab_size)}
+    dtypes = {"src": token_dtype(tokenizer.src_vocab_size), "tgt": token_dtype(tokenizer.tgt_vocab_size)}
 
     # pass 2: encode every split into token arrays (train: also the subword-length filters)
     split_entries = {}
@@ -204,7 +212,7 @@ def _build(cfg, build_dir: Path, fingerprint: str, tokenizer: Optional[Tokenizer
             tokenizer, text_files[split], build_dir, split, (src, tgt), dtypes, stats[split], cfg, train
         )
         if train and cfg.subword_samples:
-            files["samples"] = _encode_samples(tokenizer, text_files[split], build_dir, (src, tgt), dtypes, keeps, cfg)
+            files["samples"] = encode_samples(tokenizer, text_files[split], build_dir, (src, tgt), dtypes, keeps, cfg)
         if train:
             for path in text_files[split]:
                 path.unlink()
@@ -315,21 +323,6 @@ def _clean_split(
 
 
 # ------------------------------------------------------------------------------------------ encoding
-def _token_dtype(vocab_size: int):
-    return np.uint16 if vocab_size <= 65535 else np.int32
-
-
-def _read_chunks(paths: tuple[Path, Path], size: int) -> Iterator[tuple[list[str], list[str]]]:
-    """Line-aligned chunks of the two cleaned text files (lines without their newline)."""
-    with open(paths[0], encoding="utf-8", newline="\n") as fs, open(paths[1], encoding="utf-8", newline="\n") as ft:
-        while True:
-            src = [line[:-1] for line in islice(fs, size)]
-            tgt = [line[:-1] for line in islice(ft, size)]
-            if not src:
-                return
-            yield src, tgt
-
-
 def _encode_split(
     tokenizer: Tokenizer,
     text_paths,
@@ -342,89 +335,24 @@ def _encode_split(
     train: bool,
 ) -> tuple[dict, Optional[list[np.ndarray]]]:
     """Encode one split into ``{split}.{lang}.bin`` + ``.idx``; return their names for the manifest and, for
-    train, the subword filters' keep mask of each chunk (what ``_encode_samples`` keeps too)."""
-    names = _array_names(split, langs)
+    train, the subword filters' keep mask of each chunk (what ``encode_samples`` keeps too)."""
+    names = array_names(split, langs)
     keeps = [] if train else None
 
     def chunks():
-        for src_lines, tgt_lines in _read_chunks(text_paths, CHUNK_LINES):
+        for src_lines, tgt_lines in read_chunks(text_paths, CHUNK_LINES):
             src_ids, tgt_ids = tokenizer.encode_src(src_lines), tokenizer.encode_tgt(tgt_lines)
             if train:
-                keep = _subword_filter(_lengths(src_ids), _lengths(tgt_ids), cfg, stats)  # (chunk,) bool
+                keep = _subword_filter(lengths_of(src_ids), lengths_of(tgt_ids), cfg, stats)  # (chunk,) bool
                 keeps.append(keep)
                 src_ids, tgt_ids = list(compress(src_ids, keep)), list(compress(tgt_ids, keep))
             yield src_ids, tgt_ids
 
-    counts = _write_arrays(chunks(), build_dir, names, dtypes)
+    counts = write_arrays(chunks(), build_dir, names, dtypes)
     stats.src_tokens, stats.tgt_tokens = counts["src_tokens"], counts["tgt_tokens"]
     if train:
         stats.pairs_kept = counts["sentences"]
     return names, keeps
-
-
-def _encode_samples(
-    tokenizer: Tokenizer,
-    text_paths,
-    build_dir: Path,
-    langs: tuple[str, str],
-    dtypes: dict,
-    keeps: list[np.ndarray],
-    cfg,
-) -> list[dict]:
-    """Write ``cfg.subword_samples`` copies of the training split, each with freshly sampled segmentations
-    (``train.s{k}.{lang}.bin`` / ``.idx``) of exactly the pairs the deterministic encoding kept, in its order.
-
-    A sampled copy can exceed data.max_tokens a little: the filters judge the deterministic segmentation, so
-    that every copy holds the same sentences. Copy k is reproducible: the sampler is seeded with k + 1.
-    """
-    copies = []
-    for k in range(cfg.subword_samples):
-        seed_sampling(k + 1)
-
-        def chunks():
-            for (src_lines, tgt_lines), keep in zip(_read_chunks(text_paths, CHUNK_LINES), keeps):
-                src_lines, tgt_lines = list(compress(src_lines, keep)), list(compress(tgt_lines, keep))
-                yield (
-                    tokenizer.encode_src(src_lines, cfg.src_subword_alpha),
-                    tokenizer.encode_tgt(tgt_lines, cfg.tgt_subword_alpha),
-                )
-
-        names = _array_names(f"train.s{k}", langs)
-        counts = _write_arrays(chunks(), build_dir, names, dtypes)
-        copies.append({**names, "src_tokens": counts["src_tokens"], "tgt_tokens": counts["tgt_tokens"]})
-    return copies
-
-
-def _array_names(prefix: str, langs: tuple[str, str]) -> dict:
-    return {
-        side: {"bin": f"{prefix}.{lang}.bin", "idx": f"{prefix}.{lang}.idx"}
-        for side, lang in zip(("src", "tgt"), langs)
-    }
-
-
-def _lengths(ids: list[list[int]]) -> np.ndarray:
-    return np.fromiter(map(len, ids), np.int64, count=len(ids))  # (n,)
-
-
-def _write_arrays(chunks: Iterator[tuple[list, list]], build_dir: Path, names: dict, dtypes: dict) -> dict:
-    """Stream (src id lists, tgt id lists) chunks into the flat token files and their (N + 1,) int64 offsets."""
-    lengths = {"src": [], "tgt": []}  # per chunk: (n,) int64
-    with open(build_dir / names["src"]["bin"], "wb") as src_bin, open(build_dir / names["tgt"]["bin"], "wb") as tgt_bin:
-        for src_ids, tgt_ids in chunks:
-            for ids, out, side in ((src_ids, src_bin, "src"), (tgt_ids, tgt_bin, "tgt")):
-                lens = _lengths(ids)
-                flat = np.fromiter(chain.from_iterable(ids), dtypes[side], count=int(lens.sum()))  # (tokens,)
-                out.write(flat.tobytes())
-                lengths[side].append(lens)
-    counts = {}
-    for side in ("src", "tgt"):
-        lens = np.concatenate(lengths[side]) if lengths[side] else np.zeros(0, np.int64)
-        offsets = np.zeros(len(lens) + 1, np.int64)  # (N + 1,)
-        np.cumsum(lens, out=offsets[1:])
-        (build_dir / names[side]["idx"]).write_bytes(offsets.tobytes())
-        counts[f"{side}_tokens"] = int(offsets[-1])
-        counts["sentences"] = len(lens)
-    return counts
 
 
 def _subword_filter(src_len: np.ndarray, tgt_len: np.ndarray, cfg, stats: SplitStats) -> np.ndarray:
