@@ -6,12 +6,12 @@ flagged words against the reference.
 
 Calibrates the run on val (``mtkit calibrate [--samples K]``: RUN/calibration.json), then translates val and
 test_2016_flickr and prints, per split: the seconds the translation with scores took (with --samples, the epsilon
-samples each sentence draws for its agreement included); Spearman's rank correlation of the sentence confidence
-(and of the raw mean token log-prob) with sentence chrF against the reference; the calibration error (confidence against sentence chrF /
-100, ten equal-width bins) uncalibrated and calibrated; and for words, how often a word under ``--threshold`` is
-absent from the reference (compared lower-cased, punctuation stripped) against a word at or above it, and their
-ratio. With --samples, it then times the cost of the samples: test_2016_flickr translated with scores, with the
-calibration (drawing the samples) and without it, twice each.
+samples each sentence draws for its agreement included); Spearman's rank correlation of the sentence confidence (and
+of the raw mean token log-prob) with sentence chrF against the reference; the calibration error (confidence against
+sentence chrF / 100, ten equal-width bins) uncalibrated and calibrated; and for words, how often a word under
+``--threshold`` is absent from the reference (compared lower-cased, punctuation stripped) against a word at or above
+it, and their ratio. With --samples, it then times the cost of the samples: test_2016_flickr translated with scores,
+with the calibration (drawing the samples) and without it, twice each.
 """
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ def main() -> None:
     model = mtkit.load(args.run, threads=args.threads, algorithm=args.algorithm)
     chrf = CHRF()
     print(
-        f"{'split':<18} {'sentences':>9} {'seconds':>8} {'Spearman conf':>13} {'Spearman lp':>11} {'ECE raw':>8} {'ECE cal':>8} "
-        f"{'flagged absent':>14} {'unflagged absent':>16} {'ratio':>6}"
+        f"{'split':<18} {'sentences':>9} {'seconds':>8} {'Spearman conf':>13} {'Spearman lp':>11} {'ECE raw':>8} "
+        f"{'ECE cal':>8} {'flagged absent':>14} {'unflagged absent':>16} {'ratio':>6}"
     )
-    for name in ("val", "test_2016_flickr"):
+    splits = ("val", "test_2016_flickr")
+    for name in splits:
         sources = read_gz(ROOT / f"data/multi30k/{name}.en.gz")
         references = read_gz(ROOT / f"data/multi30k/{name}.de.gz")
         confidence, raw, mean_lp, quality = [], [], [], []
@@ -84,13 +85,14 @@ def main() -> None:
                 counts[flagged][1] += 1
         absent = {k: v[0] / max(v[1], 1) for k, v in counts.items()}
         print(
-            f"{name:<18} {len(quality):9d} {seconds:8.2f} {spearman(confidence, quality):13.3f} {spearman(mean_lp, quality):11.3f} "
-            f"{calibration_error(raw, quality):8.3f} {calibration_error(confidence, quality):8.3f} "
+            f"{name:<18} {len(quality):9d} {seconds:8.2f} {spearman(confidence, quality):13.3f} "
+            f"{spearman(mean_lp, quality):11.3f} {calibration_error(raw, quality):8.3f} "
+            f"{calibration_error(confidence, quality):8.3f} "
             f"{absent[True]:9.3f} ({counts[True][1]}) {absent[False]:10.3f} ({counts[False][1]}) "
             f"{absent[True] / max(absent[False], 1e-9):6.2f}x",
             flush=True,
         )
-    if args.samples:
+    if args.samples:  # on the last split's sources
         calibration = model.calibration
         model.translate_batch(sources[:50], scores=True)  # warm-up
         for turn in (1, 2):
@@ -99,7 +101,7 @@ def main() -> None:
                 started = time.perf_counter()
                 model.translate_batch(sources, scores=True)
                 seconds = time.perf_counter() - started
-                print(f"cost, turn {turn}, {name} with scores, {label:>10}: {seconds:7.2f} s", flush=True)
+                print(f"cost, turn {turn}, {splits[-1]} with scores, {label:>10}: {seconds:7.2f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ Each step is an ordinary `mtkit` command, printed before it runs and timed:
    timed as whole processes, scored with sacreBLEU; parameters, and the size of `mtkit export --quantization int8`.
 Training runs as in scripts/bench_train.py: the wall-clock budget ends it (max_updates=null except under a cosine
 schedule); with --updates N each student trains exactly N updates instead (the clock then bounds nothing: students
-compared at equal updates whatever else shares the machine). Prints: the date and CPU, each command with its seconds, one markdown table, a row per model (BLEU / chrF,
-sentences/s, parameters, int8 export MiB, the pipeline's wall-clock), then the distilled student's speed ratio to the
-teacher (and to onmt_translate at beam 5 with --peer: the files benchmarks/peer_opennmt.sh wrote in WORKDIR) and
-its test BLEU minus the teacher's.
+compared at equal updates whatever else shares the machine). Prints: the date and CPU, each command with its
+seconds, one markdown table, a row per model (BLEU / chrF, sentences/s, parameters, int8 export MiB, the pipeline's
+wall-clock), then the distilled student's speed ratio to the teacher (and to onmt_translate at beam 5 with --peer:
+the files benchmarks/peer_opennmt.sh wrote in WORKDIR) and its test BLEU minus the teacher's.
 """
 
 from __future__ import annotations
