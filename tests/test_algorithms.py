@@ -95,9 +95,15 @@ def test_sampling_is_the_sampling_algorithm(run):
     "options, message",
     [
         (dict(algorithm="nope"), "--algorithm 'nope': unknown; use one of beam, greedy, sampling, mbr"),
-        (dict(algorithm="greedy", top_p=0.9), "--top-p takes effect with --sampling only; add --sampling or drop"),
+        (
+            dict(algorithm="greedy", top_p=0.9),
+            "--top-p takes effect with --algorithm sampling only; add --algorithm sampling",
+        ),
         (dict(algorithm="greedy", nbest=2), "--algorithm greedy gives one hypothesis a sentence: drop --nbest 2"),
-        (dict(algorithm="greedy", sampling=True), "--sampling is --algorithm sampling: drop --sampling or"),
+        (
+            dict(algorithm="greedy", sampling=True),
+            "sampling=True is --algorithm sampling: drop it or --algorithm greedy",
+        ),
         (dict(temperature="warm", sampling=True), "--temperature 'warm': input should be a valid float"),
         (dict(no_such=1), "unknown decoding option(s): no_such"),
     ],
@@ -116,7 +122,9 @@ def test_an_unknown_algorithm_on_the_command_line(run, run_cli):
 
 def test_constraints_need_an_algorithm_that_honours_them(shortest):
     check_instructions(Options(), constraints=True)  # beam search does
-    with pytest.raises(mtkit.MtkitError, match="^constraints need beam search: shortest cannot honour them"):
+    with pytest.raises(
+        mtkit.MtkitError, match="^constraints need an algorithm that honours them \\(beam\\); shortest cannot"
+    ):
         check_instructions(Options(algorithm="shortest"), constraints=True)
 
 
@@ -150,7 +158,7 @@ def test_a_call_may_choose_its_algorithm(run):
     assert sampled.options_for(algorithm="beam", nbest=1).params == ()
     with pytest.raises(mtkit.MtkitError, match="^device: fixed when the model loads; give it to mtkit.load"):
         model.translate_batch(SOURCES, device="cpu")
-    with pytest.raises(mtkit.MtkitError, match="^--top-p takes effect with --sampling only"):
+    with pytest.raises(mtkit.MtkitError, match="^--top-p takes effect with --algorithm sampling only"):
         model.translate_batch(SOURCES, top_p=0.9)
 
 
@@ -217,8 +225,9 @@ def test_a_request_may_choose_mbr_and_sampling(run):
         assert bounds["greedy"]["nbest"]["anyOf"][1]["maximum"] == 1
         assert bounds["sampling"]["nbest"]["anyOf"][1]["maximum"] == 64  # samples: the server's --max-hypotheses
         assert bounds[None]["nbest"]["anyOf"][1]["maximum"] == 4  # no algorithm named: the model's own beam
-        assert bounds["mbr"]["nbest"]["anyOf"][1]["maximum"] == 16  # the candidates: the server's, not a request's
-        assert "mbr_candidates" not in schema["properties"] and "mbr_utility" in schema["properties"]
+        assert bounds["mbr"]["nbest"]["anyOf"][1]["maximum"] == 64  # a request may raise mbr_candidates: the server's
+        [candidates] = [c for c in schema["properties"]["mbr_candidates"]["anyOf"] if c.get("type") == "integer"]
+        assert (candidates["minimum"], candidates["maximum"]) == (2, 64) and "mbr_utility" in schema["properties"]
 
 
 def test_the_server_bounds_the_hypotheses_a_request_decodes(run):

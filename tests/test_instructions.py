@@ -119,7 +119,7 @@ def test_greedy_and_sampling_take_prefixes_and_avoid(run_dir, lines, options):
         assert t.text.startswith(p or "")
         assert not set(a or ()) & set(words(t.text[len(p or "") :]))
     if options.get("sampling"):
-        with pytest.raises(mtkit.MtkitError, match="line 2: constraints need beam search"):
+        with pytest.raises(mtkit.MtkitError, match="line 2: constraints need an algorithm that honours them"):
             model.translate(lines[:2], constraints=[None, ["Garten"]])
     else:  # greedy: the constrained beam search with one beam
         [text] = model.translate(lines[:1], constraints=[["Garten"]])
@@ -250,7 +250,7 @@ def test_server_takes_instructions_per_item_or_in_parallel_lists(run_dir, model,
 # --------------------------------------------------------------------------------------- CTranslate2
 def test_ctranslate2_takes_prefixes_and_avoid_and_refuses_constraints(run_cli, run_dir, model, lines, tmp_path):
     pytest.importorskip("ctranslate2")
-    assert run_cli("export", run_dir, "--out", tmp_path / "ct2").code == 0
+    assert run_cli("export", run_dir, "--output", tmp_path / "ct2").code == 0
     ct2 = mtkit.load(tmp_path / "ct2")
     prefixes = ["Ein", "Der Man", "zwei ", None] * 3
     avoid = [["Mann"], None, ["Hund", "Katze"], ["ist"]] * 3

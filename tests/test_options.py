@@ -22,8 +22,8 @@ RULES = [
     (dict(engine="ctranslate2", dtype="int4"), "--dtype 'int4': the ctranslate2 engine computes in one of"),
     (dict(device="cpu", dtype="float16"), "--dtype float16 needs a CUDA GPU"),
     (dict(device="cuda", dtype="int8"), "--dtype int8 is for the CPU"),
-    (dict(temperature=0.5), "--temperature takes effect with --sampling only"),
-    (dict(top_k=5, top_p=0.9), "--top-k, --top-p take effect with --sampling only"),
+    (dict(temperature=0.5), "--temperature takes effect with --algorithm sampling only"),
+    (dict(top_k=5, top_p=0.9), "--top-k, --top-p take effect with --algorithm sampling only"),
     (dict(sampling=True, temperature=0.0), "--temperature 0.0: input should be greater than 0"),
     (dict(sampling=True, top_p=1.5), "--top-p 1.5: input should be less than or equal to 1"),
     (dict(sampling=True, top_k=-1), "--top-k -1: input should be greater than or equal to 0"),
@@ -59,8 +59,8 @@ def test_build_takes_the_run_section_then_the_overrides():
     registered = set(algorithms.params())
     assert set(cfgmod.DecodingConfig.model_fields) <= {f.name for f in dataclasses.fields(Options)} | registered
     assert registered <= set(cfgmod.DecodingConfig.model_fields)
-    mbr = cfgmod.DecodingConfig(algorithm="mbr", mbr_candidates=8, mbr_utility="bleu")
-    assert Options.build(mbr).params == (("mbr_candidates", 8), ("mbr_utility", "bleu"))
+    mbr = cfgmod.DecodingConfig(algorithm="mbr", mbr_candidates=12, mbr_utility="bleu")
+    assert Options.build(mbr).params == (("mbr_candidates", 12), ("mbr_utility", "bleu"))
     assert Options.build(mbr, mbr_candidates=4).mbr_candidates == 4  # an override wins
     assert Options.build(mbr, algorithm="beam").params == ()  # the section's mbr options stay with mbr
     assert Options.build(cfgmod.DecodingConfig(), engine="ctranslate2").dtype is None  # the exported type
@@ -81,7 +81,7 @@ def test_replace_checks_the_new_combination_and_keeps_the_old():
     "options, message",
     [
         (Options(engine="ctranslate2"), "constraints need --engine torch"),
-        (Options(sampling=True), "constraints need beam search"),
+        (Options(sampling=True), "constraints need an algorithm that honours them"),
         (Options(shortlist=20), "constraints need the whole target vocabulary"),
     ],
 )
@@ -97,7 +97,7 @@ def _cli_flags(options: dict) -> list:
     flags = []
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")
-        flags += [flag] if value is True else [flag, value]
+        flags += ["--algorithm", "sampling"] if name == "sampling" else [flag] if value is True else [flag, value]
     return flags
 
 

@@ -1,24 +1,30 @@
 """The decoding algorithms, one entry each: its name, its own options (declared here once), what it can do and the
 code that runs it. Plain data: importing this imports neither torch nor pydantic (a fast start-up).
 
-The engines dispatch by ``Options.algorithm``; ``Options`` takes every registered algorithm's options by name and
-refuses one that belongs to another algorithm; ``mtkit translate`` gets a flag for each option; a sentence's
-instructions are checked against the entry's capabilities. Adding an algorithm is one module that calls
-``register`` with a ``torch`` runner:
+The engines run an entry's own runner for them and name no algorithm; ``Options`` takes every registered
+algorithm's options by name, refuses one that belongs to another algorithm and one a value of which the engine
+cannot run (``Param.engines``); ``mtkit translate`` gets a flag for each option; a sentence's instructions are
+checked against the entry's capabilities. Adding an algorithm is one module that calls ``register`` with a
+``torch`` runner, and a ``ctranslate2`` runner where it runs there too:
 
-    def run(model, src, options, common, generator, detokenize, **_) -> list[list[Decoded]]
+    def run(model, src, options, common, generator, detokenize, **_) -> list[list[Decoded]]      # torch
+    def run(engine, ids, guidance, options) -> list[list[Decoded]]                              # ctranslate2
 
 where ``src`` is the (batch, src_len) PAD-padded source ids on the model's device, ``options`` the call's
 ``Options`` (``options.param("name")`` reads the entry's own options), ``common`` the keywords every search of
 ``mtkit.decoding`` takes (``max_len_a``, ``max_len_b``, ``need_attention``, ``guide``, ``parts``),
 ``generator`` a ``torch.Generator`` seeded by the option ``seed`` names, for an algorithm that draws, else None, and
-``detokenize`` turns lists of target ids into text (for an algorithm that compares outputs as text).
+``detokenize`` turns lists of target ids into text (for an algorithm that compares outputs as text). A
+CTranslate2 runner gets the engine (``mtkit.inference.ct2_engine.Ct2Engine``), the sources' ids, each sentence's
+``Guidance`` or None, and the options; it asks the engine for CTranslate2's hypotheses with ``engine.search``
+(a beam, or draws from its seed's stream) and may rank them as it likes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from typing import Any, Callable, Optional
 
 from mtkit.errors import MtkitError
@@ -29,7 +35,8 @@ class Param:
     """One option of an algorithm: its name (a keyword of ``mtkit.load``, ``--name-with-dashes`` on the command
     line unless ``flag`` says otherwise), type ("int", "float" or "str"), default, help and bounds or choices;
     ``count``: its value is a number of hypotheses each sentence decodes, which a server bounds per request (as it
-    bounds ``nbest`` and the algorithm's ``rows`` option)."""
+    bounds ``nbest`` and the algorithm's ``rows`` option). ``engines``: the engines that run a value other than the
+    default (empty: every engine of its algorithm), ``why`` says what the others lack."""
 
     name: str
     type: str
@@ -42,6 +49,8 @@ class Param:
     choices: tuple = ()
     flag: str = ""
     count: bool = False
+    engines: tuple[str, ...] = ()
+    why: str = ""
 
     @property
     def cli_flag(self) -> str:
@@ -79,6 +88,30 @@ class Param:
             raise MtkitError(f"{self.cli_flag} {value!r}: use {' or '.join(map(str, self.choices))}")
         return value
 
+    def check_engine(self, value: Any, engine: str) -> None:
+        """``MtkitError`` in one line if ``engine`` cannot run ``value`` of this option."""
+        if self.engines and engine not in self.engines and value != self.default:
+            raise MtkitError(
+                f"{self.cli_flag} {value!r} needs the {' or '.join(self.engines)} engine ({self.why}); "
+                f"use --engine {self.engines[0]} or drop {self.cli_flag}"
+            )
+
+    def edges(self) -> tuple:
+        """The values at the edges of its declared range (and its default): each must run."""
+        if self.choices:
+            return tuple(self.choices)
+        found = [self.default]
+        for bound, inside in ((self.ge, 0), (self.le, 0), (self.gt, 1), (self.lt, -1)):
+            if bound is None:
+                continue
+            if not inside:
+                found.append(self.kind(bound))
+            elif self.type == "int":
+                found.append(int(bound) + inside)
+            else:  # the nearest double inside the bound
+                found.append(math.nextafter(float(bound), math.inf if inside > 0 else -math.inf))
+        return tuple(dict.fromkeys(found))
+
 
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
@@ -88,14 +121,16 @@ class Algorithm:
         name: what ``decoding.algorithm`` / ``--algorithm`` call it.
         summary: one line for ``--help`` and the docs.
         torch: "module:function" of its torch runner (see the module's docstring), imported when first used.
+        ctranslate2: "module:function" of its CTranslate2 runner; "" where it runs on torch alone.
         params: its own options.
         nbest: it can return several hypotheses a sentence.
         constraints: it honours a sentence's constraints (phrases the output must contain).
         prefix: it honours a sentence's prefix and avoided phrases.
         alignments: its hypotheses can carry cross-attention.
-        engines: the engines that run it.
         rows: the option whose value is the hypotheses it steps per sentence ("beam_size", "nbest"), or "" for one.
         seed: the option that seeds its draws, for an algorithm that draws; "" for one that does not.
+        fixed: (option, value) pairs it decodes with whatever is asked (greedy: beam_size 1).
+        switch: a keyword of ``mtkit.load`` that, true, chooses it (the API's ``sampling=True``).
     """
 
     name: str
@@ -106,16 +141,31 @@ class Algorithm:
     constraints: bool = False
     prefix: bool = True
     alignments: bool = True
-    engines: tuple[str, ...] = ("torch",)
     rows: str = "beam_size"
     seed: str = ""
+    ctranslate2: str = ""
+    fixed: tuple[tuple[str, Any], ...] = ()
+    switch: str = ""
 
-    def runner(self) -> Callable:
-        module, _, function = self.torch.partition(":")
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The engines it has a runner for."""
+        return ("torch", "ctranslate2") if self.ctranslate2 else ("torch",)
+
+    def runner(self, engine: str = "torch") -> Callable:
+        """Its runner for ``engine`` (see the module's docstring)."""
+        where = self.ctranslate2 if engine == "ctranslate2" else self.torch
+        module, _, function = where.partition(":")
         return getattr(importlib.import_module(module), function)
 
 
 REGISTRY: dict[str, Algorithm] = {}
+SEED_MAX = 2**32 - 1  # CTranslate2's seeds are 32-bit
+# epsilon samples a feature draws for itself (the calibration's agreement; MBR's pseudo-references): Freitag et al.
+# 2023's epsilon; ancestral samples from the whole distribution run long and make worse references
+REFERENCE_EPSILON = 0.02
+# MBR over a beam's 8-best: docs/benchmarks.md section 24 (chrF and BLEU above 16 epsilon samples, at half their time)
+MBR_CANDIDATES = 8
 
 
 def register(algorithm: Algorithm) -> Algorithm:
@@ -141,13 +191,49 @@ def params() -> dict[str, tuple[Algorithm, Param]]:
     return {p.name: (a, p) for a in REGISTRY.values() for p in a.params}
 
 
+def names(default: str = "") -> str:
+    """The registered algorithms as help text lists them: "beam (default), greedy, ..."."""
+    return ", ".join(f"{n} (default)" if n == default else n for n in REGISTRY)
+
+
+def refusal(values: dict, engine: str) -> Optional[str]:
+    """Why ``engine`` cannot decode with the options ``values`` (an ``algorithm`` and its own options), or None."""
+    chosen = get(values.get("algorithm", "beam"))
+    if engine not in chosen.engines:
+        return f"--algorithm {chosen.name} runs on the {' and '.join(chosen.engines)} engine(s), not {engine}"
+    own = {p.name: p for p in chosen.params}
+    for name, value in values.items():
+        if name in own:
+            try:
+                own[name].check_engine(value, engine)
+            except MtkitError as err:
+                return str(err)
+    return None
+
+
+def switches() -> tuple[str, ...]:
+    """The keywords that choose an algorithm when true (``Algorithm.switch``)."""
+    return tuple(a.switch for a in REGISTRY.values() if a.switch)
+
+
+def switched(values: Any) -> Optional[str]:
+    """The algorithm a true switch chooses among ``values`` (a dict of keywords, or an object with them as
+    attributes), or None."""
+    for algorithm in REGISTRY.values():
+        if algorithm.switch:
+            on = values.get(algorithm.switch) if isinstance(values, dict) else getattr(values, algorithm.switch, False)
+            if on:
+                return algorithm.name
+    return None
+
+
 register(
     Algorithm(
         "beam",
         "beam search (beam_size hypotheses a sentence; with beam_size 1, nbest 1 and no constraint, greedy's loop)",
         torch="mtkit.decoding.search:run_beam",
+        ctranslate2="mtkit.inference.ct2_runners:run_search",
         constraints=True,
-        engines=("torch", "ctranslate2"),
     )
 )
 register(
@@ -155,26 +241,44 @@ register(
         "greedy",
         "the most likely subword at every step (beam_size is not used)",
         torch="mtkit.decoding.single_path:run_greedy",
+        ctranslate2="mtkit.inference.ct2_runners:run_search",
         nbest=False,
-        engines=("torch", "ctranslate2"),
         rows="",
+        fixed=(("beam_size", 1),),
     )
 )
-register(
+SAMPLING = register(
     Algorithm(
         "sampling",
         "nbest independent samples a sentence, drawn from the model's distribution (temperature, top-k, top-p)",
         torch="mtkit.decoding.sampling:run_sampling",
+        ctranslate2="mtkit.inference.ct2_runners:run_sampling",
         params=(
             Param("temperature", "float", 1.0, "divides the log-probs before drawing", gt=0),
             Param("top_k", "int", 0, "sample among the k most likely subwords; 0: all", ge=0),
-            Param("top_p", "float", 1.0, "sample in the smallest set of this much probability", gt=0, le=1),
-            Param("epsilon", "float", 0.0, "sample among subwords of at least this probability; 0: all", ge=0, lt=1),
-            Param("seed", "int", 0, "seed of the draws"),
+            Param(
+                "top_p",
+                "float",
+                1.0,
+                "sample in the smallest set of this much probability (the most likely subword always)",
+                gt=0,
+                le=1,
+            ),
+            Param(
+                "epsilon",
+                "float",
+                0.0,
+                "sample among subwords of at least this probability; 0: all",
+                ge=0,
+                lt=1,
+                engines=("torch",),
+                why="CTranslate2 samples by top-k, top-p and temperature",
+            ),
+            Param("seed", "int", 0, "seed of the draws", ge=0, le=SEED_MAX),
         ),
-        engines=("torch", "ctranslate2"),
         rows="nbest",
         seed="seed",
+        switch="sampling",
     )
 )
 register(
@@ -182,15 +286,18 @@ register(
         "mbr",
         "minimum Bayes risk: of mbr_candidates candidates, the one that agrees most with the others (chrF or BLEU)",
         torch="mtkit.decoding.mbr:run_mbr",
+        ctranslate2="mtkit.decoding.mbr:run_mbr_ct2",
         params=(
-            Param("mbr_candidates", "int", 16, "candidates a sentence", ge=2, le=1024, count=True),
+            Param("mbr_candidates", "int", MBR_CANDIDATES, "candidates a sentence", ge=2, le=1024, count=True),
             Param(
                 "mbr_epsilon",
                 "float",
-                0.02,
+                0.0,
                 "candidates by epsilon sampling at this epsilon; 0: a beam's n-best",
                 ge=0,
                 lt=1,
+                engines=("torch",),
+                why="CTranslate2 has no epsilon sampling",
             ),
             Param(
                 "mbr_pseudo_references",
@@ -202,10 +309,15 @@ register(
                 count=True,
             ),
             Param("mbr_utility", "str", "chrf", "the sentence metric candidates agree by", choices=("chrf", "bleu")),
-            Param("mbr_seed", "int", 0, "seed of the draws"),
+            Param("mbr_seed", "int", 0, "seed of the draws", ge=0, le=SEED_MAX),
         ),
-        engines=("torch", "ctranslate2"),
         rows="mbr_candidates",
         seed="mbr_seed",
     )
 )
+
+
+def draws(count: int, epsilon: float = REFERENCE_EPSILON, seed: int = 0) -> dict:
+    """The decoding options of ``count`` epsilon samples a sentence from ``seed``'s stream: what a feature that
+    draws for itself asks of the registry (``refusal`` says whether an engine can)."""
+    return {"algorithm": SAMPLING.name, "nbest": count, "epsilon": epsilon, "seed": seed}

@@ -45,7 +45,8 @@ def filter_top_k_top_p(logits: Tensor, top_k: int, top_p: float, epsilon: float 
         sorted_logits, order = logits.sort(dim=1, descending=True)  # (rows, vocab)
         sorted_probs = sorted_logits.softmax(dim=1)
         mass_before = sorted_probs.cumsum(dim=1) - sorted_probs  # mass of strictly better tokens
-        drop_sorted = mass_before >= top_p  # keep the smallest prefix reaching top_p (never the first)
+        drop_sorted = mass_before >= top_p  # keep the smallest prefix reaching top_p
+        drop_sorted[:, 0] = False  # and the most likely, whatever top_p (one too small for float32 is 0 there)
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)  # (rows, vocab), unsorted
         logits = logits.masked_fill(drop, NEG_INF)
     return logits
@@ -134,10 +135,18 @@ def sample(
     if nbest < 1:
         raise ValueError(f"nbest must be >= 1, got {nbest}")
 
+    def tempered(scores: Tensor) -> Tensor:
+        if temperature == 1.0:
+            return scores
+        # the best at 0 first, so a temperature too small for float32 (below its least normal, which is used then)
+        # leaves the best finite and the others -inf: greedy's draw
+        best = scores.max(dim=1, keepdim=True).values
+        return (scores - best) / max(temperature, torch.finfo(scores.dtype).tiny)
+
     def draw(scores: Tensor) -> Tensor:  # (rows, vocab) -> (rows,)
         if epsilon > 0 and top_p == 1.0:
-            return draw_epsilon(scores if temperature == 1.0 else scores / temperature, epsilon, top_k, generator)
-        logits = filter_top_k_top_p(scores / temperature, top_k, top_p, epsilon)
+            return draw_epsilon(tempered(scores), epsilon, top_k, generator)
+        logits = filter_top_k_top_p(tempered(scores), top_k, top_p, epsilon)
         return torch.multinomial(logits.softmax(dim=1), 1, generator=generator).squeeze(1)
 
     return single_path(

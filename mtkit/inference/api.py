@@ -16,6 +16,7 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
+from mtkit.decoding import algorithms
 from mtkit.errors import MtkitError
 from mtkit.inference import paragraphs
 from mtkit.inference.confidence import Calibration, agreement, agreement_draws, sentence_confidence
@@ -134,10 +135,14 @@ class TranslationModel:
 
         ``decoding``: this call's decoding options, as ``mtkit.load`` takes them, but for those fixed when the model
         loaded (``options.LOAD_TIME``: engine, device, dtype, threads, shortlist): ``algorithm="mbr"``,
-        ``beam_size=8``, ``top_p=0.9``... A new algorithm leaves the loaded one's own options behind.
+        ``beam_size=8``, ``top_p=0.9``... A new algorithm leaves the loaded one's own options behind. A seed given
+        here starts the call's draws from it: the same call with the same seed gives the same output (on either
+        engine); without one, calls continue the stream of the loaded seed.
         """
         options = self.options_for(nbest=nbest, scores=scores, alignments=alignments, **decoding)
         self.check_format(format, options)
+        if options.chosen.seed in decoding:  # a call's own seed: its draws start from it, as a fresh model's would
+            self.engine.restart_draws(options)
         source = source if source is not None else self.source
         self.check_source(source)
         single = isinstance(lines, (str, bytes, Segment, dict))
@@ -204,7 +209,15 @@ class TranslationModel:
         count = self.calibration.samples if self.calibration is not None else 0
         if not count:
             return [None] * len(ids)
-        drawing = self.options.for_call(**agreement_draws(count))
+        spec = agreement_draws(count)
+        refused = algorithms.refusal(spec, self.options.engine)
+        if refused:  # a calibration file written before it kept a fit without samples
+            raise MtkitError(
+                f"the run's calibration scores translations by {count} epsilon samples, which the {self.options.engine} "
+                f"engine cannot draw ({refused}); rerun mtkit calibrate RUN --samples {count}, which also fits a "
+                "confidence without them, or use --engine torch"
+            )
+        drawing = self.options.for_call(**spec)
         self.engine.restart_draws(drawing)
         guidance = [with_first(None, tag) for tag in forced] if forced else None
         drawn = self.engine.translate_ids(ids, guidance, drawing)
@@ -397,6 +410,16 @@ def _as_lines(lines: Iterable) -> list:
     return out
 
 
+def _calibration_for(calibration: Optional[Calibration], engine: str) -> Optional[Calibration]:
+    """The run's calibration as ``engine`` can follow it: one whose samples the engine cannot draw (the registry's
+    verdict) gives way to its fit without them, where the file has one (else ``_samples`` refuses)."""
+    if calibration is None or not calibration.samples or calibration.without_samples is None:
+        return calibration
+    if algorithms.refusal(agreement_draws(calibration.samples), engine):
+        return calibration.without_samples
+    return calibration
+
+
 def load(
     path: PathLike,
     *,
@@ -434,6 +457,7 @@ def load(
         model = TranslationModel(ct2_engine(paths, overrides), calibration, source)
     else:
         model = TranslationModel(torch_engine(paths, overrides), calibration, source)
+    model.calibration = _calibration_for(calibration, model.options.engine)
     if source is not None:
         model.check_source(source)
     return model

@@ -5,10 +5,12 @@ with scores draws its K samples)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Optional
 
+from mtkit.decoding import algorithms
 from mtkit.errors import MtkitError
 from mtkit.inference.confidence import (
     BASIC,
@@ -57,6 +59,9 @@ def calibrate_main(
         sources, references = sources[:max_sentences], references[:max_sentences]
     model = api.load(run, **options)
     model.calibration = None  # a calibration already there draws no samples and is not used here
+    refused = samples and algorithms.refusal(agreement_draws(samples), model.options.engine)
+    if refused:
+        raise MtkitError(f"--samples {samples} draws epsilon samples, which this engine cannot ({refused})")
     chrf = CHRF()
     translations = model.translate_batch(sources, scores=True)
     drawn = [None] * len(sources)
@@ -75,6 +80,9 @@ def calibrate_main(
         raise MtkitError(f"{cfg.data.dir}: split {split!r} gave {len(rows)} translation(s); calibrating needs more")
     names = BASIC + (("agreement",) if samples else ())
     calibration = Calibration.fit_features(rows, quality, names, samples)
+    if samples:  # for an engine that cannot draw the samples (CTranslate2): the same fit without them
+        plain = Calibration.fit_features(rows, quality, BASIC)
+        calibration = dataclasses.replace(calibration, without_samples=plain)
     path = calibration.save(run)
     mean_lp = [row["mean_log_prob"] for row in rows]
     confidence = [calibration.confidence(row) for row in rows]

@@ -60,10 +60,10 @@ def agreement(hypotheses: Sequence[str], samples: Sequence[str]) -> list[float]:
 
 def agreement_draws(samples: int) -> dict:
     """The decoding options of the samples a translation's agreement is measured against: ``samples`` epsilon
-    samples (epsilon as MBR's pseudo-references draw them) from seed 0."""
-    from mtkit.decoding.mbr import REFERENCE_EPSILON
+    samples (epsilon as MBR's pseudo-references draw them) from seed 0, as the registry draws them."""
+    from mtkit.decoding import algorithms
 
-    return {"algorithm": "sampling", "nbest": samples, "epsilon": REFERENCE_EPSILON, "seed": 0}
+    return algorithms.draws(samples, seed=0)
 
 
 def words(tokens: Sequence[str], token_log_probs: Sequence[float]) -> tuple[tuple[str, float], ...]:
@@ -89,7 +89,9 @@ class Calibration:
 
     ``x`` are increasing knots, ``y`` their never-decreasing values in [0, 1]; below the first knot the first value
     holds, above the last the last (``__call__``). ``samples``: the epsilon samples a sentence draws for its
-    ``agreement`` (0 where the features leave it out).
+    ``agreement`` (0 where the features leave it out). ``without_samples``: with samples, the calibration of the
+    same sentences without their agreement, for an engine that cannot draw them (CTranslate2 has no epsilon
+    sampling); None in a file written before it was kept.
     """
 
     x: tuple[float, ...]
@@ -98,6 +100,7 @@ class Calibration:
     features: tuple[str, ...] = ("mean_log_prob",)
     weights: tuple[float, ...] = (0.0, 1.0)  # the intercept, then one per feature
     samples: int = 0
+    without_samples: Optional["Calibration"] = None
 
     def score(self, values: Mapping[str, float]) -> float:
         """The linear score of a translation's ``features`` (``MtkitError`` if one the calibration uses is absent)."""
@@ -156,10 +159,15 @@ class Calibration:
         from mtkit.files import atomic_write_text
 
         path = Path(run_dir) / FILE
+        atomic_write_text(path, json.dumps(self._record()) + "\n")
+        return path
+
+    def _record(self) -> dict:
         record = {"x": list(self.x), "y": list(self.y), "fitted_on": self.fitted_on, "features": list(self.features)}
         record |= {"weights": list(self.weights), "samples": self.samples}
-        atomic_write_text(path, json.dumps(record) + "\n")
-        return path
+        if self.without_samples is not None:
+            record["without_samples"] = self.without_samples._record()
+        return record
 
     @classmethod
     def load(cls, run_dir: Path) -> Optional["Calibration"]:
@@ -168,20 +176,28 @@ class Calibration:
         if not path.is_file():
             return None
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            x, y = tuple(map(float, record["x"])), tuple(map(float, record["y"]))
-            if not x or len(x) != len(y) or list(x) != sorted(x) or list(y) != sorted(y):
-                raise ValueError("knots out of order")
-            names = tuple(record.get("features", ("mean_log_prob",)))
-            weights = tuple(map(float, record.get("weights", (0.0, 1.0))))
-            samples = int(record.get("samples", 0))
-            if set(names) - set(FEATURES) or len(weights) != len(names) + 1:
-                raise ValueError(f"features {list(names)} with {len(weights)} weights")
-            if ("agreement" in names) != (samples > 0):
-                raise ValueError(f"agreement without samples, or samples ({samples}) without agreement")
-            return cls(x, y, int(record.get("fitted_on", 0)), names, weights, samples)
+            return cls._from_record(json.loads(path.read_text(encoding="utf-8")))
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise MtkitError(f"{path}: not a calibration ({err}); rerun mtkit calibrate {run_dir}") from None
+
+    @classmethod
+    def _from_record(cls, record: dict) -> "Calibration":
+        """The calibration a file's record holds (``ValueError`` and kin for a damaged one)."""
+        x, y = tuple(map(float, record["x"])), tuple(map(float, record["y"]))
+        if not x or len(x) != len(y) or list(x) != sorted(x) or list(y) != sorted(y):
+            raise ValueError("knots out of order")
+        names = tuple(record.get("features", ("mean_log_prob",)))
+        weights = tuple(map(float, record.get("weights", (0.0, 1.0))))
+        samples = int(record.get("samples", 0))
+        if set(names) - set(FEATURES) or len(weights) != len(names) + 1:
+            raise ValueError(f"features {list(names)} with {len(weights)} weights")
+        if ("agreement" in names) != (samples > 0):
+            raise ValueError(f"agreement without samples, or samples ({samples}) without agreement")
+        plain = record.get("without_samples")
+        if plain is not None and (not samples or plain.get("samples", 0)):
+            raise ValueError("a calibration without samples where no samples are drawn, or with samples")
+        fallback = cls._from_record(plain) if plain is not None else None
+        return cls(x, y, int(record.get("fitted_on", 0)), names, weights, samples, fallback)
 
 
 def sentence_confidence(

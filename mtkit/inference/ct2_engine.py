@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import threading
+from collections import OrderedDict
 from itertools import repeat
 from pathlib import Path
 from typing import Optional
@@ -17,6 +20,27 @@ from mtkit.interop.ct2_export import ct2_vocabularies, import_ctranslate2
 from mtkit.tokenizer import BOS, PAD, UNK
 
 
+@dataclasses.dataclass(frozen=True)
+class Ct2Search:
+    """What one ``Ct2Engine.search`` asks of CTranslate2: a beam of ``beam_size`` (1: greedy) returning
+    ``hypotheses`` a sentence, or, with ``draws`` (CTranslate2's ``sampling_topk``, ``sampling_topp``,
+    ``sampling_temperature``), ``hypotheses`` samples a sentence from the stream of ``seed``; ``keep``: the
+    n-best kept per sentence, best first."""
+
+    beam_size: int
+    hypotheses: int
+    keep: int
+    draws: Optional[dict] = None
+    seed: int = 0
+
+
+# CTranslate2 draws from one generator per worker thread, seeded from the process's seed when the thread first
+# draws (ctranslate2.set_random_seed has no effect on a thread that drew before): a seed's stream is a translator of
+# its own, made while that seed is set and made to draw at once. One lock for the process-wide seed.
+_SEEDING = threading.Lock()
+_DRAWING_TRANSLATORS = 2  # per engine: each holds a copy of the model
+
+
 class Ct2Engine(Engine):
     """The engine over a CTranslate2 model directory written by ``mtkit export``, with the torch engine's contract.
 
@@ -27,6 +51,9 @@ class Ct2Engine(Engine):
     ``search: ctranslate2`` runs CTranslate2's own beam search instead (``_native``): its ranking, its scores.
     Hypotheses carry no attention, and constraints are refused (CTranslate2 has no constrained decoding).
     A prefix is CTranslate2's ``target_prefix``; avoided phrases are its ``suppress_sequences``.
+    ``translate_ids`` runs the CTranslate2 runner of the options' algorithm (``mtkit.decoding.algorithms``), which
+    asks ``search`` for CTranslate2's hypotheses. Draws come from a stream per seed: successive calls with one seed
+    continue it, and ``restart_draws`` starts it again (a call that gives its own seed).
     Where the model's ``config.json`` has CTranslate2 put a token first in every source itself (``add_source_bos``:
     an Argos Translate package's model, which adds the source language's token), a source that starts with that
     token is passed without it.
@@ -53,25 +80,51 @@ class Ct2Engine(Engine):
         super().__init__(tokenizer, options, max_positions)
         ct2 = import_ctranslate2()
         device, compute_type = options.device, options.dtype or "default"
-        try:
-            self.translator = ct2.Translator(
-                str(model_dir),
-                device=device,
-                compute_type=compute_type,
-                inter_threads=1,
-                intra_threads=options.threads or 0,
-            )
-        except (ValueError, RuntimeError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
-            raise MtkitError(f"CTranslate2 cannot run this model on {device} as {compute_type} ({first})") from None
+        self._ct2, self._model_dir = ct2, str(model_dir)
+        self._load = dict(device=device, compute_type=compute_type, inter_threads=1, intra_threads=options.threads or 0)
         self.where = f"{device} as {compute_type}"
+        self.translator = self._translator()
         self.max_len_cap = self.max_src
         self.src_vocab, self.tgt_vocab = ct2_vocabularies(tokenizer)
         self.tgt_ids = {piece: i for i, piece in enumerate(self.tgt_vocab)}
         self.banned = [[self.tgt_vocab[PAD]], [self.tgt_vocab[BOS]]]
         self.source_bos = _source_bos(Path(model_dir))
-        if options.chosen.seed:  # an algorithm that draws (sampling; mbr's pseudo-references)
-            ct2.set_random_seed(options.param(options.chosen.seed))
+        self._drawing: OrderedDict[int, object] = OrderedDict()  # seed -> the translator of its stream
+
+    def _translator(self):
+        try:
+            return self._ct2.Translator(self._model_dir, **self._load)
+        except (ValueError, RuntimeError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
+            raise MtkitError(f"CTranslate2 cannot run this model on {self.where} ({first})") from None
+
+    def drawing(self, seed: int):
+        """The translator whose draws are the stream of ``seed`` (made on first use; the least recently used of more
+        than ``_DRAWING_TRANSLATORS`` is let go)."""
+        found = self._drawing.get(seed)
+        if found is None:
+            with _SEEDING:
+                self._ct2.set_random_seed(seed)
+                found = self._translator()
+                # the worker thread's generator is made, from the seed now set, at its first draw: draw once now
+                self._run(
+                    found.translate_batch,
+                    [[self.src_vocab[UNK]]],
+                    None,
+                    beam_size=1,
+                    sampling_topk=0,
+                    max_decoding_length=1,
+                )
+            self._drawing[seed] = found
+            while len(self._drawing) > _DRAWING_TRANSLATORS:
+                self._drawing.popitem(last=False)
+        self._drawing.move_to_end(seed)
+        return found
+
+    def restart_draws(self, options: Options) -> None:
+        seed = options.chosen.seed
+        if seed:
+            self._drawing.pop(options.param(seed), None)
 
     def describe(self) -> str:
         return f"CTranslate2 on {self.where}, {self.options.threads or 'default'} threads"
@@ -88,8 +141,13 @@ class Ct2Engine(Engine):
         options: Optional[Options] = None,
     ) -> list[list]:
         o = options or self.options
-        if o.algorithm == "mbr":
-            return self._mbr(ids, guidance, o)
+        return o.chosen.runner("ctranslate2")(self, ids, guidance, o)
+
+    def search(
+        self, ids: list[list[int]], guidance: Optional[list[Optional[Guidance]]], o: Options, plan: Ct2Search
+    ) -> list[list]:
+        """CTranslate2's hypotheses of each source as ``plan`` asks, under ``o``'s limits and batches, each
+        sentence's prefix and avoided phrases honoured; ranked as the class docstring says."""
         results: list[list] = [[] for _ in ids]  # empty in, empty out
         for idx in batches(ids, o):  # batches of similar length, so of similar limits
             groups: dict[tuple, list[int]] = {}  # sentences with the same avoided phrases share a call
@@ -102,7 +160,7 @@ class Ct2Engine(Engine):
                 limits = [max(self.max_length(len(ids[i]) + 1, o), len(p)) for i, p in zip(group, prefixes)]
                 suppress = self.banned + [[self.tgt_vocab[t] for t in phrase] for phrase in avoid]
                 target_prefix = [[self.tgt_vocab[t] for t in p] for p in prefixes] if any(prefixes) else None
-                for i, hyps in zip(group, self._search(o, sources, limits, target_prefix, suppress)):
+                for i, hyps in zip(group, self._search(o, plan, sources, limits, target_prefix, suppress)):
                     results[i] = hyps
         return results
 
@@ -111,25 +169,10 @@ class Ct2Engine(Engine):
         pieces = [self.src_vocab[t] for t in ids]
         return pieces[1:] if self.source_bos is not None and pieces[:1] == [self.source_bos] else pieces
 
-    def _mbr(self, ids: list[list[int]], guidance, o: Options) -> list[list]:
-        """Minimum Bayes risk (``mtkit.decoding.mbr``) over a beam's n-best of ``mbr_candidates``, against
-        CTranslate2's samples where ``mbr_pseudo_references`` asks for them (``Options`` refuses epsilon sampling
-        here: CTranslate2 has none)."""
-        from mtkit.decoding import mbr
-
-        n, pseudo = o.param("mbr_candidates"), o.param("mbr_pseudo_references")
-        beam = o.replace(algorithm="beam", params=(), beam_size=n, nbest=n)
-        candidates = self.translate_ids(ids, guidance, beam)
-        texts = mbr.texts_of(candidates, self.tokenizer.decode_tgt)
-        references = None
-        if pseudo:
-            drawn = self.translate_ids(ids, guidance, o.replace(algorithm="sampling", params=(), nbest=pseudo))
-            references = mbr.texts_of(drawn, self.tokenizer.decode_tgt)
-        return mbr.rank(candidates, texts, references, o.param("mbr_utility"), o.nbest)
-
     def _search(
         self,
         o: Options,
+        plan: Ct2Search,
         sources: list[list[str]],
         limits: list[int],
         prefixes: Optional[list[list[str]]] = None,
@@ -138,13 +181,13 @@ class Ct2Engine(Engine):
         """The n-best hypotheses of each source, each under its own output limit (and after its prefix, without
         the suppressed sequences)."""
         suppress = self.banned if suppress is None else suppress
-        if o.search == "ctranslate2" and not o.sampling:
-            return self._native(o, sources, limits, prefixes, suppress)
-        found = self._candidates(o, sources, max(limits), prefixes, suppress)
+        if o.search == "ctranslate2" and plan.draws is None:
+            return self._native(o, plan, sources, limits, prefixes, suppress)
+        found = self._candidates(o, plan, sources, max(limits), prefixes, suppress)
         again: dict[int, list[int]] = {}  # limit -> sources whose beam search must run again under it
         for s, limit in enumerate(limits):
             if any(len(pieces) > limit for pieces, _, _ in found[s]):
-                if o.sampling or o.beam_size == 1:
+                if plan.beam_size == 1:
                     # a greedy or sampled output cut at the limit is what stopping there would have given
                     found[s] = [
                         (pieces, lp, bound) if len(pieces) < limit else (pieces[:limit], None, None)
@@ -154,17 +197,18 @@ class Ct2Engine(Engine):
                     again.setdefault(limit, []).append(s)
         for limit, group in again.items():
             subset = [prefixes[s] for s in group] if prefixes is not None else None
-            for s, cands in zip(group, self._candidates(o, [sources[s] for s in group], limit, subset, suppress)):
+            for s, cands in zip(group, self._candidates(o, plan, [sources[s] for s in group], limit, subset, suppress)):
                 found[s] = cands
         # After a target prefix CTranslate2's scores are the continuation's (the prefix's tokens are not counted), as
         # the log-probs _ranked compares: no rescoring pass is needed to rank them (rescoring every candidate made a
         # prefixed beam 2.5x slower; scripts/bench_ct2_prefix.py)
         forced = [len(p) for p in prefixes] if prefixes is not None else [0] * len(sources)
-        return self._ranked(o, sources, found, forced)
+        return self._ranked(o, plan, sources, found, forced)
 
     def _candidates(
         self,
         o: Options,
+        plan: Ct2Search,
         sources: list[list[str]],
         limit: int,
         prefixes: Optional[list[list[str]]] = None,
@@ -174,24 +218,13 @@ class Ct2Engine(Engine):
         log-prob is None when CTranslate2 gives no usable one (``_ranked`` rescores those it needs) and ``bound``
         is then an upper bound of it where one is known (a hypothesis cut at the limit: its log-prob without the
         EOS that ends it here)."""
-        exact = _exact_scores(o)
+        exact = _exact_scores(o, plan)
         found: list[list[tuple[list[str], Optional[float], Optional[float]]]] = []
         if limit == 0:  # only EOS may follow BOS
             found = [[([], None, None)] for _ in sources]
         else:
-            if o.sampling:
-                ct2_penalty = 0.0
-                kwargs = dict(
-                    beam_size=1,
-                    num_hypotheses=o.nbest,
-                    sampling_topk=o.top_k,
-                    sampling_topp=o.top_p,
-                    sampling_temperature=o.temperature,
-                )
-            else:
-                beam = o.beam_size
-                ct2_penalty = 0.0 if beam == 1 else self._NEUTRAL_PENALTY
-                kwargs = dict(beam_size=beam, num_hypotheses=beam)
+            ct2_penalty = 0.0 if plan.beam_size == 1 else self._NEUTRAL_PENALTY
+            kwargs = dict(beam_size=plan.beam_size, num_hypotheses=plan.hypotheses, **(plan.draws or {}))
             # scores rank several candidates, or are shown (options.scores); a lone greedy or sampled output needs
             # none, and asking CTranslate2 for them cost 3% of greedy decoding
             ranked = kwargs["num_hypotheses"] > 1 or exact
@@ -209,9 +242,10 @@ class Ct2Engine(Engine):
             # decoding, and changes an output only where the model's first choice at some step is PAD or BOS. So
             # decode without it, and again with it the sentences whose output holds either (exactly the outputs
             # the ban gives: every other step's first choice is the same with or without it).
-            greedy = not o.sampling and o.beam_size == 1 and not ranked and suppress == self.banned
+            greedy = plan.draws is None and plan.beam_size == 1 and not ranked and suppress == self.banned
+            translator = self.translator if plan.draws is None else self.drawing(plan.seed)
             out = self._run(
-                self.translator.translate_batch,
+                translator.translate_batch,
                 sources,
                 prefixes,
                 suppress_sequences=None if greedy else suppress,
@@ -222,7 +256,7 @@ class Ct2Engine(Engine):
                 again = [i for i, result in enumerate(out) if banned.intersection(result.hypotheses[0])]
                 if again:
                     redone = self._run(
-                        self.translator.translate_batch,
+                        translator.translate_batch,
                         [sources[i] for i in again],
                         [prefixes[i] for i in again] if prefixes is not None else None,
                         suppress_sequences=suppress,
@@ -246,6 +280,7 @@ class Ct2Engine(Engine):
     def _native(
         self,
         o: Options,
+        plan: Ct2Search,
         sources: list[list[str]],
         limits: list[int],
         prefixes: Optional[list[list[str]]],
@@ -260,8 +295,8 @@ class Ct2Engine(Engine):
             sources,
             prefixes,
             max_batch_size=o.batch_size,
-            beam_size=o.beam_size,
-            num_hypotheses=o.nbest,
+            beam_size=plan.beam_size,
+            num_hypotheses=plan.keep,
             length_penalty=o.length_penalty,
             max_decoding_length=max(limits),
             min_decoding_length=0,
@@ -276,7 +311,7 @@ class Ct2Engine(Engine):
             ]
             for result, limit in zip(out, limits)
         ]
-        if _exact_scores(o):
+        if _exact_scores(o, plan):
             self._rescore(
                 o, sources, results, [len(p) for p in prefixes] if prefixes is not None else [0] * len(sources)
             )
@@ -295,13 +330,15 @@ class Ct2Engine(Engine):
     def _ranked(
         self,
         o: Options,
+        plan: Ct2Search,
         sources: list[list[str]],
         found: list[list[tuple[list[str], Optional[float], Optional[float]]]],
         forced: list[int],
     ) -> list[list]:
         """Hypotheses from ``_candidates``' output: missing log-probs filled in, GNMT-penalised, best first.
         ``forced``: the prefix length of each source (its tokens cost nothing and are not counted)."""
-        exact = _exact_scores(o)
+        exact = _exact_scores(o, plan)
+        keep = plan.keep
 
         def score_of(s: int, pieces: list, log_prob: float) -> float:
             return log_prob / length_penalty_of(len(pieces) + 1 - forced[s], o.length_penalty)
@@ -312,11 +349,11 @@ class Ct2Engine(Engine):
         # are shown only with options.scores (which rescores what it keeps), so an unknown log-prob stays NaN.
         missing = []
         for s, cands in enumerate(found):
-            if len(cands) <= o.nbest and not exact:
+            if len(cands) <= keep and not exact:
                 found[s] = [(p, lp if lp is not None else math.nan, None) for p, lp, _ in cands]
                 continue
             known = sorted((score_of(s, p, lp) for p, lp, _ in cands if lp is not None), reverse=True)
-            floor = known[o.nbest - 1] if len(known) >= o.nbest else -math.inf
+            floor = known[keep - 1] if len(known) >= keep else -math.inf
             for c, (pieces, lp, bound) in enumerate(cands):
                 if lp is None and (bound is None or score_of(s, pieces, bound) >= floor):
                     missing.append((s, c))
@@ -339,7 +376,7 @@ class Ct2Engine(Engine):
             ]
             if len(hyps) > 1:
                 hyps.sort(key=lambda h: h.score, reverse=True)
-            results.append(hyps[: o.nbest])
+            results.append(hyps[:keep])
         if exact:
             self._rescore(o, sources, results, forced)
             for s, hyps in enumerate(results):
@@ -394,7 +431,7 @@ def _source_bos(model_dir: Path) -> Optional[str]:
     return config.get("bos_token") if isinstance(config, dict) and config.get("add_source_bos") else None
 
 
-def _exact_scores(o: Options) -> bool:
+def _exact_scores(o: Options, plan: Ct2Search) -> bool:
     """Whether the kept hypotheses get the model's own numbers (a teacher-forced pass): they are shown, or they
     rank an n-best list."""
-    return o.scores or o.nbest > 1
+    return o.scores or plan.keep > 1

@@ -102,7 +102,7 @@ class Engine(abc.ABC):
 
     def restart_draws(self, options: Options) -> None:
         """Make the next call with ``options`` draw as a freshly loaded model would (its seed's stream from the
-        start); an engine that seeds every call already does (CTranslate2)."""
+        start); an engine that does not draw need not do anything."""
         return None
 
     def encode(self, lines: list[str]) -> list[list[int]]:

@@ -32,10 +32,10 @@ class Options:
     are fixed when a model is loaded; the others are a call's (``for_call``): the algorithm and its options, the
     search's bounds, what each hypothesis carries, the batches.
 
-    ``algorithm`` names an entry of ``mtkit.decoding.algorithms`` (``sampling=True`` is ``algorithm="sampling"``;
-    ``greedy`` decodes with beam_size 1). The algorithms' own options are in ``params``, those given, as
-    (name, value) pairs: ``build`` and ``replace`` take them by name, and ``options.top_p`` (or ``param``) reads
-    one, its registered default where it was not given.
+    ``algorithm`` names an entry of ``mtkit.decoding.algorithms`` (a true switch of an entry, ``sampling=True``, is
+    that entry; an entry's ``fixed`` options, greedy's beam_size 1, hold whatever is asked). The algorithms' own
+    options are in ``params``, those given, as (name, value) pairs: ``build`` and ``replace`` take them by name,
+    and ``options.top_p`` (or ``param``) reads one, its registered default where it was not given.
     """
 
     engine: str = "torch"
@@ -51,7 +51,7 @@ class Options:
     batch_tokens: Optional[int] = _DECODING["batch_tokens"]
     step_rows: int = _DECODING["step_rows"]
     chunk_size: int = _DECODING["chunk_size"]
-    sampling: bool = False
+    sampling: bool = False  # the API's switch of the algorithm registered with it (``Algorithm.switch``)
     params: tuple[tuple[str, Any], ...] = ()  # the algorithms' own options that were given, sorted by name
     scores: bool = False  # fill score, log_prob and token_log_probs (CTranslate2: a rescoring pass)
     alignments: bool = False  # fill each hypothesis's cross-attention
@@ -63,12 +63,15 @@ class Options:
     shortlist_frequent: int = _DECODING["shortlist_frequent"]
 
     def __post_init__(self):
-        if self.sampling and self.algorithm == _DECODING["algorithm"]:  # --sampling: the sampling algorithm
-            object.__setattr__(self, "algorithm", "sampling")
-        if self.algorithm == "sampling":
-            object.__setattr__(self, "sampling", True)
-        if self.algorithm == "greedy":
-            object.__setattr__(self, "beam_size", 1)
+        switched = algorithms.switched(self)
+        if switched and self.algorithm == _DECODING["algorithm"]:
+            object.__setattr__(self, "algorithm", switched)
+        chosen = algorithms.REGISTRY.get(self.algorithm)
+        if chosen is not None:
+            if chosen.switch:
+                object.__setattr__(self, chosen.switch, True)
+            for name, value in chosen.fixed:
+                object.__setattr__(self, name, value)
         self.check()
 
     def __getattr__(self, name: str) -> Any:  # an algorithm's own option: options.top_p
@@ -89,11 +92,12 @@ class Options:
 
     @property
     def most_hypotheses(self) -> int:
-        """The most hypotheses a sentence may ask for (``nbest``) under this algorithm: 0 for no bound (samples)."""
+        """The most hypotheses a sentence may ask for (``nbest``) under this algorithm: 0 for no bound of its own
+        (samples; an algorithm whose width is an option of its own, which a call may raise)."""
         chosen = self.chosen
         if not chosen.nbest:
             return 1
-        return 0 if chosen.rows == "nbest" else self.rows_per_sentence
+        return 0 if chosen.rows == "nbest" or chosen.rows in algorithms.params() else self.rows_per_sentence
 
     def param(self, name: str) -> Any:
         """The value of an algorithm's own option ``name``: as given, else its registered default."""
@@ -135,11 +139,12 @@ class Options:
         )
         if given.get("engine") == "ctranslate2":
             section["dtype"] = None  # the schema's torch dtypes do not apply: the exported type is the default
-        if given.get("sampling") and "algorithm" not in given:  # --sampling wins over the run's algorithm
-            section["algorithm"] = "sampling"
+        switched = algorithms.switched(given)
+        if switched and "algorithm" not in given:  # a switch wins over the run's algorithm
+            section["algorithm"] = switched
         fields = {**{k: v for k, v in section.items() if k in _FIELD_NAMES}, **given}
         # the section's values of the chosen algorithm's options (another's are left to that algorithm)
-        chosen = "sampling" if fields.get("sampling") else fields.get("algorithm", _DECODING["algorithm"])
+        chosen = fields.get("algorithm", _DECODING["algorithm"])
         registered = algorithms.params()
         kept = {
             k: v
@@ -180,7 +185,8 @@ class Options:
         mine = {p.name for p in algorithms.get(algorithm).params}
         kept = tuple(kv for kv in self.params if kv[0] in mine)
         given, own = self._split(given)
-        return dataclasses.replace(self, **given, sampling=False, params=_merge(kept, own))
+        off = dict.fromkeys(algorithms.switches(), False)
+        return dataclasses.replace(self, **{**off, **given}, params=_merge(kept, own))
 
     def check(self) -> None:
         """Raise ``MtkitError`` for a value out of its range or options that do not go together."""
@@ -188,22 +194,28 @@ class Options:
         _check_ranges(self)
         chosen = self.chosen  # an unknown algorithm first: its options are checked against it
         _check_params(self)
-        if self.sampling and self.algorithm != "sampling":
-            raise MtkitError(f"--sampling is --algorithm sampling: drop --sampling or --algorithm {self.algorithm}")
+        switched = algorithms.switched(self)
+        if switched and self.algorithm != switched:
+            switch = algorithms.get(switched).switch
+            raise MtkitError(f"{switch}=True is --algorithm {switched}: drop it or --algorithm {self.algorithm}")
         if not chosen.nbest and self.nbest > 1:
+            several = " or ".join(a.name for a in algorithms.REGISTRY.values() if a.nbest)
             raise MtkitError(
                 f"--algorithm {chosen.name} gives one hypothesis a sentence: drop --nbest {self.nbest} "
-                "or use beam or sampling"
+                f"or use {several}"
             )
         if chosen.rows == "beam_size" and self.nbest > self.beam_size:
             raise MtkitError(
-                f"nbest {self.nbest} is larger than beam_size {self.beam_size}: beam search keeps at most "
-                "beam_size hypotheses; ask for fewer or raise beam_size"
+                f"nbest {self.nbest} is larger than beam_size {self.beam_size}: --algorithm {chosen.name} keeps at "
+                "most beam_size hypotheses; ask for fewer or raise beam_size"
             )
         if self.engine not in chosen.engines:
             raise MtkitError(
                 f"--algorithm {chosen.name} runs on the {' and '.join(chosen.engines)} engine(s), not {self.engine}"
             )
+        registered = algorithms.params()
+        for name, value in self.params:
+            registered[name][1].check_engine(value, self.engine)
         if self.alignments and not chosen.alignments:
             raise MtkitError(f"--algorithm {chosen.name} gives no alignments; drop --alignments")
         if self.engine == "ctranslate2":
@@ -216,13 +228,6 @@ class Options:
                 )
             if self.shortlist:
                 raise MtkitError("--shortlist needs the torch engine (--engine torch)")
-            if self.algorithm == "sampling" and self.param("epsilon") > 0:
-                raise MtkitError("--epsilon needs the torch engine: CTranslate2 samples by top-k, top-p, temperature")
-            if self.algorithm == "mbr" and self.param("mbr_epsilon") > 0:
-                raise MtkitError(
-                    "--mbr-epsilon needs the torch engine (CTranslate2 has no epsilon sampling): with --engine "
-                    "ctranslate2 use --mbr-epsilon 0, the candidates of a beam"
-                )
             if self.dtype not in (None, "default", "auto", *CT2_COMPUTE_TYPES):
                 raise MtkitError(
                     f"--dtype {self.dtype!r}: the ctranslate2 engine computes in one of "
@@ -339,7 +344,7 @@ def _check_params(options: Options) -> None:
         object.__setattr__(options, "params", tuple(checked))  # a command line's strings, as their types
     for owner, flags in elsewhere.items():
         verb = "takes" if len(flags) == 1 else "take"
-        switch = "--sampling" if owner == "sampling" else f"--algorithm {owner}"
+        switch = f"--algorithm {owner}"
         raise MtkitError(f"{', '.join(flags)} {verb} effect with {switch} only; add {switch} or drop them")
 
 
@@ -355,7 +360,10 @@ def check_instructions(options: Options, constraints: bool) -> None:
     if options.engine != "torch":
         raise MtkitError("constraints need --engine torch (the CTranslate2 engine has no constrained decoding)")
     if not options.chosen.constraints:
-        drop = "--sampling" if options.algorithm == "sampling" else f"--algorithm {options.algorithm}"
-        raise MtkitError(f"constraints need beam search: {options.algorithm} cannot honour them; drop {drop}")
+        honour = ", ".join(a.name for a in algorithms.REGISTRY.values() if a.constraints)
+        raise MtkitError(
+            f"constraints need an algorithm that honours them ({honour}); {options.algorithm} cannot: "
+            f"drop --algorithm {options.algorithm}"
+        )
     if options.shortlist:
         raise MtkitError("constraints need the whole target vocabulary; drop --shortlist")

@@ -8,7 +8,7 @@ DECODING = {
     "length_penalty": {"default": 1.0, "type": "float", "ge": 0},
     "max_len_a": {"default": 1.5, "type": "float", "ge": 0},
     "max_len_b": {"default": 10, "type": "int", "ge": 0},
-    "batch_size": {"default": 64, "type": "int", "ge": 1},
+    "batch_size": {"default": 200, "type": "int", "ge": 1},
     "batch_tokens": {"default": None, "type": "int", "optional": True, "ge": 1},
     "step_rows": {"default": 1000, "type": "int", "ge": 1},
     "chunk_size": {"default": 2000, "type": "int", "ge": 1},
