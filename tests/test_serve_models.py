@@ -40,6 +40,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from test_serve import DEADLINE, assert_error, uvicorn_server  # noqa: E402
 
 import mtkit  # noqa: E402
+from mtkit.errors import MtkitError  # noqa: E402
 from mtkit.serving.app import create_models_app  # noqa: E402
 from mtkit.serving.languages import data_directions  # noqa: E402
 from mtkit.serving.models import model_spec, model_specs, read_models_file  # noqa: E402
@@ -428,7 +429,8 @@ def test_share_cores_gives_each_model_its_share_when_every_model_stays_in_memory
     shared, parallel = share_cores(own, 4, None, 8)
     assert parallel == 3 and [spec.options["threads"] for spec in shared] == [2, 2, 3]  # given threads are kept
     assert share_cores(specs, 2, None, 1)[0][0].options["threads"] == 1  # never 0
-    assert share_cores(specs, 4, 2, 8) == (specs, 1)  # fewer in memory than models: one thread, threads as given
+    with pytest.raises(MtkitError, match=r"^--parallel-models 4 needs every model in memory, and --max-models 1"):
+        share_cores(specs, 4, 1, 8)  # fewer in memory than models: refused, not quietly one thread
     assert share_cores(specs, 2, 3, 8)[1] == 2
     assert share_cores(specs, 1, None, 8) == (specs, 1)
 

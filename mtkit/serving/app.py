@@ -21,7 +21,7 @@ from fastapi.responses import PlainTextResponse
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
 from mtkit.inference.segments import Segment
-from mtkit.serving import contract, documents, libretranslate, page
+from mtkit.serving import contract, documents, libretranslate, page, v1_schema
 from mtkit.serving.auth import ApiKey
 from mtkit.serving.dispatch import AUTO, Dispatcher
 from mtkit.serving.errors import ApiError, add_error_handlers, error_responses
@@ -29,15 +29,8 @@ from mtkit.serving.metrics import CONTENT_TYPE, Metrics
 from mtkit.serving.middleware import BodyLimit, Observe
 from mtkit.serving.pool import ModelPool
 from mtkit.serving.routing import Router
-from mtkit.serving.schemas import (
-    DetectedLanguageOut,
-    LegOut,
-    ModelsOut,
-    TranslateRequest,
-    TranslateResponse,
-    options_model,
-    translation_out,
-)
+from mtkit.serving.answers import DetectedLanguageOut, LegOut, ModelsOut, TranslateResponse, translation_out
+from mtkit.serving.schemas import TranslateRequest, options_model
 from mtkit.serving.service import TranslationService, client_gone
 
 
@@ -203,7 +196,7 @@ def create_models_app(
     def openapi() -> dict:  # FastAPI's document, with this server's bounds, languages and models
         if app.openapi_schema is None:
             beam_size, html, alignments, runs = _abilities(pool)
-            contract.tighten(
+            v1_schema.tighten(
                 fastapi_document(),
                 limits,
                 list(router.targets),
@@ -222,7 +215,7 @@ def create_models_app(
 
 def _abilities(pool: ModelPool) -> tuple[int, bool, bool, dict[str, int]]:
     """What requests may ask of the pool's models: the most hypotheses per sentence (0: no bound), HTML, alignments,
-    and the algorithms every model runs with the most hypotheses under each (``contract.most_hypotheses``); a loaded
+    and the algorithms every model runs with the most hypotheses under each (``v1_schema.most_hypotheses``); a loaded
     model tells for itself, the others by their specs."""
     beams, html, alignments, runs = [], False, False, []
     for name, spec in pool.specs.items():
@@ -236,7 +229,7 @@ def _abilities(pool: ModelPool) -> tuple[int, bool, bool, dict[str, int]]:
         beams.append(options.most_hypotheses)
         html = html or _works(model.check_format, "html")
         alignments = alignments or _works(model.options_for, alignments=True)
-        runs.append(contract.most_hypotheses(options))
+        runs.append(v1_schema.most_hypotheses(options))
     every = {
         name: 0 if any(r[name] == 0 for r in runs) else max(r[name] for r in runs)
         for name in (runs[0] if runs else {})

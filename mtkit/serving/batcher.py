@@ -17,54 +17,11 @@ import threading
 import time
 from concurrent.futures import Executor, Future
 from concurrent.futures import wait as futures_wait
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Optional, Sequence, Union
+from typing import Callable, Hashable, Optional, Sequence, Union
 
-# (lines, key) -> one result per line, in order; a line is a str or a segments.Segment
-TranslateFn = Callable[[list, Hashable], list]
-# (condition, timeout or None) -> None: the worker's wait, called with the condition held; it may return early
-WaitFn = Callable[[threading.Condition, Optional[float]], Any]
+from mtkit.serving.queueing import KEYS_KEPT, NO_LANE, Item, Lane, QueueFull, Stats, TranslateFn, WaitFn
 
-
-KEYS_KEPT = 256  # the keys whose expected batch the worker remembers (a key not among them expects one sentence)
-
-
-_NO_LANE = object()  # a worker that holds no lane
-
-
-class QueueFull(Exception):
-    """The queue has no room for a request's sentences, or the batcher is stopping."""
-
-
-@dataclass(eq=False)
-class Item:
-    """One queued sentence and the future of its result."""
-
-    text: Any  # a str, or a segments.Segment with its instructions
-    key: Hashable  # sentences are batched only with others of an equal key; the key goes to the translate call
-    future: Future = field(default_factory=Future)
-    arrived: float = 0.0  # the batcher's clock when it was queued
-    number: int = 0  # the sentences submitted before it
-
-
-@dataclass
-class _Lane:
-    """The arrivals of one lane's sentences."""
-
-    arrived: int = 0  # sentences submitted so far
-    last: float = 0.0  # clock() at the latest submit
-    by_end: int = 0  # ``arrived`` when the lane's last batch ended
-
-
-@dataclass
-class Stats:
-    """What the worker has done so far."""
-
-    batches: int = 0
-    sentences: int = 0
-    largest_batch: int = 0
-    dropped: int = 0  # sentences taken out of the queue when their request timed out or its client left
-    busy: float = 0.0  # seconds spent in translate calls (of all workers together)
+__all__ = ["Batcher", "Item", "QueueFull", "Stats"]
 
 
 class Batcher:
@@ -128,7 +85,7 @@ class Batcher:
         self._workers: list[Union[threading.Thread, Future]] = []
         self._busy: set = set()  # the lanes a worker holds: translating, or waiting for its batch
         self._arrived = 0  # sentences submitted so far
-        self._lanes: collections.defaultdict[Hashable, _Lane] = collections.defaultdict(_Lane)
+        self._lanes: collections.defaultdict[Hashable, Lane] = collections.defaultdict(Lane)
         # per key, the sentences to wait for: its previous batch's and those of its key that arrived while it ran
         # (the clients of another model's batch come back after that batch, not this one's)
         self._expected: dict[Hashable, int] = {}
@@ -216,12 +173,12 @@ class Batcher:
         at most. Returns None once stopped, [] when every sentence it could take was dropped or cancelled.
         """
         with self._cond:
-            while not self._stopped and self._next_key(_NO_LANE) is None:
+            while not self._stopped and self._next_key(NO_LANE) is None:
                 self._wait(self._cond, None)
             if self._stopped:
                 return None
             cap = self._clock() + max(self.max_wait, self.max_delay)
-            held = _NO_LANE
+            held = NO_LANE
             while True:
                 key = self._next_key(held)
                 if key is None:  # every sentence it could take dropped while waiting
@@ -252,7 +209,7 @@ class Batcher:
 
     def _release(self, lane: Hashable) -> None:
         """Let other workers take ``lane``'s sentences again. Called with the lock held."""
-        if lane is not _NO_LANE:
+        if lane is not NO_LANE:
             self._busy.discard(lane)
             self._cond.notify_all()
 

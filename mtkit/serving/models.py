@@ -22,8 +22,8 @@ from pydantic import AfterValidator, Field, ValidationError, create_model
 from mtkit.config import Section, read_yaml
 from mtkit.errors import MtkitError
 from mtkit.inference.options import Options
-from mtkit.serving.contract import most_hypotheses
 from mtkit.serving.languages import data_directions, run_config
+from mtkit.serving.v1_schema import most_hypotheses
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _NOT_A_MODELS = {"engine", "scores", "alignments"}  # the engine is an entry's own key; the others are per request
@@ -75,11 +75,11 @@ class ModelSpec:
     engine: str = "torch"
     options: dict = dataclasses.field(default_factory=dict)  # mtkit.load's keyword options
     named: bool = False  # the name was given, not made from the path
-    batch_size: int = 64  # the sentences of one call (its ``decoding.batch_size``)
+    batch_size: int = 200  # the sentences of one call (its ``decoding.batch_size``)
     beam_size: int = 0
     html: bool = True
     alignments: bool = True
-    algorithms: tuple[tuple[str, int], ...] = ()  # contract.most_hypotheses: what a request naming one may ask
+    algorithms: tuple[tuple[str, int], ...] = ()  # v1_schema.most_hypotheses: what a request naming one may ask
 
 
 def model_spec(

@@ -1,4 +1,5 @@
-"""``POST /v1/translate``'s wire format: the request and response models (their schema is at ``/openapi.json``)."""
+"""``POST /v1/translate``'s requests: the request models, each algorithm's options among them (their schema is at
+``/openapi.json``; the answers are in answers.py)."""
 
 from __future__ import annotations
 
@@ -103,9 +104,9 @@ def _options_of_their_algorithm(options: RequestOptions) -> RequestOptions:
 def options_model(names: Optional[list[str]] = None, most: Optional[int] = None) -> type[RequestOptions]:
     """``RequestOptions`` with ``algorithm`` and the options of each algorithm in ``names`` (default: every one
     registered now, ``mtkit.decoding.algorithms``): a request may decode with another algorithm than the loaded
-    one (the loaded one's options left behind), e.g. ``{"algorithm": "sampling", "top_p": 0.9, "nbest": 4}``. The
-    option that bounds an algorithm's n-best (``mbr_candidates``) stays the server's. ``most``: the most hypotheses
-    a sentence may decode (``ServeLimits.max_hypotheses``), bounding ``nbest`` and each option that counts them."""
+    one (the loaded one's options left behind), e.g. ``{"algorithm": "sampling", "top_p": 0.9, "nbest": 4}``.
+    ``most``: the most hypotheses a sentence may decode (``ServeLimits.max_hypotheses``), bounding ``nbest`` and
+    each option that counts them (``mbr_candidates``: MBR then gives at most its distinct candidates)."""
     chosen = [algorithms.get(name) for name in (list(algorithms.REGISTRY) if names is None else names)]
     fields = {
         "algorithm": (
@@ -117,8 +118,7 @@ def options_model(names: Optional[list[str]] = None, most: Optional[int] = None)
                 + ".",
             ),
         ),
-        # but the option that bounds an algorithm's n-best (mbr_candidates): the schema's nbest bound is a number
-        **{p.name: _option_field(a, p, most) for a in chosen for p in a.params if not (a.nbest and a.rows == p.name)},
+        **{p.name: _option_field(a, p, most) for a in chosen for p in a.params},
     }
     if most is not None:
         fields["nbest"] = (Optional[Annotated[Count, Field(le=most)]], RequestOptions.model_fields["nbest"])
@@ -222,84 +222,3 @@ class TranslateRequest(BaseModel):
         """Whether any sentence or parallel list, used or not, carries an instruction."""
         own = any(x.prefix or x.constraints or x.avoid for x in self.text)
         return own or any(any(v) for v in (self.prefix, self.constraints, self.avoid) if v)
-
-
-class HypothesisOut(BaseModel):
-    text: str
-    score: Optional[float] = None
-    log_prob: Optional[float] = None
-    tokens: Optional[list[str]] = None
-    token_log_probs: Optional[list[float]] = Field(None, description="One per subword, the last for EOS.")
-    alignment: Optional[list[list[float]]] = Field(None, description="Rows: target subwords and EOS; columns: source.")
-    confidence: Optional[float] = Field(
-        None, description="From 0 to 1: the expected sentence chrF / 100 (calibrated runs), else the model's own."
-    )
-    words: Optional[list[tuple[str, float]]] = Field(None, description="Each word and its confidence, 0 to 1.")
-
-
-class LegOut(BaseModel):
-    model: str
-    source: str
-    target: str
-
-
-class DetectedLanguageOut(BaseModel):
-    language: str
-    confidence: float = Field(..., description="From 0 to 100.")
-
-
-class TranslationOut(BaseModel):
-    text: str = Field(..., description="The best translation.")
-    detected_language: Optional[DetectedLanguageOut] = Field(None, description="With source auto: the text's.")
-    route: Optional[list[LegOut]] = Field(
-        None,
-        description="The models it went through, each from its source into its target: one, or two through a pivot"
-        " language (given where the server has several models or the route pivots).",
-    )
-    source_tokens: Optional[list[str]] = Field(None, description="With options.alignments: the source subwords.")
-    hypotheses: Optional[list[HypothesisOut]] = Field(
-        None, description="With options.nbest, options.scores or options.alignments (through a pivot: its last leg's)."
-    )
-
-
-class TranslateResponse(BaseModel):
-    translations: list[TranslationOut]
-
-
-class ModelOut(BaseModel):
-    name: str
-    path: Optional[str] = Field(..., description="Its run directory, checkpoint or export (null: given loaded).")
-    engine: str
-    directions: list[str] = Field(..., description="The pairs it serves, source-target.")
-    loaded: bool = Field(..., description="Whether it is in memory now.")
-    error: Optional[str] = Field(..., description="Why its last load failed; null when it did not.")
-
-
-class ModelsOut(BaseModel):
-    models: list[ModelOut]
-
-
-def translation_out(result, options: RequestOptions) -> TranslationOut:
-    """One sentence's answer: its text, and the hypotheses and source subwords that ``options`` ask for.
-
-    Args:
-        result: the model's ``results.Translation`` of the sentence.
-        options: the request's options.
-    """
-    if options.nbest is None and not options.scores and not options.alignments:
-        return TranslationOut(text=result.text)
-    hyps = [
-        HypothesisOut(
-            text=h.text,
-            score=h.score,
-            log_prob=h.log_prob,
-            tokens=list(h.tokens) if options.scores or options.alignments else None,
-            token_log_probs=h.token_log_probs,
-            alignment=h.alignment,
-            confidence=h.confidence,
-            words=list(h.word_confidences) if h.word_confidences is not None else None,
-        )
-        for h in result.hypotheses
-    ]
-    source_tokens = list(result.source_tokens) if options.alignments else None
-    return TranslationOut(text=result.text, source_tokens=source_tokens, hypotheses=hyps)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Hashable, Optional
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
 from mtkit.inference.segments import Segment
+from mtkit.serving.admission import check_bounds, check_lines
 from mtkit.serving.batcher import Batcher, Item, QueueFull
 from mtkit.serving.errors import ApiError
 from mtkit.serving.pool import ModelPool, ModelUnavailable
@@ -127,48 +128,12 @@ class TranslationService:
         return results
 
     def check_bounds(self, lines: list) -> None:
-        """Accept ``lines`` within the request bounds.
+        """``admission.check_bounds`` with this server's limits."""
+        check_bounds(lines, self.limits)
 
-        Raises:
-            ApiError: 413 for too many sentences or characters.
-        """
-        most = min(self.limits.max_sentences, self.limits.queue_size)  # more could never fit in the queue
-        if len(lines) > most:
-            raise ApiError(413, f"{len(lines)} sentences in one request; at most {most}")
-        chars = sum(_chars(line) for line in lines)
-        if chars > self.limits.max_chars:
-            raise ApiError(413, f"{chars} characters in one request; at most {self.limits.max_chars}")
-
-    def check_lines(
-        self, model, lines: list, target: Optional[str] = None, *, name: Optional[str] = None, numbers=None
-    ) -> None:
-        """Accept each segment's instructions and target, as ``model`` checks them.
-
-        Args:
-            model: the loaded model.
-            lines: the sentences.
-            target: the target language of the call (a multilingual model's), or None.
-            name: the model's name in the pool (default: the default model's).
-            numbers: each line's number in its request (default: 1, 2, ...), for the messages.
-
-        Raises:
-            ApiError: 400 for a target the model does not translate into, 422 for instructions it cannot follow.
-        """
-        multilingual = self.pool.specs[name or self.pool.default].multilingual
-        check_target = getattr(model, "check_target", None)
-        for i, line in enumerate(lines):
-            number = numbers[i] if numbers is not None else i + 1
-            own = line.target if isinstance(line, Segment) else None
-            if check_target is not None and (multilingual or own is not None):
-                try:
-                    check_target(own or target)
-                except MtkitError as err:
-                    raise ApiError(400, f"text item {number}: {err}") from None
-            if isinstance(line, Segment):
-                try:
-                    model.check(line)
-                except MtkitError as err:
-                    raise ApiError(422, f"text item {number}: {err}") from None
+    def check_lines(self, model, lines: list, target: Optional[str] = None, *, name=None, numbers=None) -> None:
+        """``admission.check_lines`` for the model ``name`` of the pool (default: the default model)."""
+        check_lines(model, lines, target, self.pool.specs[name or self.pool.default].multilingual, numbers)
 
     async def resident(self, name: str, disconnected: Optional[Disconnected] = None):
         """The model ``name``, loaded on the model thread first if it is not in memory: the load queues as a
@@ -295,13 +260,6 @@ def _read(future: asyncio.Future) -> None:
 def _unavailable(err: ModelUnavailable) -> ApiError:
     """A model that failed to load: 503, its reason, and when to retry."""
     return ApiError(503, str(err), {"Retry-After": str(max(1, math.ceil(err.retry_after)))})
-
-
-def _chars(line) -> int:
-    """A line's characters: a segment's instructions count too."""
-    if isinstance(line, Segment):
-        return len(line.text) + len(line.prefix or "") + sum(map(len, line.constraints + line.avoid))
-    return len(line)
 
 
 async def client_gone(request: Request) -> None:

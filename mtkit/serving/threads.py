@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Optional
 
+from mtkit.errors import MtkitError
 from mtkit.serving.models import ModelSpec
 
 
@@ -31,16 +32,21 @@ def share_cores(
 ) -> tuple[list[ModelSpec], int]:
     """How many models translate at once, and each spec with its threads for that.
 
-    One unless every model stays in memory (no ``max_models`` below their number: a model unloaded to make room
-    could be one that another thread translates with), and at most one per model. With more than one, a spec whose
+    At most one per model, and more than one only where every model stays in memory (``MtkitError`` for a
+    ``max_models`` below their number: a model unloaded to make room could be one another thread translates with). With more than one, a spec whose
     threads are not given computes on its share of the cores.
 
     Returns:
         The specs (those without threads given the share) and the number of model threads.
     """
-    parallel = max(1, min(parallel, len(specs)))
-    if parallel == 1 or (max_models is not None and max_models < len(specs)):
+    asked, parallel = parallel, max(1, min(parallel, len(specs)))
+    if parallel == 1:
         return specs, 1
+    if max_models is not None and max_models < len(specs):
+        raise MtkitError(
+            f"--parallel-models {asked} needs every model in memory, and --max-models {max_models} keeps fewer "
+            f"than the {len(specs)} models: raise --max-models to {len(specs)} or drop --parallel-models"
+        )
     share = max(1, cores // parallel)
     given = [
         spec if spec.options.get("threads") else replace(spec, options={**spec.options, "threads": share})
