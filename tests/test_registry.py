@@ -165,6 +165,10 @@ def test_a_calibrated_runs_scored_translation_on_ctranslate2(run, tmp_path):
         values = features(best.token_log_probs, len(translation.source_tokens))
         assert best.confidence == pytest.approx(calibration.without_samples.confidence(values))
     assert mtkit.load(copy, device="cpu", dtype="float32").calibration == calibration  # torch draws them
+    from mtkit.inference.calibrate import calibrate_main
+
+    with pytest.raises(mtkit.MtkitError, match=r"^--samples 2 draws epsilon samples, which this engine cannot \(--"):
+        calibrate_main(run=copy, samples=2, engine="ctranslate2")
     # a file written before the fit without samples was kept: refused when scores are asked, in one line
     record = json.loads((copy / "calibration.json").read_text())
     del record["without_samples"]
