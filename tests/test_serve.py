@@ -155,7 +155,7 @@ def test_v1_translate_alignments(client, model, lines):
         rows = hyp["alignment"]
         assert len(rows) == len(hyp["tokens"]) + 1 and all(len(r) == len(out["source_tokens"]) + 1 for r in rows)
         assert rows == [list(r) for r in translation.best.alignment]
-    assert got[3] == {"text": "", "source_tokens": [], "hypotheses": []}
+    assert got[3] == {"text": "", "source_tokens": [], "hypotheses": [], "sentences": []}
 
 
 def test_libretranslate_translate_and_languages(client, model, lines):

@@ -166,7 +166,7 @@ def create_models_app(
         )
         out = []
         for i, (result, route) in enumerate(zip(results, plan.routes)):
-            translation = translation_out(result, body.options)
+            translation = translation_out(result, body.options, pivot=len(route) > 1)
             if show_routes or len(route) > 1:
                 translation.route = [LegOut(model=leg.model, source=leg.source, target=leg.target) for leg in route]
             if plan.detected is not None:
