@@ -2,11 +2,12 @@
 against a real uvicorn serving two tiny models, en-de (conftest.py's ``toy_run_workdir``) and de-en (trained here).
 
 Each check holds the page to what the API answers for the same request: the text typed and its translation, the
-language detected with source auto and the model it picked, a sentence's n-best list and its alignment grid (a row
-per source subword), a DOCX document uploaded and downloaded, the server's one-line message for a text over the
-character limit and for a missing API key; an answer to an older text never replaces the newer one's. The page is
-usable at a phone's width and every control has a name. A screenshot goes to pytest's tmp dir, and to the file
-MTKIT_PAGE_SCREENSHOT names where it is set (docs/images/serve-page.png is one).
+language detected with source auto and the model it picked, the sentences the server cut the translation into and
+each one's n-best list (the first the sentence shown) and alignment grid (a row per source subword), all from one
+request per text, a line of two sentences kept one line, a DOCX document uploaded and downloaded, the server's
+one-line message for a text over the character limit and for a missing API key; an answer to an older text never
+replaces the newer one's. The page is usable at a phone's width and every control has a name. A screenshot goes to
+pytest's tmp dir, and to the file MTKIT_PAGE_SCREENSHOT names where it is set (docs/images/serve-page.png is one).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ KEY = "page-test-key"
 ENGLISH = "A man sits in the park ."
 OTHER = "Two dogs play with a ball ."
 GERMAN = "Ein Mann in einem blauen Hemd fährt mit seinem Fahrrad durch den Park."  # detected as German
+DETAILS = {"nbest": 4, "scores": True, "alignments": True}  # what the page asks /v1/translate for on this server
+TRANSLATE = ("/translate", "/v1/translate")
 expect.set_options(timeout=DEADLINE * 1000)
 
 
@@ -148,6 +151,18 @@ def translated(address: str, q: str, source: str, target: str) -> str:
     return response.json()["translatedText"]
 
 
+def v1(address: str, text: str, source: str, target: str, **options) -> httpx.Response:
+    body = {"text": text, "source": source, "target": target, "options": options}
+    return httpx.post(f"{address}/v1/translate", json=body, timeout=DEADLINE)
+
+
+def answered(address: str, text: str, source: str, target: str) -> dict:
+    """The text's translation as the page asks for it: with its sentences, their hypotheses and alignments."""
+    response = v1(address, text, source, target, **DETAILS)
+    assert response.status_code == 200, response.text
+    return response.json()["translations"][0]
+
+
 # ------------------------------------------------------------------------------------------- the page's files
 def test_the_page_and_its_files_are_served(server):
     page = httpx.get(server + "/", timeout=DEADLINE)
@@ -212,13 +227,12 @@ def test_a_sentence_shows_its_alternatives_and_alignment_grid(page, server):
     choose(page, "en", "de")
     page.fill("#input", ENGLISH)
     expect(page.locator("#output")).to_have_text(translated(server, ENGLISH, "en", "de"))
-    options = {"nbest": 4, "scores": True, "alignments": True, "split_sentences": False}
-    body = {"text": ENGLISH, "source": "en", "target": "de", "options": options}
-    answer = httpx.post(server + "/v1/translate", json=body, timeout=DEADLINE).json()["translations"][0]
+    (answer,) = answered(server, ENGLISH, "en", "de")["sentences"]
     page.locator("#output .sentence").first.focus()  # by keyboard
     page.keyboard.press("Enter")
     hypotheses = page.locator("#alternatives .hypothesis")
     expect(hypotheses).to_have_text([h["text"] for h in answer["hypotheses"]])
+    expect(hypotheses.first).to_have_text(page.locator("#output .sentence").first.text_content())
     scores = page.locator("#alternatives .score")
     expect(scores.first).to_contain_text(f"score {answer['hypotheses'][0]['score']:.3f}")
     rows = page.locator("#alignment tbody tr")
@@ -238,6 +252,64 @@ def test_a_sentence_shows_its_alternatives_and_alignment_grid(page, server):
     expect(page.locator("#details")).to_be_hidden()
 
 
+def test_one_request_per_text_and_a_line_of_two_sentences_stays_one_line(page, server):
+    asked = []
+    page.on("request", lambda request: asked.append(urlparse(request.url).path))
+    choose(page, "en", "de")
+    text = ENGLISH + " " + OTHER
+    answer = answered(server, text, "en", "de")
+    assert len(answer["sentences"]) == 2 and "\n" not in answer["text"]
+    page.fill("#input", text)
+    expect(page.locator("#output")).to_have_text(answer["text"])
+    sentences = page.locator("#output .sentence")
+    expect(sentences).to_have_text([answer["text"][s["start"] : s["end"]] for s in answer["sentences"]])
+    # laid out as the same text without sentences: narrowed so that the second sentence's first word still fits on
+    # the line where the first sentence ends, the second goes on there (a box of its own would start a line)
+    placed = page.evaluate(
+        """() => {
+            const output = document.getElementById("output");
+            const [first, second] = output.querySelectorAll(".sentence");
+            const word = second.textContent.split(" ")[0];
+            const reach = document.createRange();
+            reach.setStart(first.firstChild, 0);
+            reach.setEnd(second.firstChild, word.length);
+            const style = getComputedStyle(output);
+            const edges = ["paddingLeft", "paddingRight", "borderLeftWidth", "borderRightWidth"];
+            const extra = edges.reduce((sum, name) => sum + parseFloat(style[name]), 0);
+            output.style.width = `${reach.getBoundingClientRect().width + extra + 4}px`;
+            const plain = output.cloneNode(false);
+            plain.id = "plain";
+            plain.textContent = output.textContent;
+            output.after(plain);
+            const boxes = (rects, box) => [...rects].map((r) => [r.left - box.left, r.top - box.top].map(Math.round));
+            let at = 0;
+            const found = [first, second].map((span) => {
+                const start = output.textContent.indexOf(span.textContent, at);
+                at = start + span.textContent.length;
+                const range = document.createRange();
+                range.setStart(plain.firstChild, start);
+                range.setEnd(plain.firstChild, at);
+                const own = boxes(span.getClientRects(), output.getBoundingClientRect());
+                return [own, boxes(range.getClientRects(), plain.getBoundingClientRect())];
+            });
+            plain.remove();
+            return found;
+        }"""
+    )
+    (first, first_plain), (second, second_plain) = placed
+    assert first == first_plain and second == second_plain, placed
+    assert second[0][1] == first[-1][1] and len(second) > 1, placed  # on the first's line, and wrapped after
+    # each sentence: its own alternatives from the same answer, the first the sentence shown
+    hypotheses = page.locator("#alternatives .hypothesis")
+    for i, sentence in enumerate(answer["sentences"]):
+        sentences.nth(i).click()
+        expect(page.locator("#details-source")).to_have_text(sentence["source"])
+        expect(hypotheses).to_have_text([h["text"] for h in sentence["hypotheses"]])
+        expect(hypotheses.first).to_have_text(sentences.nth(i).text_content())
+        expect(page.locator("#alignment tbody th")).to_have_text(sentence["source_tokens"])
+    assert [path for path in asked if path in TRANSLATE] == ["/v1/translate"], asked
+
+
 def test_an_answer_to_an_older_text_never_replaces_the_newer(page, server):
     page.evaluate(
         """() => {
@@ -255,15 +327,15 @@ def test_an_answer_to_an_older_text_never_replaces_the_newer(page, server):
         else:
             held.append(route)  # answered below, after the newer text's translation
 
-    page.route(lambda url: urlparse(url).path == "/translate", hold_the_first)
+    page.route(lambda url: urlparse(url).path == "/v1/translate", hold_the_first)
     choose(page, "en", "de")
-    with page.expect_request(lambda request: urlparse(request.url).path == "/translate"):
+    with page.expect_request(lambda request: urlparse(request.url).path == "/v1/translate"):
         page.fill("#input", ENGLISH)
     page.fill("#input", OTHER)
     expect(page.locator("#output")).to_have_text(translated(server, OTHER, "en", "de"))
     assert len(held) == 1
     try:
-        held[0].fulfill(json={"translatedText": "stale answer"})
+        held[0].fulfill(json={"translations": [{"text": "stale answer", "sentences": []}]})
     except PlaywrightError:
         pass  # the page has given up on that request already
     page.fill("#input", ENGLISH + " " + OTHER)  # one more round trip after the old answer came
@@ -275,7 +347,7 @@ def test_an_answer_to_an_older_text_never_replaces_the_newer(page, server):
 # ------------------------------------------------------------------------------------------- errors
 def test_a_text_over_the_limit_shows_the_servers_message(page, server):
     text = (ENGLISH + " ") * (MAX_CHARS // len(ENGLISH) + 1)
-    refused = libre(server, text, "en", "de")
+    refused = v1(server, text, "en", "de", **DETAILS)
     assert refused.status_code == 422  # over the schema's maxLength: refused as the schema says
     choose(page, "en", "de")
     page.fill("#input", text)
@@ -297,7 +369,7 @@ def test_the_api_key_field(browser, server, keyed_server):
         expect(page.locator("#api-key")).to_be_visible()
         choose(page, "en", "de")
         page.fill("#input", ENGLISH)
-        refused = libre(keyed_server, ENGLISH, "en", "de")
+        refused = v1(keyed_server, ENGLISH, "en", "de", **DETAILS)
         assert refused.status_code == 403
         expect(page.locator("#error")).to_have_text(refused.json()["error"])
         page.get_by_label("API key").fill(KEY)

@@ -1,5 +1,5 @@
-// mtkit serve's page: translates as you type through the server's own API (LibreTranslate's routes and
-// /v1/translate), shows a sentence's n-best list and cross-attention, and translates documents.
+// mtkit serve's page: translates as you type through the server's own API (/v1/translate and LibreTranslate's
+// routes), shows a sentence's n-best list and cross-attention from the same answer, and translates documents.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -11,8 +11,7 @@ const state = {
   pending: null, // the AbortController of the translation in flight
   timer: 0,
   detected: null, // the language the server took the text for (source auto)
-  shown: null, // what the output shows: {text, translation, source, target, sentences}
-  detailSeq: 0,
+  shown: null, // what the output shows: {translation, sentences} (a /v1/translate answer's text and sentences)
 };
 
 // ------------------------------------------------------------------------------------------- the server
@@ -120,11 +119,15 @@ async function translate() {
   const pending = (state.pending = new AbortController());
   $("output").setAttribute("aria-busy", "true");
   try {
-    const answer = await post("translate", { q: text, source, target, format: "text" }, pending.signal);
+    // the whole text once, with each sentence's alternatives: what the details show is what the output shows
+    const allowed = await requestOptions();
+    const options = { nbest: allowed.nbest, scores: true, alignments: allowed.alignments };
+    const body = { text, source, target, options };
+    const answer = (await post("v1/translate", body, pending.signal)).translations[0];
     if (seq !== state.seq) return; // a newer translation was asked for meanwhile
     showError("");
-    showDetected(source === "auto" ? answer.detectedLanguage : null);
-    showOutput({ text, translation: answer.translatedText, source: fromLanguage() || source, target });
+    showDetected(source === "auto" ? answer.detected_language : null);
+    showOutput({ translation: answer.text, sentences: answer.sentences || [] });
   } catch (err) {
     if (seq !== state.seq || err.name === "AbortError") return;
     showOutput(null);
@@ -134,54 +137,36 @@ async function translate() {
   }
 }
 
-// The sentences of a text, as [{line, index, start, end, text}]: a line break always ends one (as the server
-// cuts), Intl.Segmenter cuts within a line.
-function sentencesOf(text, lang) {
-  let segmenter = null;
-  try {
-    segmenter = new Intl.Segmenter(lang === "auto" ? undefined : lang, { granularity: "sentence" });
-  } catch {
-    segmenter = null; // no Intl.Segmenter, or a code it does not know: a line is one sentence
-  }
-  const out = [];
-  let offset = 0;
-  text.split("\n").forEach((line, lineNumber) => {
-    const parts = segmenter ? Array.from(segmenter.segment(line), (s) => [s.index, s.segment]) : [[0, line]];
-    let index = 0;
-    for (const [at, part] of parts) {
-      const trimmed = part.trim();
-      if (!trimmed) continue;
-      const start = offset + at + part.indexOf(trimmed);
-      out.push({ line: lineNumber, index: index++, start, end: start + trimmed.length, text: trimmed });
-    }
-    offset += line.length + 1;
-  });
-  return out;
-}
-
+// The translation with each sentence the server cut as an inline button (a span: it wraps as the text around it
+// does, where a button would be a box of its own); the server's offsets count code points, hence Array.from.
 function showOutput(shown) {
   state.shown = shown;
-  state.detailSeq++; // the alternatives of the translation shown before are no longer asked for
   $("details").hidden = true;
   const output = $("output");
   if (!shown) {
     output.replaceChildren();
     return;
   }
-  shown.sentences = sentencesOf(shown.translation, shown.target);
+  const chars = Array.from(shown.translation);
   const nodes = [];
   let at = 0;
   shown.sentences.forEach((sentence, i) => {
-    nodes.push(document.createTextNode(shown.translation.slice(at, sentence.start)));
-    const button = document.createElement("button");
-    button.type = "button";
-    button.className = "sentence";
-    button.textContent = sentence.text;
-    button.addEventListener("click", () => showDetails(i));
-    nodes.push(button);
+    nodes.push(chars.slice(at, sentence.start).join(""));
+    const node = document.createElement("span");
+    node.className = "sentence";
+    node.tabIndex = 0;
+    node.setAttribute("role", "button");
+    node.textContent = chars.slice(sentence.start, sentence.end).join("");
+    node.addEventListener("click", () => showDetails(i));
+    node.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter" && event.key !== " ") return;
+      event.preventDefault();
+      showDetails(i);
+    });
+    nodes.push(node);
     at = sentence.end;
   });
-  nodes.push(document.createTextNode(shown.translation.slice(at)));
+  nodes.push(chars.slice(at).join(""));
   output.replaceChildren(...nodes);
 }
 
@@ -216,57 +201,35 @@ async function requestOptions() {
   return state.options;
 }
 
-// The source text of output sentence i: the sentence in the same place of the same line where the line has as
-// many sentences on both sides, else the whole source line.
-function sourceOf(shown, i) {
-  const sentence = shown.sentences[i];
-  const sources = sentencesOf(shown.text, shown.source).filter((s) => s.line === sentence.line);
-  const outputs = shown.sentences.filter((s) => s.line === sentence.line);
-  if (sources.length === outputs.length) return { text: sources[sentence.index].text, whole: false };
-  return { text: shown.text.split("\n")[sentence.line].trim(), whole: true };
-}
-
-async function showDetails(i) {
-  const shown = state.shown;
-  const seq = ++state.detailSeq;
-  const { text, whole } = sourceOf(shown, i);
+// Sentence i's alternatives and alignment, from the answer the output shows: its first alternative is the
+// sentence shown.
+function showDetails(i) {
+  const sentence = state.shown.sentences[i];
   $("details").hidden = false;
-  $("details-source").textContent = text;
-  $("alternatives").replaceChildren();
-  $("alignment-part").hidden = true;
-  try {
-    const allowed = await requestOptions();
-    const options = { nbest: allowed.nbest, scores: true, alignments: allowed.alignments, split_sentences: whole };
-    const body = { text, source: shown.source, target: shown.target, options };
-    const translation = (await post("v1/translate", body)).translations[0];
-    if (seq !== state.detailSeq) return;
-    showError("");
-    const hyps = translation.hypotheses || [{ text: translation.text }]; // none: the text was in the target language
-    const items = hyps.map((hyp, k) => {
-      const item = document.createElement("li");
-      const pick = document.createElement("button");
-      pick.type = "button";
-      pick.className = "hypothesis";
-      pick.textContent = hyp.text;
-      pick.setAttribute("aria-pressed", String(k === 0));
-      pick.addEventListener("click", () => {
-        for (const other of $("alternatives").querySelectorAll(".hypothesis")) {
-          other.setAttribute("aria-pressed", String(other === pick));
-        }
-        showAlignment(translation.source_tokens, hyp);
-      });
-      const score = document.createElement("span");
-      score.className = "score";
-      if (hyp.score != null) score.textContent = `score ${hyp.score.toFixed(3)}, log-prob ${hyp.log_prob.toFixed(3)}`;
-      item.append(pick, " ", score);
-      return item;
+  $("details-source").textContent = sentence.source;
+  const hyps = sentence.hypotheses;
+  const items = hyps.map((hyp, k) => {
+    const item = document.createElement("li");
+    const pick = document.createElement("button");
+    pick.type = "button";
+    pick.className = "hypothesis";
+    pick.textContent = hyp.text;
+    pick.setAttribute("aria-pressed", String(k === 0));
+    pick.addEventListener("click", () => {
+      for (const other of $("alternatives").querySelectorAll(".hypothesis")) {
+        other.setAttribute("aria-pressed", String(other === pick));
+      }
+      showAlignment(sentence.source_tokens, hyp);
     });
-    $("alternatives").replaceChildren(...items);
-    showAlignment(translation.source_tokens, hyps[0]);
-    $("details").scrollIntoView({ block: "nearest" });
-  } catch (err) {
-    if (seq === state.detailSeq) showError(err.message);
-  }
+    const score = document.createElement("span");
+    score.className = "score";
+    if (hyp.score != null) score.textContent = `score ${hyp.score.toFixed(3)}, log-prob ${hyp.log_prob.toFixed(3)}`;
+    item.append(pick, " ", score);
+    return item;
+  });
+  $("alternatives").replaceChildren(...items);
+  showAlignment(sentence.source_tokens, hyps[0]);
+  $("details").scrollIntoView({ block: "nearest" });
 }
 
 // A hypothesis's cross-attention as a table: a row per source subword, a column per target subword (the
