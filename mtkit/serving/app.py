@@ -22,6 +22,7 @@ from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
 from mtkit.inference.segments import Segment
 from mtkit.serving import contract, documents, libretranslate, page, v1_schema
+from mtkit.serving.answers import DetectedLanguageOut, LegOut, ModelsOut, TranslateResponse, translation_out
 from mtkit.serving.auth import ApiKey
 from mtkit.serving.dispatch import AUTO, Dispatcher
 from mtkit.serving.errors import ApiError, add_error_handlers, error_responses
@@ -29,7 +30,6 @@ from mtkit.serving.metrics import CONTENT_TYPE, Metrics
 from mtkit.serving.middleware import BodyLimit, Observe
 from mtkit.serving.pool import ModelPool
 from mtkit.serving.routing import Router
-from mtkit.serving.answers import DetectedLanguageOut, LegOut, ModelsOut, TranslateResponse, translation_out
 from mtkit.serving.schemas import TranslateRequest, options_model
 from mtkit.serving.service import TranslationService, client_gone
 
