@@ -222,3 +222,21 @@ def test_a_request_sets_mbr_candidates_and_any_value_in_range_runs(run):
         answered = client.post("/v1/translate", json=tiny)
         assert answered.status_code == 200, answered.text
         assert answered.json()["translations"][0]["text"] == greedy
+
+
+def test_a_request_sets_the_search_bounds_a_call_may_set(run):
+    from fastapi.testclient import TestClient
+
+    from mtkit.serving.app import create_app
+
+    model = mtkit.load(run, device="cpu", dtype="float32")
+    bounds = {"length_penalty": 0.0, "max_len_a": 0.0, "max_len_b": 1}
+    expected = [t.text for t in model.translate_batch(SOURCES, scores=False, **bounds)]
+    assert expected != model.translate(SOURCES)  # the bounds change the answer
+    with TestClient(create_app(model, ("en", "de"))) as client:
+        found = client.post("/v1/translate", json={"text": SOURCES, "options": bounds})
+        assert found.status_code == 200, found.text
+        assert [t["text"] for t in found.json()["translations"]] == expected
+        for name, value in (("length_penalty", 10.5), ("max_len_a", -1), ("max_len_b", 1025)):
+            bad = client.post("/v1/translate", json={"text": SOURCES, "options": {name: value}})
+            assert bad.status_code == 422 and f"options.{name}" in bad.json()["error"], bad.text

@@ -63,12 +63,26 @@ class RequestOptions(BaseModel):
     split_sentences: StrictBool = Field(
         True, description="Cut each text into sentences and join their translations with its own whitespace."
     )
+    # the search's bounds a call may set (mtkit.load's keywords), within the server's: beyond these, a length
+    # penalty overflows a float and a limit outgrows every model's positions
+    length_penalty: Optional[Annotated[StrictFloat, Field(ge=0, le=10, allow_inf_nan=False)]] = Field(
+        None, description="GNMT's alpha (default: the model's); 0: the raw log-probability ranks the hypotheses."
+    )
+    max_len_a: Optional[Annotated[StrictFloat, Field(ge=0, le=10, allow_inf_nan=False)]] = Field(
+        None, description="Target subwords allowed per source subword (default: the model's)."
+    )
+    max_len_b: Optional[Annotated[StrictInt, Field(ge=0, le=1024), BeforeValidator(_integral)]] = Field(
+        None, description="Target subwords allowed beyond those (default: the model's)."
+    )
 
     def decoding(self) -> tuple[tuple[str, Any], ...]:
-        """The decoding algorithm and its options this request gives, as (name, value) pairs (``options_model``'s
-        fields beyond these; none for this base)."""
-        own = type(self).model_fields.keys() - RequestOptions.model_fields.keys()
+        """The decoding options this request gives, as (name, value) pairs: the search's bounds (``CALL``), the
+        algorithm and its options (``options_model``'s fields beyond these)."""
+        own = (type(self).model_fields.keys() - RequestOptions.model_fields.keys()) | set(CALL)
         return tuple((name, getattr(self, name)) for name in sorted(own) if getattr(self, name) is not None)
+
+
+CALL = ("length_penalty", "max_len_a", "max_len_b")  # RequestOptions' fields that are decoding options
 
 
 def _option_field(owner: algorithms.Algorithm, param: algorithms.Param, most: Optional[int] = None) -> tuple:
@@ -93,7 +107,7 @@ def _option_field(owner: algorithms.Algorithm, param: algorithms.Param, most: Op
 def _options_of_their_algorithm(options: RequestOptions) -> RequestOptions:
     """An algorithm's option is given with that algorithm named."""
     for name, _value in options.decoding():
-        if name == "algorithm":
+        if name == "algorithm" or name in CALL:
             continue
         owner = algorithms.params()[name][0].name
         if options.algorithm != owner:
