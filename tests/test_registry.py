@@ -240,3 +240,17 @@ def test_a_request_sets_the_search_bounds_a_call_may_set(run):
         for name, value in (("length_penalty", 10.5), ("max_len_a", -1), ("max_len_b", 1025)):
             bad = client.post("/v1/translate", json={"text": SOURCES, "options": {name: value}})
             assert bad.status_code == 422 and f"options.{name}" in bad.json()["error"], bad.text
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_search_bounds_at_the_edges_of_their_range_run(run, exported, engine):
+    """The decoding section's length penalty and output limits, at their edges, on both engines: outputs capped
+    by the model's positions, never wrapped round or overflowed."""
+    model = load(run, exported, engine)
+    longest = model.translate(SOURCES, max_len_a=1e308)
+    assert longest == model.translate(SOURCES, max_len_b=10**9) and all(longest)
+    assert model.translate(SOURCES, max_len_a=0.0, max_len_b=0) == ["", ""]
+    for penalty in (0.0, 10.0):
+        assert len(model.translate(SOURCES, length_penalty=penalty)) == len(SOURCES)
+    with pytest.raises(mtkit.MtkitError, match="length_penalty"):
+        model.translate(SOURCES, length_penalty=10.5)

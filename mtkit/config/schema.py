@@ -232,7 +232,7 @@ class _DecodingFields(Section):
     # larger encoder batches pad more and gained nothing steady); chunk_size 2,000 bounds translate's memory
     # (section 7); stopping beam_full, shortlist 0 and dtype auto (section 2, "The default, chosen on val")
     beam_size: int = Field(5, ge=1)
-    length_penalty: float = Field(1.0, ge=0, description="GNMT alpha; 0 = raw log-probability")
+    length_penalty: float = Field(1.0, ge=0, le=10, description="GNMT alpha; 0 = raw log-probability")
     max_len_a: float = Field(1.5, ge=0)
     max_len_b: int = Field(10, ge=0)
     batch_size: int = Field(200, ge=1, description="sentences per batch")

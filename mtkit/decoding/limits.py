@@ -24,10 +24,10 @@ def max_lengths(src_mask: Tensor, a: float, b: float, cap: Optional[int]) -> Ten
     """
     src_lengths = src_mask.sum(dim=1).double()  # (batch,)
     # The 1e-6 forgives float rounding: 1.2 * 10 is 12, not 13.
-    limit = torch.ceil(a * src_lengths + b - 1e-6).long().clamp(min=0)
-    if cap is not None:
+    limit = torch.ceil(a * src_lengths + b - 1e-6)
+    if cap is not None:  # before the cast: a limit past int64's range (max_len_a 1e308) would wrap round
         limit = limit.clamp(max=cap)
-    return limit
+    return limit.clamp(min=0, max=2**62).long()
 
 
 def default_cap(model: Seq2Seq) -> Optional[int]:

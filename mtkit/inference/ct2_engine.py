@@ -132,7 +132,7 @@ class Ct2Engine(Engine):
     def max_length(self, src_len: int, options: Optional[Options] = None) -> int:
         """``search.max_lengths`` for one sentence of ``src_len`` tokens (EOS included)."""
         o = options or self.options
-        return min(max(math.ceil(o.max_len_a * src_len + o.max_len_b - 1e-6), 0), self.max_len_cap)
+        return max(math.ceil(min(o.max_len_a * src_len + o.max_len_b - 1e-6, self.max_len_cap)), 0)
 
     def translate_ids(
         self,

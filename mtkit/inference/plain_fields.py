@@ -5,7 +5,7 @@
 DECODING = {
     "algorithm": {"default": "beam", "type": "str"},
     "beam_size": {"default": 5, "type": "int", "ge": 1},
-    "length_penalty": {"default": 1.0, "type": "float", "ge": 0},
+    "length_penalty": {"default": 1.0, "type": "float", "ge": 0, "le": 10},
     "max_len_a": {"default": 1.5, "type": "float", "ge": 0},
     "max_len_b": {"default": 10, "type": "int", "ge": 0},
     "batch_size": {"default": 200, "type": "int", "ge": 1},
