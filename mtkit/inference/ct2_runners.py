@@ -16,9 +16,7 @@ def run_search(engine: Ct2Engine, ids, guidance, o: Options) -> list[list[Decode
 def run_sampling(engine: Ct2Engine, ids, guidance, o: Options) -> list[list[Decoded]]:
     """Sampling: ``nbest`` samples a sentence by CTranslate2's top-k, top-p and temperature, from the stream of
     ``seed`` (its entry refuses epsilon here)."""
-    draws = dict(
-        sampling_topk=o.top_k, sampling_topp=_float32(o.top_p), sampling_temperature=_float32(o.temperature)
-    )
+    draws = dict(sampling_topk=o.top_k, sampling_topp=_float32(o.top_p), sampling_temperature=_float32(o.temperature))
     return engine.search(ids, guidance, o, Ct2Search(1, o.nbest, o.nbest, draws, o.seed))
 
 

@@ -201,8 +201,7 @@ class Options:
         if not chosen.nbest and self.nbest > 1:
             several = " or ".join(a.name for a in algorithms.REGISTRY.values() if a.nbest)
             raise MtkitError(
-                f"--algorithm {chosen.name} gives one hypothesis a sentence: drop --nbest {self.nbest} "
-                f"or use {several}"
+                f"--algorithm {chosen.name} gives one hypothesis a sentence: drop --nbest {self.nbest} or use {several}"
             )
         if chosen.rows == "beam_size" and self.nbest > self.beam_size:
             raise MtkitError(
