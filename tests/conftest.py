@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import inspect
 import io
 import os
 import random
@@ -38,10 +39,17 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ.setdefault("MKL_NUM_THREADS", _share)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
-    """Under xdist, the modules whose every test is slow go first (in file order, as the others after them): with
-    --dist loadfile and --no-loadscope-reorder, workers take whole modules in collection order, and a long module
-    taken last would keep one worker busy while the others have nothing left to do."""
+    """Every test that uses the comparison helpers gets the marker ``compares`` (``_compares``). Under xdist, the
+    modules whose every test is slow go first (in file order, as the others after them): with --dist loadfile and
+    --no-loadscope-reorder, workers take whole modules in collection order, and a long module taken last would keep
+    one worker busy while the others have nothing left to do."""
+    seen: dict = {}
+    for item in items:
+        function = getattr(item, "function", None)
+        if function is not None and not item.get_closest_marker("compares") and _compares(function, seen):
+            item.add_marker(pytest.mark.compares)
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     slow: dict[str, bool] = {}
@@ -49,6 +57,49 @@ def pytest_collection_modifyitems(config, items):
         path = item.nodeid.split("::")[0]
         slow[path] = slow.get(path, True) and item.get_closest_marker("slow") is not None
     items.sort(key=lambda item: not slow[item.nodeid.split("::")[0]])  # stable: file order within each part
+
+
+# Tests that hold two computations of one model to each other carry the marker ``compares`` (pyproject.toml), and
+# .ci/run runs them again under the kernels of an AVX2-only CPU. A test that names one of these helpers (below), in
+# its own code or in a function or class of the tests that it calls, is such a test and is marked at collection, so
+# none is left out of that run; a comparison written without them carries the marker itself.
+COMPARISON_HELPERS = ("LOG_PROB_TOL", "NEAR_TIE", "first_divergence", "search_margin", "diverged_at_near_ties")
+
+
+def _compares(obj, seen: dict) -> bool:
+    """Whether the test function or class ``obj`` names a comparison helper, or calls something of tests/ that
+    does (``seen``: the answers so far)."""
+    if obj in seen:
+        return seen[obj]
+    seen[obj] = False  # a cycle adds nothing
+    if inspect.isclass(obj):
+        parts = [getattr(m, "__func__", m) for m in vars(obj).values()]
+        found = any(_compares(m, seen) for m in parts if _in_tests(m))
+    else:
+        inner = getattr(getattr(obj, "hypothesis", None), "inner_test", None)  # under @given
+        function = inspect.unwrap(inner or obj)
+        codes, names = [function.__code__], set()
+        while codes:  # the function's code and what is nested in it: inner functions, lambdas, comprehensions
+            code = codes.pop()
+            names.update(code.co_names)
+            codes += [c for c in code.co_consts if inspect.iscode(c)]
+        scope = function.__globals__
+        found = any(
+            name in COMPARISON_HELPERS or (_in_tests(scope.get(name)) and _compares(scope[name], seen))
+            for name in sorted(names)
+        )
+    seen[obj] = found
+    return found
+
+
+def _in_tests(obj) -> bool:
+    """A function or class written in tests/."""
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+        return False
+    try:
+        return Path(inspect.getfile(obj)).resolve().parent == Path(__file__).resolve().parent
+    except TypeError:  # a built-in class
+        return False
 
 
 # A word-for-word "translation" table: the target side is learnable from the source side.

@@ -100,6 +100,7 @@ def test_no_position_embedding_only_the_biases_carry_word_order():
 
 
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.compares
 def test_fused_kernel_equals_the_explicit_softmax(causal):
     torch.manual_seed(0)
     attn = MultiHeadAttention(32, 4, 0.0, self_attention=True, alibi=ALiBi(4)).eval()
@@ -122,12 +123,14 @@ def test_fused_kernel_equals_the_explicit_softmax(causal):
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.compares
 def test_cached_steps_equal_the_fused_full_forward(norm):
     stepped, full = stepped_and_full(alibi_model(norm), *long_batch())
     torch.testing.assert_close(stepped, full, **TOL)
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.compares
 def test_causality_on_long_targets(training):
     model = alibi_model().train(training)  # dropout 0: training mode runs the fused kernel, deterministic
     src, tgt = long_batch()
@@ -140,6 +143,7 @@ def test_causality_on_long_targets(training):
 
 
 @pytest.mark.parametrize("heads, d_model", [(4, 32), (6, 36)])
+@pytest.mark.compares
 def test_padding_changes_no_real_position(heads, d_model):
     model = alibi_model(heads=heads, d_model=d_model)
     src, tgt = long_batch()

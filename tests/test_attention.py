@@ -33,6 +33,7 @@ def test_weights_are_zero_on_padding_and_sum_to_one(kind):
 
 
 @pytest.mark.parametrize("kind", SCORE_KINDS)
+@pytest.mark.compares
 def test_padding_does_not_change_weights_of_real_tokens(kind):
     query, keys, mask = _inputs()
     attention = AttentionScore(kind, 8, 8, max_positions=16)
@@ -42,6 +43,7 @@ def test_padding_does_not_change_weights_of_real_tokens(kind):
 
 
 @pytest.mark.parametrize("kind", SCORE_KINDS)
+@pytest.mark.compares
 def test_precomputed_keys_and_time_axis_give_the_same_weights(kind):
     query, keys, mask = _inputs()
     attention = AttentionScore(kind, 8, 8, max_positions=16)

@@ -174,6 +174,7 @@ def test_every_hypothesis_meets_its_constraints_and_avoids_its_phrases(seed):
 
 
 @pytest.mark.parametrize("seed", [1, 3])
+@pytest.mark.compares
 def test_batched_with_and_without_instructions_equals_alone(seed):
     rng = random.Random(seed)
     model, src = TinyGRU(seed), random_src(seed + 20, batch=6)
@@ -190,6 +191,7 @@ def test_batched_with_and_without_instructions_equals_alone(seed):
 
 
 @pytest.mark.parametrize("seed", [1, 3, 5])
+@pytest.mark.compares
 def test_no_instructions_is_the_plain_search_bit_for_bit(seed):
     model, src = TinyGRU(seed), random_src(seed, batch=6)
     for kw in [dict(beam_size=4, nbest=4, stopping="exact"), dict(beam_size=3, length_penalty=1.0, stopping="first")]:

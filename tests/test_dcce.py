@@ -69,6 +69,7 @@ SHUFFLED = [(GOOD[i][0], GOOD[(i + 3) % 6][1]) for i in range(6)]  # a fluent ta
 TRUNCATED = [(src, " ".join(tgt.split()[:2])) for src, tgt in toy_pairs(20, seed=0)[8:20] if len(src.split()) >= 7]
 
 
+@pytest.mark.compares
 def test_cross_entropies_equal_a_step_by_step_decode_in_any_batch(runs):
     loaded = ckpt.load_checkpoint(runs[0])
     pairs = GOOD + SHUFFLED + TRUNCATED

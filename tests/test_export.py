@@ -312,6 +312,7 @@ def test_beam_equals_torch_searching_the_same_distribution(loaded, exported, tes
 @needs_ct2
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "relative", "rope"])
+@pytest.mark.compares
 def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, norm, tmp_path):
     """For each layout: CTranslate2's teacher-forced log-probs (score_batch) equal the model's own."""
     assert_exports_exactly(loaded.tokenizer, tmp_path, norm=norm, positions=positions, max_relative_distance=4)
@@ -319,6 +320,7 @@ def test_every_position_type_and_norm_order_exports_exactly(loaded, positions, n
 
 @needs_ct2
 @pytest.mark.parametrize("quantization", [None, "int8"])
+@pytest.mark.compares
 def test_deep_encoder_shallow_narrow_decoder_exports_exactly(loaded, quantization, tmp_path):
     """A student's shape: 3 encoder layers, 1 decoder layer with a narrower feed-forward network (decoder_ffn_dim);
     int8 (rounded weights) within a looser tolerance."""
@@ -620,6 +622,7 @@ def test_an_export_without_its_runtime_facts_reads_them_from_its_config(exported
 
 
 @needs_ct2
+@pytest.mark.compares
 def test_greedy_decodes_without_the_ban_and_again_with_it_where_an_output_holds_pad_or_bos(exported, test_lines):
     """Unscored greedy decoding asks CTranslate2 for no suppressed sequences (they cost it 3%); a sentence whose
     output holds PAD or BOS is decoded again with them banned, so the outputs are those of banning throughout."""

@@ -101,6 +101,7 @@ def teacher_forced(loaded, family: str, target: str) -> list[torch.Tensor]:
         return [loaded.model(torch.tensor([s + [EOS]]), torch.tensor([[BOS] + tag + t]))[0] for s, t in zip(src, tgt)]
 
 
+@pytest.mark.compares
 def test_old_ids_keep_their_logits_and_log_probs_among_them(extended):
     """Over the old ids the model is the one it was: the same logits, so the same log-probs among them (to 1e-5).
     The new ids take some probability, from every old id in one proportion: over the whole vocabulary each old
@@ -241,6 +242,7 @@ def test_export_hf_refuses_an_extended_m2m100_or_nllb_run(extended, tmp_path, ru
     one_line_refusal(done, "extend-vocab", "mtkit export RUN --out DIR")
 
 
+@pytest.mark.compares
 def test_ctranslate2_export_of_an_extended_run_translates_as_the_torch_engine(workdir, run_cli):
     pytest.importorskip("ctranslate2")
     import mtkit

@@ -258,6 +258,7 @@ def test_export_of_an_import_is_the_original(imported, workdir, run_cli):
     assert tok(SOURCES[:2])["input_ids"] == MarianTokenizer.from_pretrained(original)(SOURCES[:2])["input_ids"]
 
 
+@pytest.mark.compares
 def test_ctranslate2_export_of_an_import_decodes_as_the_torch_engine(imported, workdir, run_cli):
     """Marian's table (sines and cosines in halves), its non-zero fixed logit bias, swish, and a source and a target
     SentencePiece model behind one vocabulary file go to CTranslate2: its greedy outputs and log-probs equal the

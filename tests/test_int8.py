@@ -14,7 +14,7 @@ from conftest import toy_pairs
 from mtkit.inference.loading import int8_kernels
 from mtkit.models.int8 import Int8Linear, quantize_int8, quantize_rows
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.compares]  # int8 against float32
 
 
 def linear_pair(n_in=48, n_out=40, bias=True, seed=0) -> tuple[nn.Linear, Int8Linear]:

@@ -120,6 +120,7 @@ def test_only_the_adapters_train_and_the_checkpoint_holds_them_and_the_base_refe
             assert torch.equal(tensor, weights[name.replace(".base_layer.", ".")]), name
 
 
+@pytest.mark.compares
 def test_translate_merge_and_merged_equals_unmerged(tmp_path, base, run_cli):
     root, _ = base
     assert run_cli("train", _config(tmp_path, base, max_updates=3)).code == 0

@@ -286,6 +286,7 @@ def test_translate_cli_with_source_and_target(family, run_cli):
     assert model.targets == tuple(load_checkpoint(run).config.data.languages) == model.sources
 
 
+@pytest.mark.compares
 def test_ctranslate2_export_translates_as_the_torch_engine(family, run_cli):
     """`mtkit export` (CTranslate2) of an import: fairseq's position table from its offset, the fixed logit bias,
     the vocabulary file beside the SentencePiece model, BOS and EOS (both ``</s>``) told apart; the source

@@ -127,6 +127,7 @@ def test_dropout_is_active_in_training_only():
 
 # ----------------------------------------------------------------------------------- (a) causality
 @pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.compares
 def test_causality(name):
     model = _model(name)
     src, tgt_in = _batch([6, 4], [7, 7])
@@ -142,6 +143,7 @@ def test_causality(name):
 
 # --------------------------------------------------------------------------- (b) padding invariance
 @pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.compares
 def test_padding_invariance(name):
     model = _model(name)
     src, tgt_in = _batch([9, 4], [8, 5])  # row 1 is short on both sides
@@ -163,6 +165,7 @@ def test_padding_invariance(name):
 
 # ----------------------------------------------------------------- (c) incremental == full, reorder
 @pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.compares
 def test_step_with_reorder_equals_forward(name):
     model = _model(name)
     src, tgt_in = _batch([7, 3, 5, 9], [6, 8, 2, 5])
@@ -176,6 +179,7 @@ def test_step_with_reorder_equals_forward(name):
 
 
 @pytest.mark.parametrize("name", ["bahdanau", "luong-local_p", "luong-general-no-feed"])
+@pytest.mark.compares
 def test_reorder_can_repeat_rows_like_beam_search(name):
     model = _model(name)
     src, tgt_in = _batch([5, 3], [4, 4])

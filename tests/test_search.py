@@ -223,6 +223,7 @@ def test_attention_rows_follow_their_beams():
     assert h.attention is None
 
 
+@pytest.mark.compares
 def test_batch_with_different_finishing_times_equals_one_by_one_and_shrinks():
     tables = [GARDEN, LENGTHY, BRANCHY, NEVER_ENDS]
     src = make_src([3, 0, 1, 2], [6, 2, 4, 3])
@@ -249,6 +250,7 @@ def test_batch_with_different_finishing_times_equals_one_by_one_and_shrinks():
             assert torch.equal(batched[i][0].attention, alone.attention)
 
 
+@pytest.mark.compares
 def test_ended_paths_run_on_until_a_quarter_of_the_batch_then_leave_together(monkeypatch):
     """Greedy drops paths that ended only once they are DROP_SHARE of the batch (each drop copies every path's
     state); what a path emits after its EOS is ignored, so the output is what dropping at every end gives."""
@@ -451,6 +453,7 @@ def reference_beam_search(model, src_row, *, beam_size, alpha, max_len, nbest, s
 
 @pytest.mark.parametrize("seed", [1, 3])  # models that end hypotheses at many lengths, some at the limit
 @pytest.mark.parametrize("stopping", ["exact", "beam_full"])
+@pytest.mark.compares
 def test_beam_search_matches_unbatched_reference(seed, stopping):
     model, src = TinyGRU(seed), random_src(seed)
     limits = max_lengths(src.ne(PAD), 1.0, 2, 63).tolist()
@@ -490,6 +493,7 @@ def test_beam_search_matches_unbatched_reference(seed, stopping):
 
 
 @pytest.mark.parametrize("seed", [1, 3, 5])
+@pytest.mark.compares
 def test_beam_one_is_greedy_and_top_k_one_sampling_is_greedy(seed):
     model, src = TinyGRU(seed), random_src(seed + 10, batch=6)
     kw = dict(max_len_a=1.0, max_len_b=3)

@@ -27,6 +27,7 @@ def test_the_factory_picks_the_strategy():
 
 
 @pytest.mark.parametrize("t", [0, 4])  # 4: the first sentence is at its limit
+@pytest.mark.compares
 def test_an_empty_guide_proposes_what_the_plain_strategy_does(t):
     max_len = torch.tensor([4, 9])
     plain, guided = PlainStrategy(0.6), ConstrainedStrategy(Guide([None, None], torch.device("cpu")), 0.6)
@@ -65,6 +66,7 @@ def test_the_length_penalty_takes_numbers_and_tensors():
 
 
 @pytest.mark.parametrize("width", [8000, 8003, 640, 100])  # 8003: a partial last block; 640 and 100: plain topk
+@pytest.mark.compares
 def test_row_topk_finds_the_values_topk_finds(width):
     generator = torch.Generator().manual_seed(width)
     x = torch.randn(50, width, generator=generator)
@@ -80,6 +82,7 @@ def test_row_topk_finds_the_values_topk_finds(width):
 
 
 @pytest.mark.parametrize("width", [8000, 8003, 100])  # 8003: a partial last block
+@pytest.mark.compares
 def test_row_argmax_is_argmax_ties_included(width):
     generator = torch.Generator().manual_seed(width)
     x = torch.randn(60, width, generator=generator)

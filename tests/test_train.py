@@ -297,6 +297,7 @@ def test_label_smoothed_loss_skips_padding_positions():
 
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("tokens", [1, 128, 300])  # one row, exactly one chunk, three chunks (the last partial)
+@pytest.mark.compares
 def test_fused_output_loss_equals_projection_then_loss(with_bias, tokens):
     torch.manual_seed(tokens)
     d, vocab, eps = 16, 37, 0.1
@@ -331,6 +332,7 @@ def test_fused_output_loss_without_gradients_and_a_second_backward():
         loss.backward()
 
 
+@pytest.mark.compares
 def test_fused_output_loss_under_bf16_autocast_matches_the_unfused_one():
     torch.manual_seed(0)
     features, weight = torch.randn(150, 32), (0.2 * torch.randn(40, 32)).requires_grad_()

@@ -68,6 +68,7 @@ def stepped_and_full(model, src, tgt, on_attention=None) -> tuple[torch.Tensor, 
 
 @pytest.mark.parametrize("positions", POSITIONS)
 @pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.compares
 def test_cached_steps_equal_full_forward(positions, norm):
     def check(attn):
         assert torch.allclose(attn.sum(-1), torch.ones(3), atol=1e-5)
@@ -78,6 +79,7 @@ def test_cached_steps_equal_full_forward(positions, norm):
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
+@pytest.mark.compares
 def test_causality(positions):
     model = tiny(positions)
     src, tgt = batch()
@@ -90,6 +92,7 @@ def test_causality(positions):
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
+@pytest.mark.compares
 def test_padding_invariance(positions):
     model = tiny(positions)
     src, tgt = batch()
@@ -109,6 +112,7 @@ def after_first_step(model):
         return src, tgt, model.step(tgt[:, 0], state)[1]
 
 
+@pytest.mark.compares
 def test_reorder_selects_rows():
     model = tiny()
     _, tgt, state = after_first_step(model)
@@ -120,6 +124,7 @@ def test_reorder_selects_rows():
 
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "relative"])
+@pytest.mark.compares
 def test_cache_grows_past_its_capacity(monkeypatch, positions):
     from mtkit.models import decoder_state
 
@@ -128,6 +133,7 @@ def test_cache_grows_past_its_capacity(monkeypatch, positions):
     torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.compares
 def test_a_state_stepped_twice_keeps_both_results():
     """A step writes its position into the caches in place; stepping the same state again must not overwrite the
     position the first result holds (and each result must go on as if decoded alone)."""
@@ -290,6 +296,7 @@ STUDENTS = {
     [(s, "sinusoidal", norm) for s in ("deep-shallow", "ssru") for norm in ("pre", "post")]
     + [("ssru-deep-shallow", "sinusoidal", "post"), ("ssru-deep-shallow", "rope", "pre")],
 )
+@pytest.mark.compares
 def test_student_decoders_cache_equals_full_forward(student, positions, norm):
     model = tiny(positions, norm, **STUDENTS[student])
     stepped, full = stepped_and_full(model, *batch())
@@ -297,6 +304,7 @@ def test_student_decoders_cache_equals_full_forward(student, positions, norm):
 
 
 @pytest.mark.parametrize("student", list(STUDENTS))
+@pytest.mark.compares
 def test_student_decoders_are_causal_and_padding_invariant(student):
     model = tiny(**STUDENTS[student])
     src, tgt = batch()
@@ -310,6 +318,7 @@ def test_student_decoders_are_causal_and_padding_invariant(student):
     torch.testing.assert_close(in_batch, alone, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.compares
 def test_ssru_state_follows_reordered_rows():
     model = tiny(decoder_self="ssru")
     src, tgt = batch()

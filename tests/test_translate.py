@@ -522,6 +522,7 @@ def test_beam_one_equals_greedy(loaded, test_lines):
         assert divergence is None or divergence[1] <= NEAR_TIE, (test_lines[row], divergence)
 
 
+@pytest.mark.compares
 @torch.inference_mode()
 def test_beam_search_is_at_least_as_probable_as_greedy(loaded, test_lines):
     """Beam search (length_penalty 0) beats greedy's model score on the whole test set and nearly every sentence.
@@ -751,6 +752,7 @@ def test_a_huge_line_is_cut_while_reading_and_before_sentencepiece(loaded):
     assert len(ids[1]) == MAX_POSITIONS - 1 and translator.truncated == 1
 
 
+@pytest.mark.compares
 def test_int8_engine_quantizes_every_linear_layer_and_keeps_the_translations(run_dir, test_lines, capsys, monkeypatch):
     """--dtype int8 (CPU): int8 weights in every linear layer, the tied output projection included, and
     (nearly) the float32 model's translations; the float32 checkpoint on disk is untouched."""
