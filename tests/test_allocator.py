@@ -35,7 +35,7 @@ import resource, torch
 from mtkit.memory import keep_freed_memory
 keep_freed_memory()
 x, w = torch.randn(1000, 64), torch.randn(64, 16000)
-for _ in range(10):  # a decoding step's output layer: 64 MB logits, then 64 MB log-probs, both freed
+for _ in range(30):  # a decoding step's output layer: 64 MB logits, then 64 MB log-probs, both freed
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     (x @ w).log_softmax(dim=-1).amax()
     print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
@@ -50,6 +50,10 @@ def test_blocks_larger_than_any_mmap_threshold_are_reused_without_page_faults():
     done = subprocess.run([sys.executable, "-c", REUSE], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     faults = [int(n) for n in done.stdout.split()]
-    # fresh memory faults ~31,000 pages of 4 KiB in at every step (glibc's defaults map blocks past 32 MiB); kept
-    # memory settles within a few steps
-    assert max(faults[-3:]) < 1000, faults
+    # fresh memory faults ~31,000 pages of 4 KiB in at every step (glibc's defaults map blocks past 32 MiB). Kept
+    # memory is reused once the heap holds both blocks where they fit among the small allocations made meanwhile;
+    # until then the heap grows by one or two blocks a step, for 1 to 5 steps in 30-odd runs with AVX-512 kernels and
+    # as many with AVX2 ones (it varies from run to run, and with the kernels' own allocations). So nothing faults in
+    # over the last 10 of 30 steps, and the heap grew by a few blocks of 15,625 pages in all, not by two every step
+    assert max(faults[-10:]) < 1000, faults
+    assert sum(faults[1:]) < 12 * 15625, faults
