@@ -245,7 +245,7 @@ def test_ctranslate2_export_and_engine_refuse_alibi_by_name(alibi_run, run_cli):
     except ImportError:
         pytest.skip('ctranslate2 is not installed (pip install "mtkit[ct2]")')
     out = alibi_run.parent / "ct2"
-    assert_one_line_error(run_cli("export", alibi_run, "--out", out), "model.positions", "alibi", "--engine torch")
+    assert_one_line_error(run_cli("export", alibi_run, "--output", out), "model.positions", "alibi", "--engine torch")
     assert not out.exists()
     result = run_cli("translate", alibi_run, "--engine", "ctranslate2", stdin="a dog\n")
     assert_one_line_error(result, "alibi", "--engine torch")

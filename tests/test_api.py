@@ -115,7 +115,7 @@ def test_an_ensemble_and_sampling_equal_the_cli(run_dir, lines, run_cli):
     ensemble = mtkit.load(run_dir, checkpoints=[best], beam_size=2)
     assert ensemble.translate(lines) == cli_lines(run_cli, lines, run_dir, "--checkpoint", best, "-b", 2)
     sampled = mtkit.load(run_dir, sampling=True, seed=3, top_k=5)
-    expected = cli_lines(run_cli, lines, run_dir, "--sampling", "--seed", 3, "--top-k", 5)
+    expected = cli_lines(run_cli, lines, run_dir, "--algorithm", "sampling", "--seed", 3, "--top-k", 5)
     assert sampled.translate(lines) == expected
 
 

@@ -91,10 +91,8 @@ def multilingual_run(tmp_path_factory) -> Path:
 def packages(bilingual_run, multilingual_run, tmp_path_factory) -> dict[str, Path]:
     """en_de.argosmodel (the bilingual run) and de_en.argosmodel (the multilingual run's --target en)."""
     out = tmp_path_factory.mktemp("argos-packages")
-    assert cli("export", bilingual_run, "--format", "argos", "--out", out / "en_de.argosmodel") == 0
-    assert (
-        cli("export", multilingual_run, "--format", "argos", "--target", "en", "--out", out / "de_en.argosmodel") == 0
-    )
+    assert cli("export", bilingual_run, "--format", "argos", "--output", out / "en_de.argosmodel") == 0
+    assert cli("export", multilingual_run, "--format", "argos", "--target", "en", "-o", out / "de_en.argosmodel") == 0
     return {"en-de": out / "en_de.argosmodel", "de-en": out / "de_en.argosmodel"}
 
 
@@ -131,7 +129,7 @@ def test_a_package_is_one_folder_with_what_argos_reads(packages, bilingual_run, 
 
 
 def test_quantization_reaches_the_packaged_model(bilingual_run, tmp_path, run_cli):
-    result = run_cli("export", bilingual_run, "--format", "argos", "-q", "int8", "--out", tmp_path / "q.argosmodel")
+    result = run_cli("export", bilingual_run, "--format", "argos", "-q", "int8", "--output", tmp_path / "q.argosmodel")
     assert result.code == 0, result.err
     assert "int8" in result.out and "install_from_path" in result.out
     folder = unpacked(tmp_path / "q.argosmodel", tmp_path / "unpacked")
@@ -162,10 +160,10 @@ def test_a_multilingual_package_forces_its_language_token_which_decodes_to_nothi
 
 
 def test_a_multilingual_run_needs_a_target(multilingual_run, tmp_path, run_cli):
-    result = run_cli("export", multilingual_run, "--format", "argos", "--out", tmp_path / "x.argosmodel")
+    result = run_cli("export", multilingual_run, "--format", "argos", "--output", tmp_path / "x.argosmodel")
     assert_one_line_error(result, "--target", "de, en")
     result = run_cli(
-        "export", multilingual_run, "--format", "argos", "--target", "fr", "--out", tmp_path / "x.argosmodel"
+        "export", multilingual_run, "--format", "argos", "--target", "fr", "--output", tmp_path / "x.argosmodel"
     )
     assert_one_line_error(result, "--target 'fr'")
     assert list(tmp_path.iterdir()) == []
@@ -216,14 +214,14 @@ def test_the_languages_of_a_package(tmp_path):
 def test_bad_input_is_one_line_and_nothing_is_written(bilingual_run, toy_run_workdir, tmp_path, run_cli):
     out = tmp_path / "en_de.argosmodel"
     out.write_bytes(b"not a package")
-    result = run_cli("export", bilingual_run, "--format", "argos", "--out", out)
+    result = run_cli("export", bilingual_run, "--format", "argos", "--output", out)
     assert_one_line_error(result, "already exists", "--force")
-    result = run_cli("export", bilingual_run, "--format", "argos", "--out", out, "--force")
+    result = run_cli("export", bilingual_run, "--format", "argos", "--output", out, "--force")
     assert_one_line_error(result, "not an Argos Translate package")
     assert out.read_bytes() == b"not a package"
-    result = run_cli("export", bilingual_run, "--format", "argos", "--out", tmp_path / "d", "-q", "int3")
+    result = run_cli("export", bilingual_run, "--format", "argos", "--output", tmp_path / "d", "-q", "int3")
     assert_one_line_error(result, "--quantization 'int3'")
-    result = run_cli("export", bilingual_run, "--target", "de", "--out", tmp_path / "ct2")
+    result = run_cli("export", bilingual_run, "--target", "de", "--output", tmp_path / "ct2")
     assert_one_line_error(result, "--format argos")
     # an RNN: refused before anything is written
     tree = yaml.safe_load((toy_run_workdir / "config.yaml").read_text(encoding="utf-8"))
@@ -231,14 +229,14 @@ def test_bad_input_is_one_line_and_nothing_is_written(bilingual_run, toy_run_wor
     tree["training"] = {**tree["training"], "run_dir": str(tmp_path / "rnn"), "max_updates": 2, "validate_every": 2}
     (tmp_path / "rnn.yaml").write_text(yaml.safe_dump(tree), encoding="utf-8")
     assert cli("train", tmp_path / "rnn.yaml") == 0
-    result = run_cli("export", tmp_path / "rnn", "--format", "argos", "--out", tmp_path / "rnn.argosmodel")
+    result = run_cli("export", tmp_path / "rnn", "--format", "argos", "--output", tmp_path / "rnn.argosmodel")
     assert_one_line_error(result, "Transformer")
     # learned positions for fewer subwords than Argos feeds a model
     tree["model"] = {**TINY_TRANSFORMER, "positions": "learned", "max_positions": 128}
     tree["training"]["run_dir"] = str(tmp_path / "learned")
     (tmp_path / "learned.yaml").write_text(yaml.safe_dump(tree), encoding="utf-8")
     assert cli("train", tmp_path / "learned.yaml") == 0
-    result = run_cli("export", tmp_path / "learned", "--format", "argos", "--out", tmp_path / "l.argosmodel")
+    result = run_cli("export", tmp_path / "learned", "--format", "argos", "--output", tmp_path / "l.argosmodel")
     assert_one_line_error(result, "'learned' with max_positions 128", "1024")
     names = ["en_de.argosmodel", "learned", "learned.yaml", "rnn", "rnn.yaml"]
     assert sorted(p.name for p in tmp_path.iterdir()) == names
@@ -246,9 +244,9 @@ def test_bad_input_is_one_line_and_nothing_is_written(bilingual_run, toy_run_wor
 
 def test_force_replaces_an_earlier_package(bilingual_run, tmp_path, run_cli):
     out = tmp_path / "en_de.argosmodel"
-    assert run_cli("export", bilingual_run, "--format", "argos", "-q", "int8", "--out", out).code == 0
+    assert run_cli("export", bilingual_run, "--format", "argos", "-q", "int8", "--output", out).code == 0
     small = out.stat().st_size
-    assert run_cli("export", bilingual_run, "--format", "argos", "--out", out, "--force").code == 0
+    assert run_cli("export", bilingual_run, "--format", "argos", "--output", out, "--force").code == 0
     assert out.stat().st_size > small  # float32 now
     assert sorted(p.name for p in tmp_path.iterdir()) == ["en_de.argosmodel"]  # no temp files left
 

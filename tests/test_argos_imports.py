@@ -52,9 +52,9 @@ def imports(tmp_path_factory, one_thread) -> dict[str, tuple[Path, Path]]:
     for name, build in (("m2m100", build_m2m100), ("nllb", build_nllb)):
         build(root / name, spm_model, positions=1024)
         run, package = root / f"run-{name}", root / f"{name}.argosmodel"
-        assert cli("import-hf", root / name, "--out", run) == 0
+        assert cli("import-hf", root / name, "--output", run) == 0
         source, (target, _) = LANGS[name]
-        assert cli("export", run, "--format", "argos", "--source", source, "--target", target, "--out", package) == 0
+        assert cli("export", run, "--format", "argos", "--source", source, "--target", target, "--output", package) == 0
         out[name] = run, package
     return out
 
@@ -116,7 +116,7 @@ def test_bad_directions_are_refused_in_one_line(imports, tmp_path, run_cli):
     out = tmp_path / "x.argosmodel"
 
     def export(run, *flags):
-        return run_cli("export", run, "--format", "argos", *flags, "--out", out)
+        return run_cli("export", run, "--format", "argos", *flags, "--output", out)
 
     assert_one_line_error(export(nllb), "pass --target (one of 202 languages: ace_Arab, ace_Latn, acm_Arab, ...)")
     assert_one_line_error(export(nllb, "--target", "deu_LatN"), "--target 'deu_LatN'", "nearest deu_Latn")

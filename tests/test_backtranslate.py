@@ -63,7 +63,7 @@ def test_backtranslate_writes_the_lines_and_their_translations(tmp_path, toy_run
     from mtkit.inference.teacher import load_teacher
 
     run, out = toy_run_workdir / "run", tmp_path / "bt"
-    result = run_cli("backtranslate", run, mono, "--out", out, *COMMON)
+    result = run_cli("backtranslate", run, mono, "--output", out, *COMMON)
     assert result.code == 0, result.err
     lines = kept(mono)
     assert len(lines) == 50 and "\t" not in lines[3]
@@ -86,13 +86,13 @@ def test_backtranslate_writes_the_lines_and_their_translations(tmp_path, toy_run
     untagged = (out / "bt.de").read_text(encoding="utf-8").splitlines()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(teachermod.Teacher, "translate", refuse)
-        tagged = run_cli("backtranslate", run, mono, "--out", out, "--tag", *COMMON)
+        tagged = run_cli("backtranslate", run, mono, "--output", out, "--tag", *COMMON)
         assert tagged.code == 0, tagged.err
-        custom = run_cli("backtranslate", run, mono, "--out", out, "--tag-token", "<bt_de>", *COMMON)
+        custom = run_cli("backtranslate", run, mono, "--output", out, "--tag-token", "<bt_de>", *COMMON)
         assert custom.code == 0, custom.err
     assert (out / "bt.de").read_text(encoding="utf-8").splitlines() == [f"<bt_de> {h}".strip() for h in untagged]
     assert json.loads((out / "report.json").read_text(encoding="utf-8"))["tag"] == "<bt_de>"
-    assert run_cli("backtranslate", run, mono, "--out", out, "--tag", *COMMON).code == 0
+    assert run_cli("backtranslate", run, mono, "--output", out, "--tag", *COMMON).code == 0
     synthetic = (out / "bt.de").read_text(encoding="utf-8").splitlines()
     assert all(line.split()[0] == "<BT>" for line in synthetic) and len(synthetic) == 50
     assert [line[len("<BT> ") :] for line in synthetic] == untagged
@@ -107,7 +107,7 @@ def test_an_interrupted_run_resumes_to_the_bytes_of_an_uninterrupted_one(
     from mtkit.inference import teacher as teachermod
 
     run = toy_run_workdir / "run"
-    straight = run_cli("backtranslate", run, mono, "--out", tmp_path / "straight", *COMMON, *decoding)
+    straight = run_cli("backtranslate", run, mono, "--output", tmp_path / "straight", *COMMON, *decoding)
     assert straight.code == 0, straight.err
     real, calls = teachermod.Teacher.translate, []
 
@@ -119,21 +119,21 @@ def test_an_interrupted_run_resumes_to_the_bytes_of_an_uninterrupted_one(
 
     monkeypatch.setattr(teachermod.Teacher, "translate", interrupted)
     out, work = tmp_path / "resumed", tmp_path / "resumed.work"
-    assert run_cli("backtranslate", run, mono, "--out", out, *COMMON, *decoding).code == 130
+    assert run_cli("backtranslate", run, mono, "--output", out, *COMMON, *decoding).code == 130
     assert sorted(p.name for p in work.glob("chunk-*")) == ["chunk-000000.tsv"] and not out.exists()
-    other = run_cli("backtranslate", run, mono, "--out", out, *COMMON, "--beam-size", "2", "--algorithm", "beam")
+    other = run_cli("backtranslate", run, mono, "--output", out, *COMMON, "--beam-size", "2", "--algorithm", "beam")
     if decoding:
         assert_one_line_error(other, str(work), "the decoding options", "'algorithm': 'sampling'", "remove")
     else:
         assert_one_line_error(other, str(work), "the decoding options", "'beam_size': 4", "'beam_size': 2")
     monkeypatch.setattr(teachermod.Teacher, "translate", real)
-    resumed = run_cli("backtranslate", run, mono, "--out", out, *COMMON, *decoding)
+    resumed = run_cli("backtranslate", run, mono, "--output", out, *COMMON, *decoding)
     assert resumed.code == 0, resumed.err
     assert "resuming at chunk 2 of 3 (20 sentences done)" in resumed.out
     assert corpus(out) == corpus(tmp_path / "straight")
     if decoding:  # each chunk drawn with the seed plus its index
         assert calls[0] == {"seed": 7} and calls[1] == {"seed": 8}
-        beam = run_cli("backtranslate", run, mono, "--out", tmp_path / "beam", *COMMON)
+        beam = run_cli("backtranslate", run, mono, "--output", tmp_path / "beam", *COMMON)
         assert beam.code == 0 and corpus(tmp_path / "beam")["bt.de"] != corpus(out)["bt.de"]
 
 
@@ -145,7 +145,7 @@ def test_kill_9_then_rerun_gives_the_corpus_of_an_uninterrupted_run(tmp_path, to
 
     def command(out: Path) -> list[str]:
         flags = ("--engine", "torch", "--threads", "1", "--chunk-size", "5")
-        return [sys.executable, "-m", "mtkit", "backtranslate", str(run), str(mono), "--out", str(out), *flags]
+        return [sys.executable, "-m", "mtkit", "backtranslate", str(run), str(mono), "--output", str(out), *flags]
 
     done = subprocess.run(command(tmp_path / "straight"), capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -162,26 +162,26 @@ def test_kill_9_then_rerun_gives_the_corpus_of_an_uninterrupted_run(tmp_path, to
 def test_bad_inputs_are_one_line_and_write_nothing(tmp_path, toy_run_workdir, run_cli, mono):
     run, out = toy_run_workdir / "run", tmp_path / "bt"
     bad = write_lines(tmp_path / "bad.en", ["A man .", "A dog .", b"A \xff cat .", "A tree ."])
-    invalid = run_cli("backtranslate", run, bad, "--out", out, *COMMON)
+    invalid = run_cli("backtranslate", run, bad, "--output", out, *COMMON)
     assert_one_line_error(invalid, f"{bad}:3: invalid UTF-8", "--skip-bad-lines")
-    missing = run_cli("backtranslate", run, tmp_path / "no-such.en", "--out", out, *COMMON)
+    missing = run_cli("backtranslate", run, tmp_path / "no-such.en", "--output", out, *COMMON)
     assert_one_line_error(missing, "MONO:", "no-such.en: file not found")
     afile = write_lines(tmp_path / "afile", ["x"])
-    assert_one_line_error(run_cli("backtranslate", run, mono, "--out", afile, *COMMON), "--out", "is a file")
+    assert_one_line_error(run_cli("backtranslate", run, mono, "--output", afile, *COMMON), "--out", "is a file")
     foreign = tmp_path / "foreign"
     write_lines(foreign / "notes.txt", ["mine"])
-    taken = run_cli("backtranslate", run, mono, "--out", foreign, *COMMON)
+    taken = run_cli("backtranslate", run, mono, "--output", foreign, *COMMON)
     assert_one_line_error(taken, "--out", "other files in it", "report.json")
-    spaced = run_cli("backtranslate", run, mono, "--out", out, "--tag-token", "<B T>", *COMMON)
+    spaced = run_cli("backtranslate", run, mono, "--output", out, "--tag-token", "<B T>", *COMMON)
     assert_one_line_error(spaced, "--tag-token", "without spaces")
     drawn = ("--engine", "ctranslate2", "--algorithm", "sampling", "--threads", "1")
     if importlib.util.find_spec("ctranslate2"):
-        ct2 = run_cli("backtranslate", run, mono, "--out", out, *drawn)
+        ct2 = run_cli("backtranslate", run, mono, "--output", out, *drawn)
         assert_one_line_error(ct2, "CTranslate2 cannot reseed", "--engine torch")
     assert not out.exists() and not (tmp_path / "bt.work").exists()
     assert not list(tmp_path.glob(".bt.tmp-*"))
     assert (foreign / "notes.txt").read_text() == "mine\n" and afile.read_text() == "x\n"
-    skipped = run_cli("backtranslate", run, bad, "--out", out, "--skip-bad-lines", *COMMON)
+    skipped = run_cli("backtranslate", run, bad, "--output", out, "--skip-bad-lines", *COMMON)
     assert skipped.code == 0, skipped.err
     assert (out / "bt.en").read_text(encoding="utf-8").splitlines() == ["A man .", "A dog .", "A tree ."]
     assert json.loads((out / "report.json").read_text())["dropped"] == {"empty": 0, "bad_lines": 1}

@@ -199,7 +199,7 @@ def test_clean_end_to_end_with_report(tmp_path, run_cli):
     in_src = write_lines(tmp_path / "in" / "crawl.en", src)
     in_tgt = write_lines(tmp_path / "in" / "crawl.de", tgt)
     out = tmp_path / "out"
-    result = run_cli("clean", in_src, in_tgt, "--out", out)
+    result = run_cli("clean", in_src, in_tgt, "--output", out)
     assert result.code == 0, result.err
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert report["removed"] == expected
@@ -226,7 +226,7 @@ def test_clean_gzip_chosen_filters_options_and_languages(tmp_path, run_cli):
     in_tgt = write_lines(tmp_path / "in" / "web.de.gz", tgt, gz=True)
     out = tmp_path / "out"
     result = run_cli(
-        "clean", in_src, in_tgt, "--out", out, "--filters", "copy,language", "--option", "language.sides=src"
+        "clean", in_src, in_tgt, "--output", out, "--filters", "copy,language", "--option", "language.sides=src"
     )
     assert result.code == 0, result.err
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
@@ -238,7 +238,7 @@ def test_clean_gzip_chosen_filters_options_and_languages(tmp_path, run_cli):
     # files without a language suffix: the flags say
     plain_src = write_lines(tmp_path / "in" / "a.txt", src[:20])
     plain_tgt = write_lines(tmp_path / "in" / "b.txt", tgt[:20])
-    result = run_cli("clean", plain_src, plain_tgt, "--out", out, "--src-lang", "en", "--tgt-lang", "de")
+    result = run_cli("clean", plain_src, plain_tgt, "--output", out, "--source", "en", "--target", "de")
     assert result.code == 0, result.err
     assert (out / "a.txt").exists() and (out / "b.txt").exists()
     assert language_of(Path("x.pt_BR.gz")) == "pt_BR" and language_of(Path("corpus.txt.gz")) == "txt"
@@ -252,7 +252,7 @@ def corpus_and_old_output(tmp_path, run_cli):
     in_src = write_lines(tmp_path / "in" / "c.en", src)
     in_tgt = write_lines(tmp_path / "in" / "c.de", tgt)
     out = tmp_path / "out"
-    assert run_cli("clean", in_src, in_tgt, "--out", out, "--filters", "length").code == 0
+    assert run_cli("clean", in_src, in_tgt, "--output", out, "--filters", "length").code == 0
     return in_src, in_tgt, out, {p.name: p.read_bytes() for p in out.iterdir()}
 
 
@@ -276,7 +276,7 @@ def short_target(tmp_path: Path) -> tuple[Path, Path]:
             ["--filters", "length,bogus"],
             ["--filters: unknown filter 'bogus'", "known filters: length, char_ratio"],
         ),
-        (None, ["--tgt-lang", "xx"], ["--tgt-lang: the language filter's identifier does not know language 'xx'"]),
+        (None, ["--target", "xx"], ["--tgt-lang: the language filter's identifier does not know language 'xx'"]),
         (None, ["--option", "copy.max_similarity=2"], ["--option copy.max_similarity: must be in (0, 1.0]"]),
         (None, ["--option", "dedup.near"], ["--option 'dedup.near': give NAME.OPTION=VALUE"]),
         (bad_utf8, [], ["c.de:57: invalid UTF-8", "give --skip-bad-lines"]),
@@ -289,24 +289,24 @@ def test_bad_input_is_one_line_and_leaves_the_output_as_it_was(
     in_src, in_tgt, out, before = corpus_and_old_output
     if make is not None:
         in_src, in_tgt = make(tmp_path)
-    assert_one_line_error(run_cli("clean", in_src, in_tgt, "--out", out, *extra), *fragments)
+    assert_one_line_error(run_cli("clean", in_src, in_tgt, "--output", out, *extra), *fragments)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temp file left, nothing replaced
 
 
 def test_skip_bad_lines_and_other_refusals(tmp_path, run_cli):
     src, tgt = bad_utf8(tmp_path)
     out = tmp_path / "out"
-    assert run_cli("clean", src, tgt, "--out", out, "--filters", "length", "--skip-bad-lines").code == 0
+    assert run_cli("clean", src, tgt, "--output", out, "--filters", "length", "--skip-bad-lines").code == 0
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert (report["pairs_read"], report["bad_lines_skipped"], report["pairs_kept"]) == (100, 1, 99)
 
     no_lang = write_lines(tmp_path / "in" / "corpus", ["A dog ."])
     assert_one_line_error(
-        run_cli("clean", no_lang, tgt, "--out", out), "corpus: cannot tell its language", "--src-lang"
+        run_cli("clean", no_lang, tgt, "--output", out), "corpus: cannot tell its language", "--src-lang"
     )
-    assert_one_line_error(run_cli("clean", src, tgt, "--out", src.parent), "the inputs are there", "another folder")
-    assert_one_line_error(run_cli("clean", tmp_path / "nope.en", tgt, "--out", out), "IN_SRC:", "file not found")
-    assert_one_line_error(run_cli("clean", src, src, "--out", out, "--tgt-lang", "de"), "same file name")
+    assert_one_line_error(run_cli("clean", src, tgt, "--output", src.parent), "the inputs are there", "another folder")
+    assert_one_line_error(run_cli("clean", tmp_path / "nope.en", tgt, "--output", out), "IN_SRC:", "file not found")
+    assert_one_line_error(run_cli("clean", src, src, "--output", out, "--target", "de"), "same file name")
 
 
 # ------------------------------------------------------------------------------------ prepare with filters

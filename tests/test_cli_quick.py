@@ -37,6 +37,7 @@ def argument_lists() -> list[list[str]]:
         if flag.startswith("--"):
             lists.append([f"{flag}={value}", "run"])
     lists += [["run", flag] for flag in _SWITCHES]
+    lists.append(["run", "--sampling", "--top-k", "5"])  # an old spelling (mtkit/cli/renamed.py): --algorithm sampling
     lists.append(["-b", "1", "run", "--threads", "2", "--no-split-sentences", "-i", "in.txt", "-o", "out.txt", "-v"])
     return lists
 
@@ -53,8 +54,7 @@ def test_the_quick_parser_calls_translate_main_as_typer_does(monkeypatch, args):
     [
         [],  # no run dir
         ["run", "--help"],
-        ["run", "--sampling"],  # flags the quick parser leaves to Typer
-        ["run", "--checkpoint", "x"],
+        ["run", "--checkpoint", "x"],  # flags the quick parser leaves to Typer
         ["run", "--alignments"],
         ["run", "-b", "two"],  # values that do not convert
         ["run", "--length-penalty", "high"],
@@ -77,7 +77,7 @@ def test_what_the_quick_parser_does_not_understand_goes_to_typer(args):
 def test_quick_and_typer_give_the_same_error_for_a_missing_run(run_cli, tmp_path):
     missing = tmp_path / "nothing"
     quick = run_cli("translate", missing, "-b", "2")
-    slow = run_cli("translate", missing, "-b", "2", "--sampling")  # --sampling: Typer parses it
+    slow = run_cli("translate", missing, "-b", "2", "--alignments")  # --alignments: Typer parses it
     assert quick.code == slow.code == 2 and quick.err == slow.err and str(missing) in quick.err
 
 

@@ -72,7 +72,28 @@ def test_score_short_option_that_does_not_exist():
 
 
 def test_export_without_its_required_option(tmp_path):
-    _assert_usage_error(_run("export", str(tmp_path)), "Missing option", "--out")
+    _assert_usage_error(_run("export", str(tmp_path)), "Missing option", "--output")
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["export", "runs/x", "--out"], ["--output", "requires an argument"]),  # an old spelling without its value
+        (["import-hf", "hf", "-o", "runs/x", "--src-lang"], ["--source", "requires an argument"]),
+        (["translate", "runs/x", "--sampling", "--top-k", "many"], ["Invalid value", "--top-k"]),
+    ],
+)
+def test_an_old_spelling_in_bad_usage_warns_once_then_the_usage_error(args, expected):
+    result = _run(*args)
+    _assert_usage_error(result, *expected)
+    old = next(a for a in args if a in ("--out", "--src-lang", "--sampling"))
+    assert result.stderr.startswith(f"mtkit: warning: {old} is deprecated; use --"), result.stderr
+    assert result.stderr.count("warning") == 1, result.stderr
+
+
+def test_a_flag_another_command_renamed_is_unknown_here():
+    _assert_usage_error(_run("translate", "runs/x", "--out", "x"), "No such option", "--out")
+    _assert_usage_error(_run("average", "runs/x", "--src-lang", "en"), "No such option", "--src-lang")
 
 
 def test_help_and_version_exit_zero():

@@ -116,7 +116,7 @@ def test_clean_with_dcce_writes_the_kept_pairs_in_order(runs, tmp_path, run_cli)
     tgt = write_lines(tmp_path / "in" / "crawl.de", [p[1] for p in pairs])
     out = tmp_path / "out"
     result = run_cli(
-        "clean", str(src), str(tgt), "--out", str(out), "--filters", "copy,dcce", "--option", f"dcce.forward={runs[0]}",
+        "clean", str(src), str(tgt), "--output", str(out), "--filters", "copy,dcce", "--option", f"dcce.forward={runs[0]}",
         "--option", f"dcce.backward={runs[1]}", "--option", "dcce.batch_tokens=50", "--option", f"dcce.max_score={MAX_SCORE}",
     )  # fmt: skip
     assert result.code == 0, result.err
@@ -159,7 +159,7 @@ def test_prepare_runs_dcce_on_the_train_split(runs, tmp_path, run_cli, write_con
 def test_bad_models_are_one_line(runs, tmp_path, run_cli):
     src = write_lines(tmp_path / "in" / "c.en", [GOOD[0][0]])
     tgt = write_lines(tmp_path / "in" / "c.de", [GOOD[0][1]])
-    base = ["clean", str(src), str(tgt), "--out", str(tmp_path / "out"), "--filters", "dcce"]
+    base = ["clean", str(src), str(tgt), "--output", str(tmp_path / "out"), "--filters", "dcce"]
     cases = [
         ([], "--option dcce.forward: give the run dir of a model translating en -> de"),
         (

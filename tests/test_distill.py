@@ -243,7 +243,7 @@ def test_an_export_or_an_ensemble_teaches(student, toy_run_workdir, run_cli, tmp
     with an export in it is refused."""
     pytest.importorskip("ctranslate2")
     run, export = toy_run_workdir / "run", tmp_path / "teacher-ct2"
-    assert run_cli("export", run, "--out", export).code == 0
+    assert run_cli("export", run, "--output", export).code == 0
     common = ("--select", "top", "--threads", "1", "--chunk-size", TRAIN_SENTENCES)
     mixed = run_cli("distill", run, export, "--config", student(), *common)
     assert_one_line_error(mixed, "an ensemble of teachers runs on the torch engine", "not a CTranslate2 export")

@@ -132,7 +132,7 @@ def loaded(run_dir):
 def exported(run_dir, workdir) -> Path:
     if not HAVE_CT2:
         pytest.skip('ctranslate2 is not installed (pip install "mtkit[ct2]")')
-    assert cli("export", run_dir, "--out", workdir / "ct2") == 0
+    assert cli("export", run_dir, "--output", workdir / "ct2") == 0
     return workdir / "ct2"
 
 
@@ -173,13 +173,13 @@ def test_export_writes_a_self_contained_ctranslate2_model(exported, loaded):
 
 @needs_ct2
 def test_export_refuses_to_overwrite_without_force(exported, run_dir, workdir, run_cli):
-    assert_one_line_error(run_cli("export", run_dir, "--out", exported), "already exists", "--force")
-    not_an_export = run_cli("export", run_dir, "--out", workdir / "corpus", "--force")
+    assert_one_line_error(run_cli("export", run_dir, "--output", exported), "already exists", "--force")
+    not_an_export = run_cli("export", run_dir, "--output", workdir / "corpus", "--force")
     assert_one_line_error(not_an_export, "not an mtkit export")
     assert (workdir / "corpus" / "test.en").exists()  # never replaced
-    wrong_format = run_cli("export", run_dir, "--out", workdir / "x", "--format", "onnx")
+    wrong_format = run_cli("export", run_dir, "--output", workdir / "x", "--format", "onnx")
     assert_one_line_error(wrong_format, "--format 'onnx'", "ctranslate2")
-    wrong_type = run_cli("export", run_dir, "--out", workdir / "x", "--quantization", "int4")
+    wrong_type = run_cli("export", run_dir, "--output", workdir / "x", "--quantization", "int4")
     assert_one_line_error(wrong_type, "--quantization 'int4'", "int8")
     assert not (workdir / "x").exists()
 
@@ -187,8 +187,8 @@ def test_export_refuses_to_overwrite_without_force(exported, run_dir, workdir, r
 @needs_ct2
 def test_quantized_export_replaces_with_force_and_translates(run_dir, exported, workdir, test_lines, run_cli):
     out = workdir / "ct2-int8"
-    assert run_cli("export", run_dir, "--out", out, "--quantization", "int16").code == 0
-    result = run_cli("export", run_dir, "--out", out, "--quantization", "int8", "--force")
+    assert run_cli("export", run_dir, "--output", out, "--quantization", "int16").code == 0
+    result = run_cli("export", run_dir, "--output", out, "--quantization", "int8", "--force")
     assert result.code == 0, result.err
     assert json.loads((out / "mtkit_export.json").read_text())["quantization"] == "int8"
     assert (out / "model.bin").stat().st_size < 0.6 * (exported / "model.bin").stat().st_size
@@ -201,7 +201,7 @@ def test_quantized_export_replaces_with_force_and_translates(run_dir, exported, 
 
 def test_rnn_models_are_refused_in_one_line(workdir, run_cli):
     if HAVE_CT2:
-        result = run_cli("export", workdir / "rnn", "--out", workdir / "rnn-ct2")
+        result = run_cli("export", workdir / "rnn", "--output", workdir / "rnn-ct2")
         assert_one_line_error(result, "bahdanau", "RNN", "--engine torch")
         assert not (workdir / "rnn-ct2").exists()
     result = run_cli("translate", workdir / "rnn", "--engine", "ctranslate2", stdin="a dog\n")
@@ -210,7 +210,7 @@ def test_rnn_models_are_refused_in_one_line(workdir, run_cli):
 
 def test_without_ctranslate2_both_commands_say_how_to_install(monkeypatch, tmp_path, run_cli):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` now raises ImportError
-    result = run_cli("export", tmp_path / "run", "--out", tmp_path / "out")
+    result = run_cli("export", tmp_path / "run", "--output", tmp_path / "out")
     assert_one_line_error(result, 'pip install "mtkit[ct2]"')
     result = run_cli("translate", tmp_path / "run", "--engine", "ctranslate2", stdin="a dog\n")
     assert_one_line_error(result, 'pip install "mtkit[ct2]"')
@@ -381,7 +381,7 @@ def test_an_ssru_decoder_is_refused_by_name_at_export(workdir, run_cli):
     (workdir / "ssru.yaml").write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
     assert run_cli("train", workdir / "ssru.yaml").code == 0
     for fmt in ("ctranslate2", "hf") if HAVE_CT2 else ("hf",):
-        result = run_cli("export", workdir / "ssru", "--out", workdir / f"ssru-{fmt}", "--format", fmt)
+        result = run_cli("export", workdir / "ssru", "--output", workdir / f"ssru-{fmt}", "--format", fmt)
         assert_one_line_error(result, "model.decoder_self", "ssru")
         assert not (workdir / f"ssru-{fmt}").exists()
     if HAVE_CT2:

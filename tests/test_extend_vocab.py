@@ -41,7 +41,7 @@ def extended_run(workdir: Path, name: str) -> Path:
 
     run, out = imported_run(workdir, name), workdir / f"extended-{name}"
     if not out.exists():
-        flags = ("--add-tokens", workdir / "tokens.txt", "--add-language", NEW_LANGUAGE[name], "--out", out)
+        flags = ("--add-tokens", workdir / "tokens.txt", "--add-language", NEW_LANGUAGE[name], "--output", out)
         assert main(["extend-vocab", str(run), *map(str, flags)]) == 0
     return out
 
@@ -166,7 +166,7 @@ def test_a_multilingual_marian_import_takes_subwords_and_a_target_language(tmp_p
 
     hf_dir = build_marian(tmp_path / "opus-mt-en-mul", tags=(">>deu<<", ">>fra<<"))
     run, out = tmp_path / "run", tmp_path / "run-extended"
-    assert run_cli("import-hf", hf_dir, "--out", run).code == 0
+    assert run_cli("import-hf", hf_dir, "--output", run).code == 0
     (tmp_path / "tokens.txt").write_text("▁Fahrradweg\n", encoding="utf-8")
     done = run_cli("extend-vocab", run, "--add-tokens", tmp_path / "tokens.txt", "--add-language", "spa")
     assert done.code == 0, done.err
@@ -230,7 +230,7 @@ def test_bad_input_is_refused_in_one_line(case, workdir, tmp_path, run_cli):
         tokens.write_text(content.replace("{old}", load_checkpoint(run).tokenizer.vocab.pieces[20]), encoding="utf-8")
     if content is not False:
         flags = ["--add-tokens", tokens, *flags]
-    done = run_cli("extend-vocab", run, *flags, "--out", out)
+    done = run_cli("extend-vocab", run, *flags, "--output", out)
     one_line_refusal(done, *needles)
     assert not out.exists() or case == "an --out that exists"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
@@ -238,7 +238,7 @@ def test_bad_input_is_refused_in_one_line(case, workdir, tmp_path, run_cli):
 
 def test_export_hf_refuses_an_extended_m2m100_or_nllb_run(extended, tmp_path, run_cli):
     name, _, out = extended
-    done = run_cli("export", out, "--format", "hf", "--out", tmp_path / "hf")
+    done = run_cli("export", out, "--format", "hf", "--output", tmp_path / "hf")
     one_line_refusal(done, "extend-vocab", "mtkit export RUN --out DIR")
 
 
@@ -248,7 +248,7 @@ def test_ctranslate2_export_of_an_extended_run_translates_as_the_torch_engine(wo
     import mtkit
 
     out = extended_run(workdir, "nllb")
-    done = run_cli("export", out, "--out", workdir / "extended-ct2")
+    done = run_cli("export", out, "--output", workdir / "extended-ct2")
     assert done.code == 0, done.err
     opts = dict(source="eng_Latn", beam_size=1, max_len_a=0, max_len_b=6, threads=1)
     torch_model, ct2_model = mtkit.load(out, dtype="float32", **opts), mtkit.load(workdir / "extended-ct2", **opts)

@@ -109,7 +109,7 @@ def workdir(tmp_path_factory, one_thread) -> Path:
 def imported(workdir) -> Path:
     from mtkit.cli import main
 
-    assert main(["import-hf", str(workdir / "opus-mt-en-de"), "--out", str(workdir / "run")]) == 0
+    assert main(["import-hf", str(workdir / "opus-mt-en-de"), "--output", str(workdir / "run")]) == 0
     return workdir / "run"
 
 
@@ -246,7 +246,7 @@ def test_export_of_an_import_is_the_original(imported, workdir, run_cli):
     from safetensors.torch import load_file
 
     out = workdir / "back"
-    assert run_cli("export", imported, "--format", "hf", "--out", out).code == 0
+    assert run_cli("export", imported, "--format", "hf", "--output", out).code == 0
     original, back = workdir / "opus-mt-en-de", out
     assert json.loads((back / "vocab.json").read_text()) == json.loads((original / "vocab.json").read_text())
     for name in ("source.spm", "target.spm"):
@@ -267,7 +267,7 @@ def test_ctranslate2_export_of_an_import_decodes_as_the_torch_engine(imported, w
     import mtkit
 
     out = workdir / "ct2"
-    done = run_cli("export", imported, "--out", out)
+    done = run_cli("export", imported, "--output", out)
     assert done.code == 0, done.err
     assert {"source.spm.model", "target.spm.model", "vocab.json"} <= {p.name for p in out.iterdir()}
     options = dict(beam_size=1, max_len_a=0, max_len_b=MAX_NEW, threads=1)
@@ -285,7 +285,7 @@ def trained_export(toy_run_workdir, tmp_path_factory):
     from mtkit.cli import main
 
     out = tmp_path_factory.mktemp("hf-export") / "toy-hf"
-    assert main(["export", str(toy_run_workdir / "run"), "--format", "hf", "--out", str(out)]) == 0
+    assert main(["export", str(toy_run_workdir / "run"), "--format", "hf", "--output", str(out)]) == 0
     return out
 
 
@@ -392,7 +392,7 @@ def test_import_refuses_what_mtkit_cannot_represent(workdir, tmp_path, run_cli, 
     hf_dir = copy_marian(workdir, tmp_path)
     config = json.loads((hf_dir / "config.json").read_text())
     (hf_dir / "config.json").write_text(json.dumps({**config, key: value}))
-    one_line_refusal(run_cli("import-hf", hf_dir, "--out", tmp_path / "run"), "config.json", needle)
+    one_line_refusal(run_cli("import-hf", hf_dir, "--output", tmp_path / "run"), "config.json", needle)
     assert not (tmp_path / "run").exists()
 
 
@@ -402,7 +402,7 @@ def test_a_marian_model_with_a_narrower_decoder_ffn_imports_and_decodes_as_trans
     from mtkit.cli import main
 
     hf_dir = build_marian(tmp_path / "opus-mt-student", seed=3, decoder_ffn_dim=24)
-    assert main(["import-hf", str(hf_dir), "--out", str(tmp_path / "run")]) == 0
+    assert main(["import-hf", str(hf_dir), "--output", str(tmp_path / "run")]) == 0
     loaded = load_checkpoint(tmp_path / "run")
     assert (loaded.config.model.ffn_dim, loaded.config.model.decoder_ffn_dim) == (64, 24)
     assert loaded.model.decoder[0].ffn.fc1.out_features == 24 and loaded.model.encoder[0].ffn.fc1.out_features == 64
@@ -416,21 +416,21 @@ def test_a_marian_model_with_a_narrower_decoder_ffn_imports_and_decodes_as_trans
 def test_import_refuses_missing_files_and_unsafe_pickles(workdir, tmp_path, run_cli):
     hf_dir = copy_marian(workdir, tmp_path)
     (hf_dir / "target.spm").unlink()
-    one_line_refusal(run_cli("import-hf", hf_dir, "--out", tmp_path / "run"), "target.spm: not found")
+    one_line_refusal(run_cli("import-hf", hf_dir, "--output", tmp_path / "run"), "target.spm: not found")
     hf_dir = copy_marian(workdir, tmp_path / "b")
     (hf_dir / "model.safetensors").unlink()
-    one_line_refusal(run_cli("import-hf", hf_dir, "--out", tmp_path / "run"), "no weights")
+    one_line_refusal(run_cli("import-hf", hf_dir, "--output", tmp_path / "run"), "no weights")
     # a pickle that would run code when unpickled: the weights-only loader refuses it, and so does import-hf
     (hf_dir / "pytorch_model.bin").write_bytes(pickle.dumps(Path("x")))
     one_line_refusal(
-        run_cli("import-hf", hf_dir, "--out", tmp_path / "run"), "pytorch_model.bin: cannot be read safely"
+        run_cli("import-hf", hf_dir, "--output", tmp_path / "run"), "pytorch_model.bin: cannot be read safely"
     )
     assert not (tmp_path / "run").exists()
 
 
 def test_import_refuses_to_overwrite_without_force(imported, workdir, run_cli):
-    one_line_refusal(run_cli("import-hf", workdir / "opus-mt-en-de", "--out", imported), "already exists")
-    assert run_cli("import-hf", workdir / "opus-mt-en-de", "--out", imported, "--force").code == 0
+    one_line_refusal(run_cli("import-hf", workdir / "opus-mt-en-de", "--output", imported), "already exists")
+    assert run_cli("import-hf", workdir / "opus-mt-en-de", "--output", imported, "--force").code == 0
 
 
 def test_import_reads_weights_only_pytorch_bins(imported, workdir, tmp_path, run_cli):
@@ -439,7 +439,7 @@ def test_import_reads_weights_only_pytorch_bins(imported, workdir, tmp_path, run
     hf_dir = copy_marian(workdir, tmp_path)
     torch.save(load_file(hf_dir / "model.safetensors"), hf_dir / "pytorch_model.bin")
     (hf_dir / "model.safetensors").unlink()
-    assert run_cli("import-hf", hf_dir, "--out", tmp_path / "run").code == 0
+    assert run_cli("import-hf", hf_dir, "--output", tmp_path / "run").code == 0
     a = load_checkpoint(tmp_path / "run").model.state_dict()
     b = load_checkpoint(imported).model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -469,7 +469,7 @@ def test_export_refuses_what_marian_cannot_express(toy_run_workdir, tmp_path, ru
     model = build_model(cfg.model, meta["src_vocab_size"], meta["tgt_vocab_size"], meta["joint_vocab"])
     file = tmp_path / "ckpt_0000001.safetensors"
     ckpt.save(file, ckpt.Bundle({**meta, "config": cfgmod.to_dict(cfg)}, model.state_dict(), bundle.tokenizer))
-    one_line_refusal(run_cli("export", file, "--format", "hf", "--out", tmp_path / "out"), needle)
+    one_line_refusal(run_cli("export", file, "--format", "hf", "--output", tmp_path / "out"), needle)
     assert not (tmp_path / "out").exists()
 
 
@@ -488,7 +488,7 @@ def test_a_narrower_shallower_decoder_exports_to_transformers(toy_run_workdir, t
     model = build_model(cfg.model, meta["src_vocab_size"], meta["tgt_vocab_size"], meta["joint_vocab"]).eval()
     file = tmp_path / "ckpt_0000001.safetensors"
     ckpt.save(file, ckpt.Bundle({**meta, "config": cfgmod.to_dict(cfg)}, model.state_dict(), bundle.tokenizer))
-    assert run_cli("export", file, "--format", "hf", "--out", tmp_path / "hf").code == 0
+    assert run_cli("export", file, "--format", "hf", "--output", tmp_path / "hf").code == 0
     hf_model = MarianMTModel.from_pretrained(tmp_path / "hf").eval()
     assert (hf_model.config.decoder_layers, hf_model.config.decoder_ffn_dim) == (1, 16)
     tok = MarianTokenizer.from_pretrained(tmp_path / "hf")
@@ -502,10 +502,10 @@ def test_a_narrower_shallower_decoder_exports_to_transformers(toy_run_workdir, t
 
 
 def test_export_hf_refuses_quantization(toy_run_workdir, tmp_path, run_cli):
-    done = run_cli("export", toy_run_workdir / "run", "--format", "hf", "-q", "int8", "--out", tmp_path / "o")
+    done = run_cli("export", toy_run_workdir / "run", "--format", "hf", "-q", "int8", "--output", tmp_path / "o")
     one_line_refusal(done, "--quantization is for --format ctranslate2")
     one_line_refusal(
-        run_cli("export", toy_run_workdir / "run", "--format", "onnx", "--out", tmp_path / "o"), "--format"
+        run_cli("export", toy_run_workdir / "run", "--format", "onnx", "--output", tmp_path / "o"), "--format"
     )
 
 
@@ -526,7 +526,7 @@ def test_export_refuses_a_model_with_a_source_and_a_target_vocabulary(toy_run_wo
     file = tmp_path / "ckpt_0000001.safetensors"
     ckpt.save(file, ckpt.Bundle(meta, model.state_dict(), separate.model_bytes()))
     one_line_refusal(
-        run_cli("export", file, "--format", "hf", "--out", tmp_path / "out"), "data.joint_vocab = false cannot"
+        run_cli("export", file, "--format", "hf", "--output", tmp_path / "out"), "data.joint_vocab = false cannot"
     )
     assert not (tmp_path / "out").exists()
 
@@ -536,7 +536,7 @@ def test_a_multilingual_opus_mt_model_keeps_its_language_tokens_as_targets(tmp_p
     import mtkit
 
     hf_dir = build_marian(tmp_path / "opus-mt-en-mul", tags=(">>deu<<", ">>fra<<", ">>ces<<"))
-    assert run_cli("import-hf", hf_dir, "--out", tmp_path / "run").code == 0
+    assert run_cli("import-hf", hf_dir, "--output", tmp_path / "run").code == 0
     model = mtkit.load(tmp_path / "run", beam_size=1)
     assert model.targets == ("ces", "deu", "fra") and model.languages[0] == "en"
     found = model.translate_batch(SOURCES[:2], target="fra")

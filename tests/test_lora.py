@@ -128,7 +128,7 @@ def test_translate_merge_and_merged_equals_unmerged(tmp_path, base, run_cli):
     out = run_cli("translate", run, "--beam-size", "2", stdin="A man sees a dog .\nThe cat runs .\n")
     assert out.code == 0, out.err
     assert len(out.out.splitlines()) == 2
-    merged = run_cli("merge-lora", run, "--out", tmp_path / "merged")
+    merged = run_cli("merge-lora", run, "--output", tmp_path / "merged")
     assert merged.code == 0, merged.err
     loaded = ckpt.load_checkpoint(tmp_path / "merged")
     assert "lora" not in loaded.metadata and loaded.config.training.lora is None and not loaded.config.model.init_from
@@ -144,9 +144,9 @@ def test_translate_merge_and_merged_equals_unmerged(tmp_path, base, run_cli):
     again = run_cli("translate", tmp_path / "merged", "--beam-size", "2", stdin="A man sees a dog .\nThe cat runs .\n")
     assert again.code == 0 and again.out == out.out, again.err
     # merging a run without adapters, or into a taken --out, is refused
-    assert_one_line_error(run_cli("merge-lora", tmp_path / "merged", "--out", tmp_path / "m2"), "no LoRA adapters")
-    assert_one_line_error(run_cli("merge-lora", run, "--out", tmp_path / "merged"), "--force")
-    assert run_cli("merge-lora", run, "--out", tmp_path / "merged", "--force").code == 0
+    assert_one_line_error(run_cli("merge-lora", tmp_path / "merged", "--output", tmp_path / "m2"), "no LoRA adapters")
+    assert_one_line_error(run_cli("merge-lora", run, "--output", tmp_path / "merged"), "--force")
+    assert run_cli("merge-lora", run, "--output", tmp_path / "merged", "--force").code == 0
 
 
 def test_lora_resume_equals_uninterrupted_bitwise(tmp_path, base, run_cli):

@@ -135,7 +135,7 @@ def imported_run(workdir: Path, name: str) -> Path:
 
     run = workdir / f"run-{name}"
     if not run.exists():
-        assert main(["import-hf", str(workdir / name), "--out", str(run)]) == 0
+        assert main(["import-hf", str(workdir / name), "--output", str(run)]) == 0
     return run
 
 
@@ -259,7 +259,7 @@ def test_export_hf_gives_the_original_weights_and_generates_as_mtkit(family, run
 
     name, hf_dir, run = family
     out = run.parent / f"back-{name}"
-    done = run_cli("export", run, "--format", "hf", "--out", out)
+    done = run_cli("export", run, "--format", "hf", "--output", out)
     assert done.code == 0, done.err
     want, got = load_file(hf_dir / "model.safetensors"), load_file(out / "model.safetensors")
     for key in want:  # every tensor transformers saved comes back bit for bit (tied copies may be left out)
@@ -302,7 +302,7 @@ def test_ctranslate2_export_translates_as_the_torch_engine(family, run_cli):
     source, targets = LANGS[name]
     out = run.parent / f"ct2-{name}"
     if not out.exists():
-        done = run_cli("export", run, "--out", out)
+        done = run_cli("export", run, "--output", out)
         assert done.code == 0, done.err
     assert {"spm.model", "vocab.json"} <= {p.name for p in out.iterdir()}
     tokenizer = load_checkpoint(run).tokenizer
@@ -446,10 +446,10 @@ def test_import_refuses_an_architecture_it_does_not_read(workdir, tmp_path, run_
     config = json.loads((hf_dir / "config.json").read_text())
     config.update(model_type="bart", architectures=["BartForConditionalGeneration"])
     (hf_dir / "config.json").write_text(json.dumps(config))
-    done = run_cli("import-hf", hf_dir, "--out", tmp_path / "run")
+    done = run_cli("import-hf", hf_dir, "--output", tmp_path / "run")
     one_line_refusal(done, "BartForConditionalGeneration", "MarianMTModel", "M2M100ForConditionalGeneration")
     assert not (tmp_path / "run").exists()
-    done = run_cli("import-hf", workdir / "m2m100", "--out", tmp_path / "run", "--src-lang", "en")
+    done = run_cli("import-hf", workdir / "m2m100", "--output", tmp_path / "run", "--source", "en")
     one_line_refusal(done, "--src-lang")
 
 

@@ -188,7 +188,7 @@ def test_ctranslate2_translates_as_torch_does(multi_run, tmp_path):
     source = sentences(12, 9)
     torch_model = mtkit.load(multi_run, dtype="float32")  # the weights CTranslate2 computes with
     exported = tmp_path / "ct2"
-    assert cli("export", multi_run, "--out", exported) == 0
+    assert cli("export", multi_run, "--output", exported) == 0
     ct2_model = mtkit.load(exported)
     assert ct2_model.targets == ("cp", "rv")
     engine, o = torch_model.engine, torch_model.options
@@ -314,7 +314,7 @@ def test_a_model_with_marian_tags_exports_to_transformers(tmp_path_factory):
     }
     config["training"].update(warmup_updates=40, validate_every=600, log_every=300, threads=1, valid_max_sentences=4)
     prepare_and_train(root, config)
-    assert cli("export", root / "run", "--format", "hf", "--out", root / "hf") == 0
+    assert cli("export", root / "run", "--format", "hf", "--output", root / "hf") == 0
     ours = mtkit.load(root / "run", beam_size=1, max_len_a=0, max_len_b=12, dtype="float32")  # the exported weights
     tokenizer, hf_model = MarianTokenizer.from_pretrained(root / "hf"), MarianMTModel.from_pretrained(root / "hf")
     source = sentences(8, 11)

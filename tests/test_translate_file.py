@@ -59,7 +59,7 @@ def test_the_command_writes_the_document_and_says_what_it_took(run_dir, tmp_path
     source = tmp_path / "in.txt"
     source.write_text(f"{PARAGRAPH}\n", encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "mtkit", "translate-file", str(run_dir), str(source), "--out", str(tmp_path / "o.txt")],
+        [sys.executable, "-m", "mtkit", "translate-file", str(run_dir), str(source), "-o", str(tmp_path / "o.txt")],
         capture_output=True,
         text=True,
         env=SUBPROCESS_ENV,
@@ -84,16 +84,16 @@ def test_bad_documents_are_one_line_and_write_nothing(run_cli, run_dir, tmp_path
     source = tmp_path / name
     source.write_bytes(data)
     target = tmp_path / ("out" + Path(name).suffix)
-    result = run_cli("translate-file", str(run_dir), str(source), "--out", str(target), *flags)
+    result = run_cli("translate-file", str(run_dir), str(source), "--output", str(target), *flags)
     assert_one_line_error(result, *words)
     assert not target.exists() and [p.name for p in tmp_path.iterdir()] == [name]
 
 
 def test_missing_document_and_missing_output_folder(run_cli, run_dir, tmp_path):
-    result = run_cli("translate-file", str(run_dir), str(tmp_path / "none.txt"), "--out", str(tmp_path / "o.txt"))
+    result = run_cli("translate-file", str(run_dir), str(tmp_path / "none.txt"), "--output", str(tmp_path / "o.txt"))
     assert_one_line_error(result, "none.txt", "not found")
     (tmp_path / "in.txt").write_text("A dog .\n")
-    result = run_cli("translate-file", str(run_dir), str(tmp_path / "in.txt"), "--out", str(tmp_path / "no" / "o.txt"))
+    result = run_cli("translate-file", str(run_dir), str(tmp_path / "in.txt"), "-o", str(tmp_path / "no" / "o.txt"))
     assert_one_line_error(result, "folder", "not found")
 
 

@@ -4,7 +4,8 @@ torch is imported lazily (inside commands that need it), so `mtkit --help` and `
 `mtkit translate` with its common flags does not import Typer at all (``quick.py``). ``base.py`` holds the Typer
 app and what the commands share; the commands are in ``data_and_training.py`` (prepare, clean, train, distill),
 ``translating.py`` (translate, translate-file, score) and ``runs.py`` (average, plot, export, import-hf,
-extend-vocab, serve); ``main`` here runs one and turns its outcome into an exit code.
+extend-vocab, serve); ``renamed.py`` holds the old spellings of renamed flags (docs/cli.md: every option's one
+name); ``main`` here runs one and turns its outcome into an exit code.
 """
 
 from __future__ import annotations

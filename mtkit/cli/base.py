@@ -1,17 +1,26 @@
 """The Typer app every command module registers its commands on, and what those modules share: the command
-decorator, the --set option and the defaults of the flags."""
+decorator, the options several commands take, the defaults of the flags and the lists of choices their help
+gives, each made from what is registered (``mtkit.decoding.algorithms``, the schema's plain fields)."""
 
 from __future__ import annotations
 
 import functools
+import sys
+from typing import Iterable, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from mtkit import __version__
+from mtkit.cli import renamed
+from mtkit.decoding import algorithms
 from mtkit.exits import plain_exits
 from mtkit.flags import OutputOptions, ServeLimits
+from mtkit.inference import plain_fields
+from mtkit.interop.ct2_export import QUANTIZATIONS
 
 _OUTPUT, _LIMITS = OutputOptions(), ServeLimits()  # the defaults of the commands' flags
+ENGINES = plain_fields.OUTPUT["engine"]["choices"]
 
 app = typer.Typer(
     add_completion=True,
@@ -22,7 +31,53 @@ app = typer.Typer(
     "Example: [bold]mtkit prepare configs/multi30k-transformer.yaml && mtkit train configs/multi30k-transformer.yaml[/bold]",
 )
 
+
+def choices(names: Iterable[str], notes: Optional[dict[str, str]] = None) -> str:
+    """``a, b or c`` as help text lists choices; ``notes`` adds a few words after some: ``first (OpenNMT-py)``."""
+    shown = [f"{n} ({notes[n]})" if notes and n in notes else str(n) for n in names]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+
+
+def algorithm_option(default: str = "the run's decoding.algorithm"):
+    """``--algorithm``, its help listing the algorithms registered when the command is defined."""
+    return typer.Option(
+        None,
+        "--algorithm",
+        help=f"{choices(algorithms.REGISTRY)}; default: {default} (docs/decoding.md).",
+        show_default=False,
+    )
+
+
+def engine_option(default: str = _OUTPUT.engine, auto: str = ""):
+    """``--engine``; ``auto``: what the choice auto picks, for a command that offers it."""
+    if auto:
+        return typer.Option(default, "--engine", help=f"{choices(('auto', *ENGINES), {'auto': auto})}.")
+    return typer.Option(
+        default, "--engine", help=f"{choices(ENGINES)} (a dir written by mtkit export: ctranslate2 always)."
+    )
+
+
 SetOption = typer.Option(None, "--set", help="Override a config value before validation: --set training.lr=3e-4")
+DeviceOption = typer.Option(
+    None, "--device", help=f"{choices(plain_fields.DECODING['device']['choices'])} (decoding.device)."
+)
+DtypeOption = typer.Option(
+    None,
+    "--dtype",
+    help=f"{choices(plain_fields.DECODING['dtype']['choices'])} (decoding.dtype); --engine ctranslate2: "
+    f"{choices(QUANTIZATIONS)} (default: the export's).",
+)
+
+
+class _Command(TyperCommand):
+    """A command that reads the old spellings of its renamed flags as the current ones (``renamed.py``)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        args, warnings = renamed.current(self.name or "", list(args))
+        if not ctx.resilient_parsing:
+            for line in warnings:
+                print(line, file=sys.stderr)
+        return super().parse_args(ctx, args)
 
 
 def _command(fn):
@@ -33,7 +88,7 @@ def _command(fn):
         with plain_exits():
             return fn(*args, **kwargs)
 
-    return app.command()(run)
+    return app.command(cls=_Command)(run)
 
 
 def with_algorithm_flags(fn):
@@ -42,9 +97,6 @@ def with_algorithm_flags(fn):
     The flags come from the registry when the command is defined: an algorithm registered before that gets its
     flags without a change here."""
     import inspect
-    from typing import Optional
-
-    from mtkit.decoding import algorithms
 
     signature = inspect.signature(fn)
     kept = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]

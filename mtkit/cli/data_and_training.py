@@ -8,7 +8,18 @@ from typing import List, Optional
 
 import typer
 
-from mtkit.cli.base import SetOption, _command, with_algorithm_flags
+from mtkit.cli.base import (
+    DeviceOption,
+    DtypeOption,
+    SetOption,
+    _command,
+    algorithm_option,
+    choices,
+    engine_option,
+    with_algorithm_flags,
+)
+from mtkit.data.selection import SELECTIONS
+from mtkit.inference import plain_fields
 
 
 @_command
@@ -32,26 +43,28 @@ def prepare(
 def clean(
     in_src: Path = typer.Argument(..., help="Source side: one sentence a line, plain or .gz (corpus.en)."),
     in_tgt: Path = typer.Argument(..., help="Target side, line-aligned with IN_SRC (corpus.de)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the kept pairs (same file names) and report.json."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Folder for the kept pairs (same file names) and report.json."
+    ),
     filters: Optional[str] = typer.Option(
-        None, "--filters", help="Comma-separated filters to run (default: all of them, docs/data.md)."
+        None, "--filters", help="Comma-separated filter names (default: each that needs no model; docs/data.md)."
     ),
     option: Optional[List[str]] = typer.Option(
         None, "--option", help="A filter's option: --option language.min_letters=20 (repeatable)."
     ),
-    src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Default: IN_SRC's last suffix."),
-    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Default: IN_TGT's last suffix."),
+    source: Optional[str] = typer.Option(None, "--source", help="IN_SRC's language (default: its last suffix)."),
+    target: Optional[str] = typer.Option(None, "--target", help="IN_TGT's language (default: its last suffix)."),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Drop pairs with invalid UTF-8."),
 ):
-    """Filter a noisy parallel corpus: language, copies, length, script, repeats, URLs, duplicates (docs/data.md).
+    """Filter a noisy parallel corpus: wrong-language, copied, repeated, duplicate pairs... (docs/data.md).
 
-    Example: mtkit clean crawl.en.gz crawl.de.gz --out clean/ --filters language,copy,dedup
+    Example: mtkit clean crawl.en.gz crawl.de.gz --output clean/ --filters language,copy,dedup
     """
     from mtkit.data.clean import clean as run_clean
     from mtkit.data.clean import parse_filters
 
     spec = parse_filters(filters, option or [])
-    run_clean(in_src, in_tgt, out, src_lang=src_lang, tgt_lang=tgt_lang, filters=spec, skip_bad_lines=skip_bad_lines)
+    run_clean(in_src, in_tgt, output, src_lang=source, tgt_lang=target, filters=spec, skip_bad_lines=skip_bad_lines)
 
 
 @_command
@@ -88,8 +101,16 @@ def distill(
     select: str = typer.Option(
         "chrf",
         "--select",
-        help="chrf or bleu: the n-best hypothesis closest to the reference; top: the teacher's best; mbr: the one "
-        "closest to the others (minimum Bayes risk by chrF).",
+        help=choices(
+            SELECTIONS,
+            {
+                "chrf": "the n-best hypothesis closest to the reference by chrF",
+                "bleu": "the same by BLEU",
+                "top": "the teacher's best",
+                "mbr": "the one closest to the others, minimum Bayes risk by chrF",
+            },
+        )
+        + ".",
     ),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b", help="Default: the teacher's decoding section."),
     keep_original: bool = typer.Option(
@@ -98,12 +119,10 @@ def distill(
     chunk_size: Optional[int] = typer.Option(
         None, "--chunk-size", help="Sentences per chunk of the work folder, the most an interrupt loses (2000)."
     ),
-    engine: str = typer.Option(
-        "auto", "--engine", help="auto (CTranslate2 where it can run the teacher), torch or ctranslate2."
-    ),
+    engine: str = engine_option("auto", auto="CTranslate2 where it can run the teacher, converted on the fly"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
-    device: Optional[str] = typer.Option(None, "--device"),
-    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    device: Optional[str] = DeviceOption,
+    dtype: Optional[str] = DtypeOption,
     threads: Optional[int] = typer.Option(None, "--threads"),
 ):
     """Translate the student's training split with a teacher into the student's data dir (docs/distillation.md).
@@ -134,16 +153,14 @@ def distill(
 def backtranslate(
     run: Path = typer.Argument(..., help="The model translating MONO's language (de->en for more en->de data)."),
     mono: Path = typer.Argument(..., help="Monolingual text in RUN's source language, one sentence a line (or .gz)."),
-    out: Path = typer.Option(
-        ..., "--out", "-o", help="Folder of the corpus: bt.SRC (synthetic), bt.TGT (MONO's lines), report.json."
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Folder of the corpus: bt.SRC (synthetic), bt.TGT (MONO's lines), report.json."
     ),
     tag: bool = typer.Option(False, "--tag", help="Tagged back-translation: each synthetic line starts with a tag."),
     tag_token: Optional[str] = typer.Option(
         None, "--tag-token", help="The tag (implies --tag; default <BT>); declare it in data.user_symbols."
     ),
-    algorithm: Optional[str] = typer.Option(
-        None, "--algorithm", help="beam (default), greedy, sampling (--top-k, --top-p, --epsilon, --temperature)."
-    ),
+    algorithm: Optional[str] = algorithm_option(plain_fields.DECODING["algorithm"]["default"]),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b", help="Default: RUN's decoding section."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
     batch_tokens: Optional[int] = typer.Option(
@@ -153,17 +170,15 @@ def backtranslate(
         None, "--chunk-size", help="Sentences per chunk of the work folder, the most an interrupt loses (2000)."
     ),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Drop MONO's lines of invalid UTF-8."),
-    engine: str = typer.Option(
-        "auto", "--engine", help="auto (CTranslate2 where it can run RUN and the algorithm does not draw), torch."
-    ),
-    device: Optional[str] = typer.Option(None, "--device"),
-    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    engine: str = engine_option("auto", auto="CTranslate2 where it can run RUN and the algorithm does not draw"),
+    device: Optional[str] = DeviceOption,
+    dtype: Optional[str] = DtypeOption,
     threads: Optional[int] = typer.Option(None, "--threads"),
     **algorithm_options,
 ):
     """Translate monolingual text into a synthetic parallel corpus for the reverse direction (docs/data.md).
 
-    Example: mtkit backtranslate runs/multi30k-de-en mono.de.gz --out work/bt --tag
+    Example: mtkit backtranslate runs/multi30k-de-en mono.de.gz --output work/bt --tag
     """
     from mtkit.data.backtranslate import DEFAULT_TAG
     from mtkit.inference.teacher import backtranslate_main
@@ -171,7 +186,7 @@ def backtranslate(
     backtranslate_main(
         run,
         mono,
-        out,
+        output,
         tag=tag_token if tag_token is not None else (DEFAULT_TAG if tag else None),
         chunk_size=chunk_size,
         skip_bad_lines=skip_bad_lines,

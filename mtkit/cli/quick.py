@@ -5,15 +5,18 @@ whole start-up is otherwise that of CTranslate2 and SentencePiece, it is worth s
 an argument list only when it understands all of it: run dirs and the flags below, each at most once, as
 ``--flag value``, ``--flag=value`` or ``-f value``, with values that convert. Anything else (``--help``, any other
 flag, a value that does not convert or starts with a dash, ``--``) returns None, and Typer parses the list and
-words any usage error, so the two ways in differ only in speed. tests/test_cli_quick.py holds them to the same
-call of ``translate_main`` for each flag.
+words any usage error, so the two ways in differ only in speed. The old spellings of renamed flags
+(``renamed.py``: ``--sampling``) are read as Typer's command reads them, with the same warning, printed only
+when the call is made here. tests/test_cli_quick.py holds them to the same call of ``translate_main`` for each flag.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from mtkit.cli import renamed
 from mtkit.decoding import algorithms
 from mtkit.inference import plain_fields
 
@@ -70,7 +73,6 @@ def defaults() -> dict:
         skip_bad_lines=False,
         verbose=False,
         shortlist=None,
-        sampling=False,
         alignments=False,
         plot_attention=None,
     )
@@ -81,7 +83,7 @@ def translate_call(args: list[str]) -> Optional[dict]:
     """translate_main's keywords for ``mtkit translate ARGS`` (``args`` after the command's name), or None where
     Typer must parse them."""
     kwargs, seen, paths = defaults(), set(), []
-    rest = list(args)
+    rest, warnings = renamed.current("translate", list(args))
     while rest:
         arg = rest.pop(0)
         if not arg.startswith("-"):
@@ -111,4 +113,6 @@ def translate_call(args: list[str]) -> Optional[dict]:
     if not paths:
         return None
     kwargs["paths"] = paths
+    for line in warnings:
+        print(line, file=sys.stderr)
     return kwargs

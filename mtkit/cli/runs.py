@@ -8,9 +8,21 @@ from typing import List, Optional
 
 import typer
 
-from mtkit.cli.base import _LIMITS, _OUTPUT, _command, with_algorithm_flags
+from mtkit.cli.base import (
+    _LIMITS,
+    _OUTPUT,
+    DeviceOption,
+    DtypeOption,
+    _command,
+    algorithm_option,
+    choices,
+    engine_option,
+    with_algorithm_flags,
+)
 from mtkit.errors import MtkitError
 from mtkit.flags import check_flags, serve_limits
+from mtkit.inference import plain_fields
+from mtkit.interop.ct2_export import QUANTIZATIONS
 
 
 @_command
@@ -31,16 +43,16 @@ def average(
 @_command
 def merge_lora(
     run: Path = typer.Argument(..., help="A training.lora run directory or checkpoint."),
-    out: Path = typer.Option(..., "--out", "-o", help="The new run directory."),
-    force: bool = typer.Option(False, "--force", help="Replace an earlier run directory at --out."),
+    output: Path = typer.Option(..., "--output", "-o", help="The new run directory."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier run directory at --output."),
 ):
     """Merge a LoRA run's adapters into its base weights: a run directory that needs neither PEFT nor the base.
 
-    Example: mtkit merge-lora runs/opus-mt-en-de-lora --out runs/opus-mt-en-de-merged
+    Example: mtkit merge-lora runs/opus-mt-en-de-lora --output runs/opus-mt-en-de-merged
     """
     from mtkit.training.lora_merge import merge_main
 
-    merge_main(run, out, force=force)
+    merge_main(run, output, force=force)
 
 
 @_command
@@ -54,7 +66,7 @@ def calibrate(
         help="Also measure each translation's agreement with this many epsilon samples of the model (0: none); "
         "every later translation with scores then draws them too.",
     ),
-    device: Optional[str] = typer.Option(None, "--device"),
+    device: Optional[str] = DeviceOption,
     threads: Optional[int] = typer.Option(None, "--threads"),
 ):
     """Fit the run's translation confidence on its validation split: RUN/calibration.json (docs/decoding.md).
@@ -80,17 +92,28 @@ def plot(run: Path = typer.Argument(..., help="Run directory.")):
 @_command
 def export(
     run: Path = typer.Argument(..., help="Run directory or checkpoint file (the checkpoint translate would use)."),
-    out: Path = typer.Option(
-        ..., "--out", "-o", help="Directory to write the exported model to (--format argos: the package file)."
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Directory to write the exported model to (--format argos: the package file)."
     ),
     fmt: str = typer.Option(
         _OUTPUT.export_format,
         "--format",
-        help='ctranslate2 (needs the extra: pip install "mtkit\\[ct2]"), hf (a MarianMT directory for transformers) '
-        "or argos (an Argos Translate / LibreTranslate package, .argosmodel; needs ctranslate2 too)",
+        help=choices(
+            plain_fields.OUTPUT["export_format"]["choices"],
+            {
+                "ctranslate2": 'needs the extra: pip install "mtkit\\[ct2]"',
+                "hf": "a MarianMT directory for transformers",
+                "argos": "an Argos Translate / LibreTranslate package, .argosmodel; needs ctranslate2 too",
+            },
+        )
+        + ".",
     ),
     quantization: Optional[str] = typer.Option(
-        None, "--quantization", "-q", help="int8, int16, float16, bfloat16 (or int8_float32, ...); default float32."
+        None,
+        "--quantization",
+        "-q",
+        help=f"--format ctranslate2 and argos: {choices(QUANTIZATIONS)} (default: float32).",
+        show_default=False,
     ),
     source: Optional[str] = typer.Option(
         None, "--source", help="--format argos, a multilingual run with several sources: the package's source."
@@ -98,14 +121,14 @@ def export(
     target: Optional[str] = typer.Option(
         None, "--target", help="--format argos, a multilingual run: the package's target (one package per direction)."
     ),
-    force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier export in --output."),
 ):
     """Export a trained Transformer for CTranslate2, as a Hugging Face MarianMT directory, or as an Argos Translate
     package (which LibreTranslate serves), with its tokenizer.
 
-    Examples: mtkit export runs/demo --out runs/demo-ct2 --quantization int8 && mtkit translate runs/demo-ct2
-              mtkit export runs/demo --format hf --out runs/demo-hf
-              mtkit export runs/demo --format argos --out en_de.argosmodel --quantization int8
+    Examples: mtkit export runs/demo --output runs/demo-ct2 --quantization int8 && mtkit translate runs/demo-ct2
+              mtkit export runs/demo --format hf --output runs/demo-hf
+              mtkit export runs/demo --format argos --output en_de.argosmodel --quantization int8
     """
     export_format = check_flags(export_format=fmt).export_format
     if export_format != "argos" and (source is not None or target is not None):
@@ -115,57 +138,66 @@ def export(
 
         if quantization is not None:
             raise MtkitError("--quantization is for --format ctranslate2 and argos; --format hf writes float32 weights")
-        export_hf(run=run, out=out, force=force)
+        export_hf(run=run, out=output, force=force)
         return
     if export_format == "argos":
         from mtkit.interop.argos_export import export_main as export_argos
 
-        export_argos(run=run, out=out, quantization=quantization, force=force, source=source, target=target)
+        export_argos(run=run, out=output, quantization=quantization, force=force, source=source, target=target)
         return
     from mtkit.interop.ct2_export import export_main
 
-    export_main(run=run, fmt=fmt, out=out, quantization=quantization, force=force)
+    export_main(run=run, fmt=fmt, out=output, quantization=quantization, force=force)
 
 
 @_command
 def import_hf(
-    hf_dir: Path = typer.Argument(..., help="A local MarianMT (OPUS-MT) directory written by save_pretrained."),
-    out: Path = typer.Option(..., "--out", "-o", help="The run directory to write."),
-    src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Default: from an opus-mt-SRC-TGT name."),
-    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Default: from an opus-mt-SRC-TGT name."),
-    force: bool = typer.Option(False, "--force", help="Replace an earlier run directory in --out."),
+    hf_dir: Path = typer.Argument(
+        ..., help="A local model directory written by save_pretrained: OPUS-MT (MarianMT), M2M-100 or NLLB-200."
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="The run directory to write."),
+    source: Optional[str] = typer.Option(
+        None, "--source", help="OPUS-MT: the source language (default: from an opus-mt-SRC-TGT name)."
+    ),
+    target: Optional[str] = typer.Option(
+        None, "--target", help="OPUS-MT: the target language (default: from an opus-mt-SRC-TGT name)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier run directory in --output."),
 ):
-    """Import a Hugging Face MarianMT model as an mtkit run directory (translate, serve, fine-tune with init_from).
+    """Import a Hugging Face OPUS-MT (Marian), M2M-100 or NLLB-200 model as an mtkit run directory (translate,
+    serve, fine-tune with init_from). M2M-100 and NLLB-200 read their languages per translation (mtkit translate
+    --source, --target).
 
-    Example: mtkit import-hf opus-mt-en-de --out runs/opus-mt-en-de && echo "Hello." | mtkit translate runs/opus-mt-en-de
+    Example: mtkit import-hf opus-mt-en-de --output runs/opus-mt-en-de
+             && echo "Hello." | mtkit translate runs/opus-mt-en-de
     """
     from mtkit.interop.marian_import import import_main
 
-    import_main(hf_dir, out, src_lang=src_lang, tgt_lang=tgt_lang, force=force)
+    import_main(hf_dir, output, src_lang=source, tgt_lang=target, force=force)
 
 
 @_command
 def extend_vocab(
-    run: Path = typer.Argument(..., help="A run directory made by mtkit import-hf (NLLB-200, M2M-100, MarianMT)."),
+    run: Path = typer.Argument(..., help="A run directory made by mtkit import-hf (OPUS-MT, M2M-100, NLLB-200)."),
     add_tokens: Optional[Path] = typer.Option(
         None, "--add-tokens", help="A UTF-8 file of new subwords, one a line (▁ where one starts a word)."
     ),
     add_language: Optional[List[str]] = typer.Option(
         None, "--add-language", help="A new language code, as the model writes its own (xxx_Latn); repeatable."
     ),
-    out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="The new run directory (default: RUN-extended); never RUN itself."
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="The new run directory (default: RUN-extended); never RUN itself."
     ),
 ):
     """Add subwords and language codes to an imported model's vocabulary, as a new run directory.
 
     The new rows are the mean of the rows of the pieces that spelled each subword (of the model's language codes,
     for a code); old ids keep theirs. Example: mtkit extend-vocab runs/nllb-200-600M --add-tokens terms.txt
-    --add-language xxx_Latn --out runs/nllb-200-600M-xxx
+    --add-language xxx_Latn --output runs/nllb-200-600M-xxx
     """
     from mtkit.interop.extend_vocab import extend_main
 
-    extend_main(run, out=out, tokens_file=add_tokens, languages=list(add_language or []))
+    extend_main(run, out=output, tokens_file=add_tokens, languages=list(add_language or []))
 
 
 @_command
@@ -221,15 +253,13 @@ def serve(
     max_file_bytes: int = typer.Option(
         _LIMITS.max_file_bytes, "--max-file-bytes", help="Bytes per document sent to /translate_file; beyond: 413."
     ),
-    algorithm: Optional[str] = typer.Option(
-        None, "--algorithm", help="beam (default), greedy, sampling: mtkit/decoding/algorithms.py (decoding.algorithm)."
-    ),
+    algorithm: Optional[str] = algorithm_option("each model's decoding.algorithm"),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
-    device: Optional[str] = typer.Option(None, "--device"),
-    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    device: Optional[str] = DeviceOption,
+    dtype: Optional[str] = DtypeOption,
     threads: Optional[int] = typer.Option(None, "--threads"),
-    engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+    engine: str = engine_option(),
     access_log: bool = typer.Option(False, "--access-log", help="Log every request (default: /metrics only)."),
     **algorithm_options,
 ):

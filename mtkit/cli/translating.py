@@ -7,7 +7,23 @@ from typing import List, Optional
 
 import typer
 
-from mtkit.cli.base import _OUTPUT, _command, with_algorithm_flags
+from mtkit.cli.base import (
+    _OUTPUT,
+    DeviceOption,
+    DtypeOption,
+    _command,
+    algorithm_option,
+    choices,
+    engine_option,
+    with_algorithm_flags,
+)
+from mtkit.documents.formats import FORMATS
+from mtkit.inference import plain_fields
+
+_DECODING, _FLAGS = plain_fields.DECODING, plain_fields.OUTPUT
+# mtkit.scoring.score.METRICS, which imports sacreBLEU: too slow for every start of the command line
+# (tests/test_cli_vocabulary.py holds the two equal)
+METRICS = ("bleu", "chrf", "ter")
 
 
 @_command
@@ -31,16 +47,25 @@ def translate(
         help="Hypotheses stepped together: batches are joined up to this many (decoding.step_rows).",
     ),
     nbest: Optional[int] = typer.Option(None, "--nbest"),
-    device: Optional[str] = typer.Option(None, "--device"),
-    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    device: Optional[str] = DeviceOption,
+    dtype: Optional[str] = DtypeOption,
     threads: Optional[int] = typer.Option(None, "--threads"),
     stopping: Optional[str] = typer.Option(
-        None, "--stopping", help="Beam search: first (OpenNMT-py), beam_full (fairseq) or exact; see decoding.stopping."
+        None,
+        "--stopping",
+        help="Beam search: "
+        + choices(_DECODING["stopping"]["choices"], {"first": "OpenNMT-py", "beam_full": "fairseq"})
+        + "; see decoding.stopping.",
     ),
     search: Optional[str] = typer.Option(
         None,
         "--search",
-        help="--engine ctranslate2: mtkit (ranked as the torch engine ranks) or ctranslate2 (its own beam search).",
+        help="--engine ctranslate2: "
+        + choices(
+            _DECODING["search"]["choices"],
+            {"mtkit": "ranked as the torch engine ranks", "ctranslate2": "its own beam search"},
+        )
+        + " (decoding.search).",
     ),
     shortlist: Optional[int] = typer.Option(
         None,
@@ -48,16 +73,21 @@ def translate(
         help="Score each sentence over a lexical shortlist "
         "with this many translations per source subword (0: whole vocabulary).",
     ),
-    algorithm: Optional[str] = typer.Option(
-        None, "--algorithm", help="beam (default), greedy, sampling: mtkit/decoding/algorithms.py (decoding.algorithm)."
+    algorithm: Optional[str] = algorithm_option(),
+    fmt: str = typer.Option(
+        _OUTPUT.format, "--format", help=choices(_FLAGS["format"]["choices"], {"jsonl": "one JSON object a line"})
     ),
-    sampling: bool = typer.Option(False, "--sampling", help="Sample instead of beam search (--algorithm sampling)."),
-    fmt: str = typer.Option(_OUTPUT.format, "--format", help="text or jsonl"),
     input_format: str = typer.Option(
         _OUTPUT.input_format,
         "--input-format",
-        help='text; jsonl: one {"text", "prefix", "constraints", "avoid"} object per line (docs/decoding.md); '
-        "html: one HTML fragment per line, its tags kept around the words they enclose (docs/documents.md).",
+        help=choices(
+            _FLAGS["input_format"]["choices"],
+            {
+                "jsonl": 'one {"text", "prefix", "constraints", "avoid"} object a line, docs/decoding.md',
+                "html": "one HTML fragment a line, its tags kept around the words they enclose, docs/documents.md",
+            },
+        )
+        + ".",
     ),
     target: Optional[str] = typer.Option(
         None, "--target", "-t", help="Target language of a multilingual model (jsonl lines may carry their own)."
@@ -82,7 +112,7 @@ def translate(
     plot_attention: Optional[Path] = typer.Option(
         None, "--plot-attention", help="Write an attention heatmap PNG per sentence here."
     ),
-    engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+    engine: str = engine_option(),
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="Say on stderr what computes: engine, device, threads, dtype and why."
     ),
@@ -115,7 +145,6 @@ def translate(
         search=search,
         shortlist=shortlist,
         algorithm=algorithm,
-        sampling=sampling,
         **algorithm_options,
         fmt=fmt,
         input_format=input_format,
@@ -134,27 +163,31 @@ def translate(
 @_command
 def translate_file(
     run: Path = typer.Argument(..., help="Run directory, checkpoint or export dir."),
-    source: Path = typer.Argument(..., help="The document: .txt, .md, .html, .docx, .srt, .po, .xliff."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where the translated document goes (written whole)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="The document's format (default: from its name)."),
+    source: Path = typer.Argument(
+        ..., help=f"The document: {choices(e for _, endings in FORMATS.values() for e in endings)}."
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="Where the translated document goes (written whole)."),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", help=f"The document's format: {choices(FORMATS)} (default: from its name)."
+    ),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
-    device: Optional[str] = typer.Option(None, "--device"),
-    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    device: Optional[str] = DeviceOption,
+    dtype: Optional[str] = DtypeOption,
     threads: Optional[int] = typer.Option(None, "--threads"),
     max_bytes: int = typer.Option(50 * 1024 * 1024, "--max-bytes", help="Refuse larger documents."),
-    engine: str = typer.Option(_OUTPUT.engine, "--engine", help="torch or ctranslate2"),
+    engine: str = engine_option(),
 ):
     """Translate a document, keeping its structure and formatting: only its text changes (docs/documents.md).
 
-    Example: mtkit translate-file runs/demo report.docx --out report.de.docx
+    Example: mtkit translate-file runs/demo report.docx --output report.de.docx
     """
     from mtkit.inference.translate import translate_file_main
 
     translate_file_main(
         path=run,
         source=source,
-        out=out,
+        out=output,
         fmt=fmt,
         max_bytes=max_bytes,
         engine=engine,
@@ -171,11 +204,11 @@ def score(
     refs: List[Path] = typer.Argument(..., help="One or more reference files."),
     hyps: Optional[List[Path]] = typer.Option(
         None,
-        "--hyps",
+        "--input",
         "-i",
         help="Hypotheses file (default or -: stdin); repeat to compare systems, the first the baseline.",
     ),
-    metrics: List[str] = typer.Option(["bleu", "chrf", "ter"], "--metric", "-m", help="bleu, chrf, ter (repeatable)."),
+    metrics: List[str] = typer.Option(list(METRICS), "--metric", "-m", help=f"{choices(METRICS)}; repeat for several."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     tokenize: Optional[str] = typer.Option(None, "--tokenize", help="sacreBLEU tokenizer for BLEU (default 13a)."),
     lowercase: bool = typer.Option(False, "--lowercase", "-lc"),
