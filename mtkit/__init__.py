@@ -28,10 +28,11 @@ __all__ = ["Hypothesis", "MtkitError", "Segment", "Translation", "load", "__vers
 def load(path: Union[str, "Path"], **options) -> "TranslationModel":
     """A model to translate with, from a run dir, a checkpoint or a dir written by ``mtkit export``.
 
-    ``options``: those of ``mtkit translate`` (beam_size, length_penalty, max_len_a, max_len_b, batch_size,
-    batch_tokens, step_rows, nbest, device, dtype, threads, stopping, shortlist, sampling, temperature, top_k, top_p,
-    seed, engine="ctranslate2", checkpoints=[...] to ensemble); see ``mtkit.inference.api.load``. Bad ones raise
-    ``MtkitError``.
+    ``options``: those of ``mtkit translate`` under the names docs/cli.md gives them (beam_size, length_penalty,
+    max_len_a, max_len_b, batch_size, batch_tokens, step_rows, nbest, device, dtype, threads, stopping, search,
+    shortlist, engine, checkpoints=[...] to ensemble), ``algorithm``: a name in ``mtkit.decoding.algorithms.REGISTRY``,
+    and that algorithm's own options (``mtkit.decoding.algorithms.params()``: top_p, mbr_candidates...); see
+    ``mtkit.inference.api.load``. Bad ones raise ``MtkitError``.
     """
     from mtkit.inference.api import load as load_model
 
