@@ -286,7 +286,7 @@ register(
         "mbr",
         "minimum Bayes risk: of mbr_candidates candidates, the one that agrees most with the others (chrF or BLEU)",
         torch="mtkit.decoding.mbr:run_mbr",
-        ctranslate2="mtkit.decoding.mbr:run_mbr_ct2",
+        ctranslate2="mtkit.inference.ct2_runners:run_mbr",
         params=(
             Param("mbr_candidates", "int", MBR_CANDIDATES, "candidates a sentence", ge=2, le=1024, count=True),
             Param(

@@ -148,20 +148,3 @@ def run_mbr(model, src, options, common: dict, generator=None, detokenize=None, 
         )
         references = texts_of(drawn, detokenize)
     return rank(found, texts, references, options.param("mbr_utility"), options.nbest)
-
-
-def run_mbr_ct2(engine, ids, guidance, options) -> list[list[Decoded]]:
-    """The ``mbr`` entry's CTranslate2 runner: candidates from a beam of ``mbr_candidates`` (its entry refuses
-    epsilon sampling there), pseudo-references from CTranslate2's samples of ``mbr_seed``'s stream where
-    ``mbr_pseudo_references`` asks, then ``rank``."""
-    from mtkit.inference.ct2_engine import Ct2Search
-
-    n, pseudo = options.param("mbr_candidates"), options.param("mbr_pseudo_references")
-    candidates = engine.search(ids, guidance, options, Ct2Search(n, n, n))
-    texts = texts_of(candidates, engine.tokenizer.decode_tgt)
-    references = None
-    if pseudo:
-        draws = dict(sampling_topk=0, sampling_topp=1.0, sampling_temperature=1.0)
-        plan = Ct2Search(1, pseudo, pseudo, draws, options.param("mbr_seed"))
-        references = texts_of(engine.search(ids, guidance, options, plan), engine.tokenizer.decode_tgt)
-    return rank(candidates, texts, references, options.param("mbr_utility"), options.nbest)

@@ -1,8 +1,9 @@
-"""The CTranslate2 runners of the registry's searching and sampling entries (``mtkit.decoding.algorithms``): each
-turns the options into what ``Ct2Engine.search`` asks of CTranslate2."""
+"""The CTranslate2 runners of the registry's entries (``mtkit.decoding.algorithms``): each turns the options into
+what ``Ct2Engine.search`` asks of CTranslate2 (MBR then ranks the beam's candidates as on torch)."""
 
 from __future__ import annotations
 
+from mtkit.decoding import mbr
 from mtkit.decoding.hypothesis import Decoded
 from mtkit.inference.ct2_engine import Ct2Engine, Ct2Search
 from mtkit.inference.options import Options
@@ -28,3 +29,17 @@ def _float32(value: float) -> float:
 
 
 FLOAT32_TINY = 1.1754943508222875e-38
+
+
+def run_mbr(engine: Ct2Engine, ids, guidance, options: Options) -> list[list[Decoded]]:
+    """MBR: candidates from a beam of ``mbr_candidates`` (its entry refuses epsilon sampling here), pseudo-references
+    from CTranslate2's samples of ``mbr_seed``'s stream where ``mbr_pseudo_references`` asks, then ``mbr.rank``."""
+    n, pseudo = options.param("mbr_candidates"), options.param("mbr_pseudo_references")
+    candidates = engine.search(ids, guidance, options, Ct2Search(n, n, n))
+    texts = mbr.texts_of(candidates, engine.tokenizer.decode_tgt)
+    references = None
+    if pseudo:
+        draws = dict(sampling_topk=0, sampling_topp=1.0, sampling_temperature=1.0)
+        plan = Ct2Search(1, pseudo, pseudo, draws, options.param("mbr_seed"))
+        references = mbr.texts_of(engine.search(ids, guidance, options, plan), engine.tokenizer.decode_tgt)
+    return mbr.rank(candidates, texts, references, options.param("mbr_utility"), options.nbest)
