@@ -174,5 +174,5 @@ def check_new_run_dir(out: Path, force: bool) -> None:
             raise MtkitError(f"{out}: already exists; pass --force to replace it")
         if not (out / "config.yaml").is_file():
             raise MtkitError(
-                f"{out}: exists and is not a run directory; --force only replaces one (choose another --out)"
+                f"{out}: exists and is not a run directory; --force only replaces one (choose another --output)"
             )

@@ -121,9 +121,9 @@ def main() -> None:
     run(["bash", ROOT / "benchmarks" / "argos" / "venvs.sh"])
     venv_seconds = time.perf_counter() - start
     mtkit = [sys.executable, "-m", "mtkit"]
-    run([*mtkit, "export", args.run, "--out", work / "ct2", "--force"])
+    run([*mtkit, "export", args.run, "--output", work / "ct2", "--force"])
     package = work / f"{source}_{target}.argosmodel"
-    run([*mtkit, "export", args.run, "--format", "argos", "--out", package, "--force"])
+    run([*mtkit, "export", args.run, "--format", "argos", "--output", package, "--force"])
 
     outputs, seconds = {}, {}
     start = time.perf_counter()

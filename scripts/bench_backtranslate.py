@@ -152,9 +152,9 @@ def main() -> None:
     plain, tagged = work / "bt-plain", work / "bt-tagged"
     for stale in (plain, tagged, work / "bt-plain.work", work / "bt-tagged.work"):
         shutil.rmtree(stale, ignore_errors=True)
-    sh(["backtranslate", work / "de-en-half", files["mono"], "--out", plain, "--threads", args.threads])
+    sh(["backtranslate", work / "de-en-half", files["mono"], "--output", plain, "--threads", args.threads])
     shutil.copytree(work / "bt-plain.work", work / "bt-tagged.work")
-    sh(["backtranslate", work / "de-en-half", files["mono"], "--out", tagged, "--tag", "--threads", args.threads])
+    sh(["backtranslate", work / "de-en-half", files["mono"], "--output", tagged, "--tag", "--threads", args.threads])
 
     # 3. the en->de systems
     half = files["half"]

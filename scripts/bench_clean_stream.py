@@ -81,7 +81,7 @@ def main():
         src, tgt = write_corpus(work, args.pairs)
         size_mb = (src.stat().st_size + tgt.stat().st_size) / 1e6
         print(f"wrote {args.pairs:,} pairs ({size_mb:.0f} MB) in {time.perf_counter() - started:.1f}s", flush=True)
-        command = [sys.executable, "-m", "mtkit", "clean", str(src), str(tgt), "--out", str(work / "out")]
+        command = [sys.executable, "-m", "mtkit", "clean", str(src), str(tgt), "--output", str(work / "out")]
         command += ["--filters", args.filters] if args.filters else []
         started = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)

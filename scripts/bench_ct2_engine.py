@@ -106,7 +106,7 @@ def main() -> None:
         exports[compute] = export = work / f"ct2-{compute}"
         quantize = [] if compute == "float32" else ["--quantization", "int8"]
         subprocess.run(
-            [sys.executable, "-m", "mtkit", "export", str(args.run), "--out", str(export), "--force", *quantize],
+            [sys.executable, "-m", "mtkit", "export", str(args.run), "--output", str(export), "--force", *quantize],
             check=True,
             capture_output=True,
         )

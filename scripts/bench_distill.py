@@ -102,7 +102,7 @@ def export_mib(key: str, runs: list[Path], args) -> str:
     if len(runs) != 1:
         return "n/a"
     out = Path(args.workdir) / "export" / key
-    code, _ = sh(["export", runs[0], "--out", out, "--quantization", "int8", "--force"], check=False)
+    code, _ = sh(["export", runs[0], "--output", out, "--quantization", "int8", "--force"], check=False)
     return f"{(out / 'model.bin').stat().st_size / 2**20:.2f}" if code == 0 else "n/a"
 
 

@@ -131,8 +131,8 @@ def main() -> None:
     build_nllb_dir(hf_dir, shape, 300 if args.smoke else 8000, args.smoke)
     step("random model and tokenizer written", start)
     for name, argv in (
-        ("import-hf", ["import-hf", str(hf_dir), "--out", str(run)]),
-        ("export int8", ["export", str(run), "--out", str(export), "--quantization", "int8"]),
+        ("import-hf", ["import-hf", str(hf_dir), "--output", str(run)]),
+        ("export int8", ["export", str(run), "--output", str(export), "--quantization", "int8"]),
     ):
         start = time.perf_counter()
         if cli(argv) != 0:

@@ -8,7 +8,7 @@
 runs/demo is `make demo`'s model; runs/demo-de-en the same recipe the other way (prepare and train
 configs/multi30k-demo.yaml with `--set data.src_lang=de --set data.tgt_lang=en`, the splits' src and tgt paths
 swapped, `--set data.dir=work/multi30k-deen --set training.run_dir=runs/demo-de-en`); work/ct2/NAME their
-CTranslate2 exports (`mtkit export runs/NAME --out work/ct2/NAME`).
+CTranslate2 exports (`mtkit export runs/NAME --output work/ct2/NAME`).
 
 The two runs serve opposite directions (English->German and German->English); each sends the test split of its
 source language (test_2016_flickr), and the requests interleave the two: one sentence per `POST /v1/translate`

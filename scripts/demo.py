@@ -54,7 +54,7 @@ def main() -> int:
         log,
     )
     scored = sh(
-        ["mtkit", "score", f"{RUN}/test.ref.de", "--hyps", f"{RUN}/test.hyp.de", "--json"],
+        ["mtkit", "score", f"{RUN}/test.ref.de", "-i", f"{RUN}/test.hyp.de", "--json"],
         log,
         capture_output=True,
         text=True,

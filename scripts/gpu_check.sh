@@ -126,7 +126,7 @@ translate_test() {
     shift 2
     run "translate-$name" "${MTKIT[@]}" translate "$run" --input "$WORK/test.en" --output "$hyp" "$@" || return
     secs=$(grep -m1 "^translate-$name ok" "$SUMMARY" | sed 's/.*seconds=//')
-    "${MTKIT[@]}" score "$WORK/test.de" --hyps "$hyp" --json -m bleu -m chrf >"$WORK/logs/score-$name.json" 2>&1
+    "${MTKIT[@]}" score "$WORK/test.de" -i "$hyp" --json -m bleu -m chrf >"$WORK/logs/score-$name.json" 2>&1
     "$PY" - "$WORK/logs/score-$name.json" "$(wc -l <"$WORK/test.en")" "$secs" "$name" <<'EOF' | tee -a "$SUMMARY"
 import json, sys
 path, lines, secs, name = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
@@ -249,7 +249,7 @@ if wants export; then
     banner "export to CTranslate2 (float16)"
     if "$PY" -c "import ctranslate2" 2>/dev/null; then
         "$PY" -c "import ctranslate2 as c; print('ctranslate2', c.__version__, 'cuda devices', c.get_cuda_device_count())" 2>&1 | tee -a "$SUMMARY"
-        if run export "${MTKIT[@]}" export "$WORK/runs/fp32" --format ctranslate2 --out "$WORK/export" --quantization float16; then
+        if run export "${MTKIT[@]}" export "$WORK/runs/fp32" --format ctranslate2 --output "$WORK/export" --quantization float16; then
             translate_test "ct2-float16-beam5-$DEVICE" "$WORK/export" --beam-size 5 --device "$DEVICE" ||
                 if [[ $DEVICE != cpu ]]; then
                     translate_test "ct2-float16-beam5-cpu" "$WORK/export" --beam-size 5 --device cpu

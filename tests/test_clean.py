@@ -276,7 +276,7 @@ def short_target(tmp_path: Path) -> tuple[Path, Path]:
             ["--filters", "length,bogus"],
             ["--filters: unknown filter 'bogus'", "known filters: length, char_ratio"],
         ),
-        (None, ["--target", "xx"], ["--tgt-lang: the language filter's identifier does not know language 'xx'"]),
+        (None, ["--target", "xx"], ["--target: the language filter's identifier does not know language 'xx'"]),
         (None, ["--option", "copy.max_similarity=2"], ["--option copy.max_similarity: must be in (0, 1.0]"]),
         (None, ["--option", "dedup.near"], ["--option 'dedup.near': give NAME.OPTION=VALUE"]),
         (bad_utf8, [], ["c.de:57: invalid UTF-8", "give --skip-bad-lines"]),
@@ -302,7 +302,7 @@ def test_skip_bad_lines_and_other_refusals(tmp_path, run_cli):
 
     no_lang = write_lines(tmp_path / "in" / "corpus", ["A dog ."])
     assert_one_line_error(
-        run_cli("clean", no_lang, tgt, "--output", out), "corpus: cannot tell its language", "--src-lang"
+        run_cli("clean", no_lang, tgt, "--output", out), "corpus: cannot tell its language", "--source"
     )
     assert_one_line_error(run_cli("clean", src, tgt, "--output", src.parent), "the inputs are there", "another folder")
     assert_one_line_error(run_cli("clean", tmp_path / "nope.en", tgt, "--output", out), "IN_SRC:", "file not found")

@@ -239,7 +239,7 @@ def test_bad_input_is_refused_in_one_line(case, workdir, tmp_path, run_cli):
 def test_export_hf_refuses_an_extended_m2m100_or_nllb_run(extended, tmp_path, run_cli):
     name, _, out = extended
     done = run_cli("export", out, "--format", "hf", "--output", tmp_path / "hf")
-    one_line_refusal(done, "extend-vocab", "mtkit export RUN --out DIR")
+    one_line_refusal(done, "extend-vocab", "mtkit export RUN --output DIR")
 
 
 @pytest.mark.compares

@@ -450,7 +450,7 @@ def test_import_refuses_an_architecture_it_does_not_read(workdir, tmp_path, run_
     one_line_refusal(done, "BartForConditionalGeneration", "MarianMTModel", "M2M100ForConditionalGeneration")
     assert not (tmp_path / "run").exists()
     done = run_cli("import-hf", workdir / "m2m100", "--output", tmp_path / "run", "--source", "en")
-    one_line_refusal(done, "--src-lang")
+    one_line_refusal(done, "--source")
 
 
 def test_serve_translates_between_any_two_of_its_languages(family):

@@ -1,4 +1,4 @@
-"""`mtkit backtranslate RUN MONO --out DIR`: back-translation (Sennrich et al. 2016) of monolingual text into a
+"""`mtkit backtranslate RUN MONO --output DIR`: back-translation (Sennrich et al. 2016) of monolingual text into a
 synthetic parallel corpus.
 
 RUN translates the language of MONO into another: for more en->de training data, RUN is a de->en model and MONO
@@ -72,7 +72,7 @@ def work_dir(out: Path) -> Path:
 
 
 def check_inputs(mono: Path, out: Path, tag: Optional[str]) -> None:
-    """Refuse, in one line, a MONO that is not a file, an --out that is not a folder back-translate may replace,
+    """Refuse, in one line, a MONO that is not a file, an --output that is not a folder back-translate may replace,
     or a tag with whitespace in it.
 
     Raises:
@@ -82,10 +82,10 @@ def check_inputs(mono: Path, out: Path, tag: Optional[str]) -> None:
         what = "is a directory" if mono.is_dir() else "not found"
         raise MtkitError(f"MONO: {mono}: file {what}; give a file of monolingual text (plain or .gz)")
     if out.exists() and not out.is_dir():
-        raise MtkitError(f"--out {out}: is a file; give a folder path")
+        raise MtkitError(f"--output {out}: is a file; give a folder path")
     if out.is_dir() and any(out.iterdir()) and not (out / REPORT).is_file():
         raise MtkitError(
-            f"--out {out}: a folder with other files in it (no {REPORT}); give a new or empty folder, or remove it"
+            f"--output {out}: a folder with other files in it (no {REPORT}); give a new or empty folder, or remove it"
         )
     if tag is not None and (not tag or len(tag.split()) != 1 or tag != tag.strip()):
         raise MtkitError(f"--tag-token {tag!r}: give one token without spaces, e.g. {DEFAULT_TAG}")
@@ -151,7 +151,7 @@ def backtranslate(
         The report written to ``out/report.json``.
 
     Raises:
-        MtkitError: a bad MONO, --out or tag, a model without languages, a work folder of another job (or in use),
+        MtkitError: a bad MONO, --output or tag, a model without languages, a work folder of another job (or in use),
             MONO without a line to translate.
     """
     started = time.perf_counter()

@@ -97,14 +97,14 @@ def clean(
         if not path.is_file():
             raise MtkitError(f"{flag}: {path}: {'is a directory' if path.is_dir() else 'file not found'}")
     src_given, tgt_given = src_lang, tgt_lang
-    src_lang = _language(src_lang, src_path, "--src-lang")
-    tgt_lang = _language(tgt_lang, tgt_path, "--tgt-lang")
+    src_lang = _language(src_lang, src_path, "--source")
+    tgt_lang = _language(tgt_lang, tgt_path, "--target")
     if src_lang == tgt_lang:
-        raise MtkitError(f"{src_path} and {tgt_path} are both in language {src_lang!r}; give --src-lang / --tgt-lang")
+        raise MtkitError(f"{src_path} and {tgt_path} are both in language {src_lang!r}; give --source / --target")
     spec = {name: {} for name in pair_filters.DEFAULTS} if filters is None else filters
     lang_keys = tuple(
         flag if given else f"{path.name} (its suffix; or give {flag})"
-        for flag, given, path in (("--src-lang", src_given, src_path), ("--tgt-lang", tgt_given, tgt_path))
+        for flag, given, path in (("--source", src_given, src_path), ("--target", tgt_given, tgt_path))
     )
     chosen = pair_filters.build(spec, src_lang, tgt_lang, "--filters", lang_keys)
     outputs = (out_dir / src_path.name, out_dir / tgt_path.name)
@@ -151,12 +151,12 @@ def _language(given: Optional[str], path: Path, flag: str) -> str:
 
 def _check_outputs(src_path: Path, tgt_path: Path, out_dir: Path, outputs: tuple[Path, Path]):
     if out_dir.exists() and not out_dir.is_dir():
-        raise MtkitError(f"--out: {out_dir} is a file; give a folder")
+        raise MtkitError(f"--output: {out_dir} is a file; give a folder")
     if outputs[0].name == outputs[1].name:
         raise MtkitError(f"{src_path} and {tgt_path} have the same file name; the outputs would collide, rename one")
     for path in (src_path, tgt_path):
         if (out_dir / path.name).resolve() == path.resolve():
-            raise MtkitError(f"--out {out_dir}: the inputs are there and would be replaced; give another folder")
+            raise MtkitError(f"--output {out_dir}: the inputs are there and would be replaced; give another folder")
 
 
 def _options(f: pair_filters.Filter) -> dict:

@@ -1,4 +1,4 @@
-"""`mtkit export RUN --format argos --out en_de.argosmodel`: a package that Argos Translate and LibreTranslate
+"""`mtkit export RUN --format argos --output en_de.argosmodel`: a package that Argos Translate and LibreTranslate
 install (``argostranslate.package.install_from_path``) and translate with, offline.
 
 A package is a zip file holding one folder, which Argos Translate unpacks into its packages directory:
@@ -286,7 +286,7 @@ def _check_out(out: Path, force: bool) -> None:
     if not out.is_file() or not zipfile.is_zipfile(out):
         raise MtkitError(
             f"{out}: exists and is not an Argos Translate package; --force only replaces an earlier package "
-            "(choose another --out)"
+            "(choose another --output)"
         )
 
 

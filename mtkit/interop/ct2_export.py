@@ -310,7 +310,7 @@ def read_export(path: Path) -> tuple[dict, object]:
             raise KeyError("src")
     except (OSError, ValueError, KeyError, TypeError):
         raise MtkitError(
-            f"{meta_file}: not an mtkit CTranslate2 export; rerun mtkit export RUN_DIR --out {path}"
+            f"{meta_file}: not an mtkit CTranslate2 export; rerun mtkit export RUN_DIR --output {path}"
         ) from None
     return meta, Tokenizer.from_files(path, files)
 
@@ -410,7 +410,7 @@ def export_main(*, run: Path, fmt: str, out: Path, quantization: Optional[str], 
         if not out.is_dir() or (any(out.iterdir()) and not (out / EXPORT_META).is_file()):
             raise MtkitError(
                 f"{out}: exists and is not an mtkit export; --force only replaces an earlier export "
-                "(choose another --out)"
+                "(choose another --output)"
             )
     out.parent.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}-{os.urandom(4).hex()}"

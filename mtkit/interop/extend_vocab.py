@@ -1,4 +1,4 @@
-"""`mtkit extend-vocab RUN --add-tokens FILE --add-language CODE --out NEW_RUN`: an imported model (NLLB-200,
+"""`mtkit extend-vocab RUN --add-tokens FILE --add-language CODE --output NEW_RUN`: an imported model (NLLB-200,
 M2M-100, MarianMT) with new subwords and new language codes in its vocabulary, as a new run directory.
 
 An import cuts text with its SentencePiece model(s) and numbers the pieces through its vocabulary file
@@ -288,13 +288,13 @@ def extend_main(run: Path, *, out: Optional[Path], tokens_file: Optional[Path], 
         raise MtkitError("nothing to add: give --add-tokens FILE (one subword a line) and/or --add-language CODE")
     if out is None:
         if not run.is_dir():
-            raise MtkitError(f"{run}: not a run directory; name the new run directory with --out")
+            raise MtkitError(f"{run}: not a run directory; name the new run directory with --output")
         out = run.resolve().with_name(f"{run.resolve().name}-extended")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise MtkitError(
-            f"--out {out}: already exists; mtkit extend-vocab writes a new run directory and never over a run "
-            "(choose another --out)"
+            f"--output {out}: already exists; mtkit extend-vocab writes a new run directory and never over a run "
+            "(choose another --output)"
         )
     tokens = read_tokens(tokens_file) if tokens_file is not None else []
     file = ckpt.resolve(run)

@@ -50,7 +50,7 @@ def convert(loaded, where: str) -> tuple[dict, dict[str, torch.Tensor], dict[str
         raise MtkitError(
             f"{where}: its vocabulary was extended (mtkit extend-vocab), which {ARCHITECTURE}'s tokenizer files "
             "cannot hold (they number the language codes right after the SentencePiece pieces); export it for "
-            "CTranslate2 instead: mtkit export RUN --out DIR"
+            "CTranslate2 instead: mtkit export RUN --output DIR"
         )
     vocab = data["vocab"]
     order, special = tokenizer.vocab.marian_ids, tokenizer.vocab.special

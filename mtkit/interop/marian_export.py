@@ -1,4 +1,4 @@
-"""`mtkit export RUN --format hf --out DIR`: an mtkit Transformer as a MarianMT directory that transformers loads
+"""`mtkit export RUN --format hf --output DIR`: an mtkit Transformer as a MarianMT directory that transformers loads
 with ``MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained``, computing the same function (an
 imported M2M-100 or NLLB-200 run goes back to its own architecture instead: ``m2m100_export``).
 
@@ -150,7 +150,7 @@ def export_main(*, run: Path, out: Path, force: bool) -> Path:
         if not out.is_dir() or (any(out.iterdir()) and not (out / "config.json").is_file()):
             raise MtkitError(
                 f"{out}: exists and is not a MarianMT export; --force only replaces an earlier export "
-                "(choose another --out)"
+                "(choose another --output)"
             )
     config, tensors, files = convert(Path(run))
     out.parent.mkdir(parents=True, exist_ok=True)

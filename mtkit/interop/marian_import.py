@@ -1,4 +1,4 @@
-"""`mtkit import-hf HF_DIR --out RUN_DIR`: a local MarianMT directory (what ``MarianMTModel.save_pretrained`` and
+"""`mtkit import-hf HF_DIR --output RUN_DIR`: a local MarianMT directory (what ``MarianMTModel.save_pretrained`` and
 ``MarianTokenizer.save_pretrained`` write) as an mtkit run directory that translate, the Python API and serve use
 as they use a trained run, and that ``model.init_from`` fine-tunes.
 
@@ -225,7 +225,7 @@ def convert_any(hf_dir: Path, src_lang: Optional[str] = None, tgt_lang: Optional
 
             if src_lang is not None or tgt_lang is not None:
                 raise MtkitError(
-                    "--src-lang and --tgt-lang are for MarianMT models; an M2M-100 or NLLB-200 model translates "
+                    "--source and --target are for MarianMT models; an M2M-100 or NLLB-200 model translates "
                     "between its own languages (mtkit translate RUN --source CODE --target CODE)"
                 )
             return m2m100_import.convert(hf_dir)
