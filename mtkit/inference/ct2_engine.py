@@ -76,12 +76,15 @@ class Ct2Engine(Engine):
     # than CTranslate2's length ** alpha, which favours hypotheses cut at the length limit.
     _NEUTRAL_PENALTY = 1e-6
 
-    def __init__(self, model_dir: Path, tokenizer, options: Options, *, max_positions: int):
+    def __init__(self, model_dir: Path, tokenizer, options: Options, *, max_positions: int, in_memory: bool = False):
+        """``in_memory``: keep the model's files in memory, for the translators of draws made after ``model_dir``
+        is gone (a run converted on the fly into a temporary directory)."""
         super().__init__(tokenizer, options, max_positions)
         ct2 = import_ctranslate2()
         device, compute_type = options.device, options.dtype or "default"
         self._ct2, self._model_dir = ct2, str(model_dir)
         self._load = dict(device=device, compute_type=compute_type, inter_threads=1, intra_threads=options.threads or 0)
+        self._files = {f.name: f.read_bytes() for f in Path(model_dir).iterdir() if f.is_file()} if in_memory else None
         self.where = f"{device} as {compute_type}"
         self.translator = self._translator()
         self.max_len_cap = self.max_src
@@ -93,7 +96,7 @@ class Ct2Engine(Engine):
 
     def _translator(self):
         try:
-            return self._ct2.Translator(self._model_dir, **self._load)
+            return self._ct2.Translator(self._model_dir, **self._load, files=self._files)
         except (ValueError, RuntimeError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
             raise MtkitError(f"CTranslate2 cannot run this model on {self.where} ({first})") from None

@@ -41,7 +41,9 @@ def ct2_engine(paths: list[Path], overrides: dict) -> "Ct2Engine":
 
             facts = ct2.runtime_facts(cfgmod.from_dict(meta["config"], f"{model_dir} (embedded config)"))
         options = Options.build(facts["decoding"], **overrides)
-        engine = Ct2Engine(model_dir, tokenizer, options, max_positions=meta["max_positions"])
+        engine = Ct2Engine(
+            model_dir, tokenizer, options, max_positions=meta["max_positions"], in_memory=tmp is not None
+        )
         engine.languages, engine.targets = tuple(facts["languages"]), tuple(facts["targets"])
         engine.target_tag, engine.tag_template = facts["target_tag"], facts["tag_template"]
         engine.source_tag = bool(facts.get("source_tag", False))

@@ -257,8 +257,7 @@ def backtranslate_main(
         The report of the corpus folder.
 
     Raises:
-        MtkitError: bad inputs (checked before the model loads), options that do not go together, an algorithm
-            that draws on CTranslate2 (whose draws a chunk cannot reseed).
+        MtkitError: bad inputs (checked before the model loads), options that do not go together.
     """
     from mtkit.data.backtranslate import CHUNK_SIZE, backtranslate, check_inputs, search_of
 
@@ -272,12 +271,7 @@ def backtranslate_main(
     model = load_teacher(
         [run], engine=chosen, algorithm=algorithm or "beam", chunk_size=chunk_size or CHUNK_SIZE, **given
     )
-    seed_option = model.model.options.chosen.seed
-    if seed_option and model.engine == "ctranslate2":
-        raise MtkitError(
-            f"--algorithm {model.model.options.algorithm} draws, and CTranslate2 cannot reseed its draws chunk by "
-            "chunk (a resumed run would differ): use --engine torch"
-        )
+    seed_option = model.model.options.chosen.seed  # chunk k draws from seed + k, on either engine
     return backtranslate(
         model,
         Path(mono),
