@@ -45,11 +45,11 @@ def main() -> None:
     print(f"bench_ct2_prefix {time.strftime('%Y-%m-%d %H:%M')}  {describe()}; {model.engine.describe()}")
     ranked = Ct2Engine._ranked
 
-    def rescoring(self, o, srcs, found, forced):
+    def rescoring(self, o, plan, srcs, found, forced):
         """The earlier engine: after a prefix, no candidate keeps CTranslate2's score."""
         if any(forced):
             found = [[(pieces, None, None) for pieces, _, _ in cands] for cands in found]
-        return ranked(self, o, srcs, found, forced)
+        return ranked(self, o, plan, srcs, found, forced)
 
     ours, earlier = "CTranslate2's scores", "every candidate rescored"
     ways = {ours: ranked, earlier: rescoring}
