@@ -208,13 +208,9 @@ class Options:
                 f"nbest {self.nbest} is larger than beam_size {self.beam_size}: --algorithm {chosen.name} keeps at "
                 "most beam_size hypotheses; ask for fewer or raise beam_size"
             )
-        if self.engine not in chosen.engines:
-            raise MtkitError(
-                f"--algorithm {chosen.name} runs on the {' and '.join(chosen.engines)} engine(s), not {self.engine}"
-            )
-        registered = algorithms.params()
-        for name, value in self.params:
-            registered[name][1].check_engine(value, self.engine)
+        refused = algorithms.refusal({"algorithm": chosen.name, **dict(self.params)}, self.engine)
+        if refused:
+            raise MtkitError(refused)
         if self.alignments and not chosen.alignments:
             raise MtkitError(f"--algorithm {chosen.name} gives no alignments; drop --alignments")
         if self.engine == "ctranslate2":
