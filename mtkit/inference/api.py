@@ -16,10 +16,10 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
-from mtkit.decoding import algorithms
 from mtkit.errors import MtkitError
 from mtkit.inference import paragraphs
-from mtkit.inference.confidence import Calibration, agreement, agreement_draws, sentence_confidence
+from mtkit.inference.agreement import calibration_for, draw_samples
+from mtkit.inference.confidence import Calibration, agreement, sentence_confidence
 from mtkit.inference.confidence import words as confidence_words
 from mtkit.inference.engine import Engine
 from mtkit.inference.languages import with_first, without_first
@@ -209,22 +209,7 @@ class TranslationModel:
         count = self.calibration.samples if self.calibration is not None else 0
         if not count:
             return [None] * len(ids)
-        spec = agreement_draws(count)
-        refused = algorithms.refusal(spec, self.options.engine)
-        if refused:  # a calibration file written before it kept a fit without samples
-            raise MtkitError(
-                f"the run's calibration scores translations by {count} epsilon samples, which the {self.options.engine} "
-                f"engine cannot draw ({refused}); rerun mtkit calibrate RUN --samples {count}, which also fits a "
-                "confidence without them, or use --engine torch"
-            )
-        drawing = self.options.for_call(**spec)
-        self.engine.restart_draws(drawing)
-        guidance = [with_first(None, tag) for tag in forced] if forced else None
-        drawn = self.engine.translate_ids(ids, guidance, drawing)
-        if forced:
-            drawn = [[without_first(h) for h in hyps] for hyps in drawn]
-        texts = iter(self.engine.tokenizer.decode_tgt([h.tokens for hyps in drawn for h in hyps]))
-        return [[next(texts) for _ in hyps] for hyps in drawn]
+        return draw_samples(self.engine, self.options, count, ids, forced)
 
     def translate_file(self, source: PathLike, target: PathLike, *, format: Optional[str] = None):
         """Translate the document ``source`` (.txt, .md, .html, .docx, .srt, .po, .xliff; ``format`` overrides the
@@ -410,16 +395,6 @@ def _as_lines(lines: Iterable) -> list:
     return out
 
 
-def _calibration_for(calibration: Optional[Calibration], engine: str) -> Optional[Calibration]:
-    """The run's calibration as ``engine`` can follow it: one whose samples the engine cannot draw (the registry's
-    verdict) gives way to its fit without them, where the file has one (else ``_samples`` refuses)."""
-    if calibration is None or not calibration.samples or calibration.without_samples is None:
-        return calibration
-    if algorithms.refusal(agreement_draws(calibration.samples), engine):
-        return calibration.without_samples
-    return calibration
-
-
 def load(
     path: PathLike,
     *,
@@ -457,7 +432,7 @@ def load(
         model = TranslationModel(ct2_engine(paths, overrides), calibration, source)
     else:
         model = TranslationModel(torch_engine(paths, overrides), calibration, source)
-    model.calibration = _calibration_for(calibration, model.options.engine)
+    model.calibration = calibration_for(calibration, model.options.engine)
     if source is not None:
         model.check_source(source)
     return model
