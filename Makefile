@@ -30,7 +30,7 @@ lint: setup
 lock:
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -q "pip-tools==7.6.2"
-	.lock-venv/bin/pip-compile -q --upgrade --extra test --extra ct2 --extra serve --extra documents --extra tensorboard --extra lora --constraint constraints.txt --strip-extras \
+	.lock-venv/bin/pip-compile -q --upgrade --extra test --extra ct2 --extra serve --extra documents --extra tensorboard --extra lora --extra web --constraint constraints.txt --strip-extras \
 	    --no-emit-find-links --no-emit-index-url --output-file requirements.lock pyproject.toml
 	rm -rf .lock-venv
 
