@@ -242,20 +242,11 @@ def test_two_processes_match_one_rnn(toy):
     assert [r["batch_tokens"] for r in train_records(double)] == [r["batch_tokens"] for r in train_records(single)]
 
 
-def test_two_processes_match_one_with_alibi_positions(toy):
-    cfg = toy({**TRANSFORMER, "positions": "alibi"}, "alibi")
-    single, double = cfg.parent / "alibi-single", cfg.parent / "alibi-double"
-    common = ["--set", "training.max_updates=2"]
-    train_here(cfg, *common, "--set", "training.update_freq=4", "--set", f"training.run_dir={single}")
-    ok(run(torchrun("-m", "mtkit", "train", cfg, *common, "--set", f"training.run_dir={double}")))
-    assert_same_weights(weights(double, 2), weights(single, 2))
-
-
-def test_two_processes_match_one_with_lora_and_frozen_embeddings(toy):
-    """training.lora on a base run, embeddings frozen: DDP over the adapters alone (the frozen base has no gradient)
-    gives the adapters of one process."""
+def test_two_processes_match_one_with_lora_frozen_embeddings_and_alibi_positions(toy):
+    """training.lora on a base run with ALiBi positions, embeddings frozen: DDP over the adapters alone (the frozen
+    base has no gradient) gives the adapters of one process, through a position scheme of no parameters."""
     pytest.importorskip("peft")
-    base_cfg = toy(TRANSFORMER, "lora-base")
+    base_cfg = toy({**TRANSFORMER, "positions": "alibi"}, "lora-base")
     base = base_cfg.parent / "lora-base"
     train_here(base_cfg, "--set", "training.max_updates=2", "--set", f"training.run_dir={base}")
     cfg = toy({"init_from": str(base)}, "lora")

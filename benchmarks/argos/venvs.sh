@@ -31,7 +31,7 @@ build() {  # NAME REQUIREMENTS
     echo "$me: building $venv ($(basename "$requirements")) ..." >&2
     rm -rf "$venv"
     "$python" -m venv "$venv"
-    local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+    local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile)
     local torch
     torch=$(grep -E '^torch==' "$requirements" || true)
     {
