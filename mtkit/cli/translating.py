@@ -23,7 +23,7 @@ from mtkit.inference import plain_fields
 _DECODING, _FLAGS = plain_fields.DECODING, plain_fields.OUTPUT
 # mtkit.scoring.score.METRICS, which imports sacreBLEU: too slow for every start of the command line
 # (tests/test_cli_vocabulary.py holds the two equal)
-METRICS = ("bleu", "chrf", "ter")
+METRICS = ("bleu", "chrf", "ter", "comet", "cometkiwi")
 
 
 @_command
@@ -201,14 +201,22 @@ def translate_file(
 
 @_command
 def score(
-    refs: List[Path] = typer.Argument(..., help="One or more reference files."),
+    refs: Optional[List[Path]] = typer.Argument(
+        None, help="One or more reference files (none for -m cometkiwi alone; COMET-22 reads the first)."
+    ),
     hyps: Optional[List[Path]] = typer.Option(
         None,
         "--input",
         "-i",
         help="Hypotheses file (default or -: stdin); repeat to compare systems, the first the baseline.",
     ),
-    metrics: List[str] = typer.Option(list(METRICS), "--metric", "-m", help=f"{choices(METRICS)}; repeat for several."),
+    metrics: List[str] = typer.Option(
+        list(METRICS[:3]),
+        "--metric",
+        "-m",
+        help=f"{choices(METRICS, {'comet': 'COMET-22', 'cometkiwi': 'CometKiwi, no reference'})}; repeat for several "
+        "(default: bleu, chrf, ter).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     tokenize: Optional[str] = typer.Option(None, "--tokenize", help="sacreBLEU tokenizer for BLEU (default 13a)."),
     lowercase: bool = typer.Option(False, "--lowercase", "-lc"),
@@ -220,16 +228,28 @@ def score(
     seed: str = typer.Option(
         "12345", "--seed", envvar="SACREBLEU_SEED", help="Seed of the paired tests, as sacreBLEU's ('none': unseeded)."
     ),
+    source: Optional[Path] = typer.Option(None, "--source", help="Source sentences, for -m comet and -m cometkiwi."),
+    comet_model: str = typer.Option(
+        "Unbabel/wmt22-comet-da", "--comet-model", help="COMET-22 model: a directory, or a hub name in the local cache."
+    ),
+    cometkiwi_model: str = typer.Option(
+        "Unbabel/wmt22-cometkiwi-da",
+        "--cometkiwi-model",
+        help="CometKiwi model: a directory, or a hub name in the local cache.",
+    ),
+    sentences: bool = typer.Option(False, "--sentences", help="--json: each line's COMET score too, in order."),
 ):
-    """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER); compare systems with paired tests.
+    """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER) or COMET; compare systems with paired tests.
 
     Examples: mtkit translate runs/demo < test.en | mtkit score test.de
               mtkit score test.de -i base.de -i new.de --paired-bs
+              mtkit score test.de -i hyp.de --source test.en -m comet --json
+              mtkit score -i hyp.de --source test.en -m cometkiwi
     """
     from mtkit.scoring.score import score_main
 
     score_main(
-        refs=refs,
+        refs=list(refs or []),
         hyps=hyps,
         metrics=metrics,
         json_out=json_out,
@@ -241,4 +261,8 @@ def score(
         paired_bs_n=paired_bs_n,
         paired_ar_n=paired_ar_n,
         seed=seed,
+        source=source,
+        comet_model=comet_model,
+        cometkiwi_model=cometkiwi_model,
+        sentences=sentences,
     )

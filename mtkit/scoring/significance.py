@@ -175,7 +175,7 @@ def print_table(result: dict, width: int, n_lines: int, n_refs: int) -> None:
     console = Console(highlight=False)
     console.print(f"{TEST_NAMES[result['test'][-2:]]}, {result['n']} {what}, seed {result['seed']}", soft_wrap=True)
     console.print(table)
-    refs = f"{n_refs} reference{'s' if n_refs > 1 else ''}"
+    refs = f"{n_refs} reference{'s' if n_refs != 1 else ''}"
     console.print(f"{n_lines} lines, {refs}; p: against the baseline, * where p <= 0.05", soft_wrap=True)
     for m in result["metrics"].values():
         console.print(f"{m['name']}: {m['signature']}", soft_wrap=True)
