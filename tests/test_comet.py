@@ -221,3 +221,35 @@ def test_score_without_neural_metrics_never_imports_torch():
     env = {**os.environ, "PYTHONPATH": str(DATA.parents[2])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# ------------------------------------------------------------------------------------------------- MBR utility
+def test_mbr_comet_encodes_each_text_once_and_scores_every_pair(models, monkeypatch):
+    """N candidates and M pseudo-references of a sentence: N + M + 1 texts encoded (not N x M pairs), and each
+    pair's utility is that pair's COMET-22 score."""
+    from mtkit.decoding import mbr
+    from mtkit.decoding.hypothesis import Decoded
+
+    model = models["comet-softmax"]
+    encoded = []
+    original = type(model)._pooled
+
+    def counting(self, sequences):
+        encoded.extend(map(tuple, sequences))
+        return original(self, sequences)
+
+    monkeypatch.setattr(type(model), "_pooled", counting)
+    sources = lines("src")[:2]
+    candidates = [lines("sys1")[:3], lines("sys2")[1:4]]
+    references = [lines("ref")[:2], [lines("ref")[3], lines("sys2")[0]]]
+    matrix = mbr.comet_matrix(candidates, references, sources, model)
+    assert len(encoded) == len(set(sources) | {t for x in candidates + references for t in x})
+    for k, (hyps, refs) in enumerate(zip(candidates, references)):
+        for i, hyp in enumerate(hyps):
+            pairs = model.score([hyp] * len(refs), [sources[k]] * len(refs), refs)
+            assert max(abs(a / 100 - b) for a, b in zip(matrix[k][i], pairs)) < TOLERANCE
+    found = [[Decoded([5 + i], 0.0, 0.0, [0.0, 0.0]) for i in range(len(hyps))] for hyps in candidates]
+    ranked = mbr.rank(found, candidates, references, "comet", nbest=3, sources=sources, scorer=model)
+    for k, kept in enumerate(ranked):
+        means = [sum(row) / len(row) / 100 for row in matrix[k]]
+        assert [h.score for h in kept] == pytest.approx(sorted(means, reverse=True), abs=TOLERANCE)

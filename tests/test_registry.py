@@ -37,13 +37,27 @@ def load(run: Path, exported: Path, engine: str, **options):
     return mtkit.load(run, device="cpu", dtype="float32", **options)
 
 
+@pytest.fixture(scope="module")
+def comet_hub(tmp_path_factory):
+    """A Hugging Face cache holding a tiny COMET-22 model under the default ``comet_model``, for mbr_utility comet."""
+    from huggingface_hub import constants
+    from test_comet import DATA, place_in_hub_cache
+
+    cache = tmp_path_factory.mktemp("hub")
+    place_in_hub_cache(cache, "mtkit-tests/tiny-xlmr", DATA / "encoder")
+    place_in_hub_cache(cache, algorithms.COMET_MODEL, DATA / "comet-softmax")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(constants, "HF_HUB_CACHE", str(cache))
+        yield cache
+
+
 def edge_cases() -> list[tuple[str, str, object]]:
     """(algorithm, option, value) for every registered option's edges (``Param.edges``)."""
     return [(a.name, p.name, value) for a in algorithms.REGISTRY.values() for p in a.params for value in p.edges()]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_every_option_at_the_edges_of_its_range_runs_on_both_engines(run, exported, engine):
+def test_every_option_at_the_edges_of_its_range_runs_on_both_engines(run, exported, engine, comet_hub):
     cases = edge_cases()
     assert {name for _, name, _ in cases} == set(algorithms.params())  # every option, each engine
     ran, refused = 0, 0

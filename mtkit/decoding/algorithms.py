@@ -166,6 +166,7 @@ SEED_MAX = 2**32 - 1  # CTranslate2's seeds are 32-bit
 REFERENCE_EPSILON = 0.02
 # MBR over a beam's 8-best: docs/benchmarks.md section 24 (chrF and BLEU above 16 epsilon samples, at half their time)
 MBR_CANDIDATES = 8
+COMET_MODEL = "Unbabel/wmt22-comet-da"  # mtkit.scoring.comet.DEFAULT_MODELS["comet"]
 
 
 def register(algorithm: Algorithm) -> Algorithm:
@@ -284,7 +285,7 @@ SAMPLING = register(
 register(
     Algorithm(
         "mbr",
-        "minimum Bayes risk: of mbr_candidates candidates, the one that agrees most with the others (chrF or BLEU)",
+        "minimum Bayes risk: of mbr_candidates candidates, the one that agrees most with the others (chrF, BLEU or COMET)",
         torch="mtkit.decoding.mbr:run_mbr",
         ctranslate2="mtkit.inference.ct2_runners:run_mbr",
         params=(
@@ -308,7 +309,19 @@ register(
                 le=1024,
                 count=True,
             ),
-            Param("mbr_utility", "str", "chrf", "the sentence metric candidates agree by", choices=("chrf", "bleu")),
+            Param(
+                "mbr_utility",
+                "str",
+                "chrf",
+                "the sentence metric candidates agree by (comet: COMET-22 of comet_model, on the source too)",
+                choices=("chrf", "bleu", "comet"),
+            ),
+            Param(
+                "comet_model",
+                "str",
+                COMET_MODEL,
+                "COMET-22 model of mbr_utility comet: a directory in the hub's layout or a hub name in the local cache",
+            ),
             Param("mbr_seed", "int", 0, "seed of the draws", ge=0, le=SEED_MAX),
         ),
         rows="mbr_candidates",

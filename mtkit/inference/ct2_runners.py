@@ -42,4 +42,5 @@ def run_mbr(engine: Ct2Engine, ids, guidance, options: Options) -> list[list[Dec
         draws = dict(sampling_topk=0, sampling_topp=1.0, sampling_temperature=1.0)
         plan = Ct2Search(1, pseudo, pseudo, draws, options.param("mbr_seed"))
         references = mbr.texts_of(engine.search(ids, guidance, options, plan), engine.tokenizer.decode_tgt)
-    return mbr.rank(candidates, texts, references, options.param("mbr_utility"), options.nbest)
+    extra = mbr.comet_inputs(options, ids, engine.tokenizer.decode_src)
+    return mbr.rank(candidates, texts, references, options.param("mbr_utility"), options.nbest, **extra)

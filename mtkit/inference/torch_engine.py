@@ -121,7 +121,15 @@ class TorchEngine(Engine):
             common = dict(
                 max_len_a=o.max_len_a, max_len_b=o.max_len_b, need_attention=o.alignments, guide=guide, parts=sizes
             )  # the algorithm of o.algorithm runs the batch (mtkit.decoding.algorithms)
-            out = o.chosen.runner()(self.model, src, o, common, generator, detokenize=self.tokenizer.decode_tgt)
+            out = o.chosen.runner()(
+                self.model,
+                src,
+                o,
+                common,
+                generator,
+                detokenize=self.tokenizer.decode_tgt,
+                decode_src=self.tokenizer.decode_src,
+            )
             for i, hyps in zip(idx, out):
                 results[i] = hyps
         return results
