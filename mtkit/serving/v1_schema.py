@@ -162,9 +162,10 @@ def _bound_hypotheses(options: dict, beam_size: int, algorithms: Optional[dict[s
 
 
 def _model_keeps(name: str, pairs: Sequence[tuple[str, str]]) -> dict:
-    """A request naming model ``name`` reads and writes its languages only."""
+    """A request naming model ``name`` reads and writes its languages only (a target among its sources too: a text
+    already in it stays as it is, ``routing.Router.route``)."""
     sources = list(dict.fromkeys(s for s, _ in pairs))
-    targets = list(dict.fromkeys(t for _, t in pairs))
+    targets = list(dict.fromkeys([*(t for _, t in pairs), *sources]))
     return {
         "if": {"properties": {"model": {"const": name}}, "required": ["model"]},
         "then": {"properties": {"source": {"enum": [None, "auto", *sources]}, "target": {"enum": [None, *targets]}}},
