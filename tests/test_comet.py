@@ -253,3 +253,62 @@ def test_mbr_comet_encodes_each_text_once_and_scores_every_pair(models, monkeypa
     for k, kept in enumerate(ranked):
         means = [sum(row) / len(row) / 100 for row in matrix[k]]
         assert [h.score for h in kept] == pytest.approx(sorted(means, reverse=True), abs=TOLERANCE)
+
+
+# ------------------------------------------------------------------------------------------------- quality estimates
+SOURCES = ["A man is riding a bike .", "Two dogs .", ""]
+
+
+@pytest.fixture(scope="module")
+def qe_run(toy_run_workdir, hub):
+    import mtkit
+
+    run = toy_run_workdir / "run"
+    plain = mtkit.load(run, device="cpu", dtype="float32", beam_size=4, nbest=4)
+    quality = {"qe_model": str(DATA / "kiwi-sparsemax"), "rerank": "qe"}
+    reranked = mtkit.load(run, device="cpu", dtype="float32", beam_size=4, nbest=4, **quality)
+    return run, plain, reranked
+
+
+def test_qe_is_cometkiwis_score_and_reranks_the_nbest(qe_run, models):
+    _, plain, reranked = qe_run
+    before, after = plain.translate_batch(SOURCES), reranked.translate_batch(SOURCES)
+    kiwi = models["kiwi-sparsemax"]
+    assert not after[2].hypotheses  # an empty line: nothing to estimate
+    for b, a in zip(before[:2], after[:2]):
+        assert all(h.qe is None for h in b.hypotheses)
+        expected = kiwi.score([h.text for h in a.hypotheses], [a.source] * len(a.hypotheses))
+        assert [h.qe for h in a.hypotheses] == pytest.approx(expected, abs=TOLERANCE)
+        assert [h.qe for h in a.hypotheses] == sorted((h.qe for h in a.hypotheses), reverse=True)
+        assert sorted(h.text for h in a.hypotheses) == sorted(h.text for h in b.hypotheses)
+        assert all(h.confidence is not None for h in a.hypotheses)  # beside confidence
+    best = max(zip(expected, (h.text for h in after[1].hypotheses)))[1]
+    assert reranked.translate(SOURCES[1]) == best  # without scores too, the text is the reranked best
+
+
+def test_translate_jsonl_and_http_give_qe(qe_run, models, run_cli, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from mtkit.serving.app import create_app
+
+    run, _, reranked = qe_run
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(SOURCES[:2]) + "\n", encoding="utf-8")
+    result = run_cli("translate", run, "-i", source, "--format", "jsonl", "--qe-model", DATA / "kiwi-sparsemax")
+    assert result.code == 0, result.err
+    records = [json.loads(line) for line in result.out.splitlines()]
+    expected = models["kiwi-sparsemax"].score([r["hypothesis"] for r in records], SOURCES[:2])
+    assert [r["qe"] for r in records] == pytest.approx(expected, abs=1e-4)  # jsonl rounds to 4 decimals
+    assert [r["nbest"][0]["qe"] for r in records] == [r["qe"] for r in records]
+    with TestClient(create_app(reranked, ("en", "de"))) as client:
+        found = client.post("/v1/translate", json={"text": SOURCES[:2], "options": {"scores": True}})
+        assert found.status_code == 200, found.text
+        hyps = [t["hypotheses"] for t in found.json()["translations"]]
+        assert all(isinstance(h["qe"], float) and h["confidence"] is not None for x in hyps for h in x)
+
+
+def test_bad_qe_options_are_one_line_exit_2(qe_run, run_cli):
+    run = qe_run[0]
+    assert_refused(run_cli("translate", run, "--rerank", "qe"), "--qe-model")
+    assert_refused(run_cli("translate", run, "--rerank", "bleu", "--qe-model", DATA / "kiwi-sparsemax"), "--rerank")
+    assert_refused(run_cli("translate", run, "--qe-model", DATA / "comet-softmax"), "CometKiwi")

@@ -261,6 +261,10 @@ def serve(
     threads: Optional[int] = typer.Option(None, "--threads"),
     engine: str = engine_option(),
     access_log: bool = typer.Option(False, "--access-log", help="Log every request (default: /metrics only)."),
+    qe_model: Optional[str] = typer.Option(
+        None, "--qe-model", help="CometKiwi model: each scored hypothesis's qe (docs/evaluation.md)."
+    ),
+    rerank: Optional[str] = typer.Option(None, "--rerank", help="qe: order each line's hypotheses by --qe-model's qe."),
     **algorithm_options,
 ):
     """Serve models over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, /health, /metrics.
@@ -318,6 +322,8 @@ def serve(
             device=device,
             dtype=dtype,
             threads=threads,
+            qe_model=qe_model,
+            rerank=rerank,
             **algorithm_options,
         ),
         access_log=access_log,

@@ -116,6 +116,12 @@ def translate(
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="Say on stderr what computes: engine, device, threads, dtype and why."
     ),
+    qe_model: Optional[str] = typer.Option(
+        None, "--qe-model", help="CometKiwi model: each hypothesis's qe in jsonl (docs/evaluation.md)."
+    ),
+    rerank: Optional[str] = typer.Option(
+        None, "--rerank", help="qe: order each line's n-best by --qe-model's qe, best first (with --nbest N)."
+    ),
     **algorithm_options,
 ):
     """Translate stdin (or --input) to stdout: one output line per input line, in order.
@@ -157,6 +163,8 @@ def translate(
         engine=engine,
         verbose=verbose,
         mark_below=mark_below,
+        qe_model=qe_model,
+        rerank=rerank,
     )
 
 

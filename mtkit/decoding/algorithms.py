@@ -14,7 +14,8 @@ where ``src`` is the (batch, src_len) PAD-padded source ids on the model's devic
 ``Options`` (``options.param("name")`` reads the entry's own options), ``common`` the keywords every search of
 ``mtkit.decoding`` takes (``max_len_a``, ``max_len_b``, ``need_attention``, ``guide``, ``parts``),
 ``generator`` a ``torch.Generator`` seeded by the option ``seed`` names, for an algorithm that draws, else None, and
-``detokenize`` turns lists of target ids into text (for an algorithm that compares outputs as text). A
+``detokenize`` turns lists of target ids into text (for an algorithm that compares outputs as text), and
+``decode_src`` lists of source ids into text (MBR's COMET utility reads the source). A
 CTranslate2 runner gets the engine (``mtkit.inference.ct2_engine.Ct2Engine``), the sources' ids, each sentence's
 ``Guidance`` or None, and the options; it asks the engine for CTranslate2's hypotheses with ``engine.search``
 (a beam, or draws from its seed's stream) and may rank them as it likes.

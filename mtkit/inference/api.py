@@ -25,6 +25,7 @@ from mtkit.inference.engine import Engine
 from mtkit.inference.languages import with_first, without_first
 from mtkit.inference.loading import ct2_engine, torch_engine
 from mtkit.inference.options import Options, check_flags
+from mtkit.inference.quality import estimator_for
 from mtkit.inference.results import Hypothesis, Translation
 from mtkit.inference.segments import Segment, with_parallel
 from mtkit.interop import ct2_export as ct2
@@ -52,6 +53,7 @@ class TranslationModel:
     def __init__(self, engine: Engine, calibration: Optional[Calibration] = None, source: Optional[str] = None):
         self.engine = engine
         self.calibration = calibration  # the run's (mtkit calibrate), for hypotheses' confidence
+        self.quality = None  # a quality.QualityEstimator (qe_model): each hypothesis's qe, --rerank qe
         # the source language of a model that reads it as a token (``mtkit.load(source=)``; a run fine-tuned from
         # such a model on one source language: that one)
         only = engine.sources if engine.source_tag and len(engine.sources) == 1 else ()
@@ -175,6 +177,7 @@ class TranslationModel:
                 for i, translation in zip(picked, done):
                     found[i] = translation
         out = planned.rebuild(found)
+        out = self.quality.annotate(out, scores) if self.quality is not None else out
         return out[0] if single else out
 
     def _translate_sentences(
@@ -411,7 +414,8 @@ def load(
         engine: ``torch`` or ``ctranslate2``.
         alignments: hypotheses carry cross-attention (checked now: the engine must give it).
         **options: those of ``mtkit translate`` (None: the run's ``decoding`` section); see ``Options``; and
-            ``source``: the source language of a model that reads it as a token (``TranslationModel.sources``).
+            ``source``: the source language of a model that reads it as a token (``TranslationModel.sources``);
+            ``qe_model``, ``rerank``: a CometKiwi model for each hypothesis's ``qe`` (``inference.quality``).
 
     Returns:
         The loaded model.
@@ -424,7 +428,7 @@ def load(
     paths = [Path(path), *(Path(p) for p in checkpoints)]
     if engine != "ctranslate2" and ct2.is_export_dir(paths[0]):
         engine = "ctranslate2"
-    source = options.pop("source", None)
+    source, qe = options.pop("source", None), (options.pop("qe_model", None), options.pop("rerank", None))
     overrides = dict(options, engine=engine, alignments=alignments)
     run_dir = paths[0] if paths[0].is_dir() else paths[0].parent.parent  # RUN/checkpoints/x.safetensors
     calibration = Calibration.load(run_dir)
@@ -433,6 +437,7 @@ def load(
     else:
         model = TranslationModel(torch_engine(paths, overrides), calibration, source)
     model.calibration = calibration_for(calibration, model.options.engine)
+    model.quality = estimator_for(*qe, str(getattr(model.engine, "device", "cpu")))
     if source is not None:
         model.check_source(source)
     return model

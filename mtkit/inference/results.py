@@ -28,6 +28,7 @@ class Hypothesis:
     alignment: Optional[tuple[tuple[float, ...], ...]] = None
     confidence: Optional[float] = None
     word_confidences: Optional[tuple[tuple[str, float], ...]] = None
+    qe: Optional[float] = None  # with scores and a quality estimation model: CometKiwi's score (inference.quality)
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,10 @@ def format_jsonl(translation: Translation, alignments: bool, error: Optional[str
             for h in translation.hypotheses
         ],
     }
+    if best is not None and best.qe is not None:  # a quality estimation model's (--qe-model)
+        record["qe"] = round(best.qe, 4)
+        for entry, h in zip(record["nbest"], translation.hypotheses):
+            entry["qe"] = round(h.qe, 4)
     if alignments:
         record["alignment"] = best.alignment if best is not None and best.alignment is not None else []
     if error is not None:

@@ -21,6 +21,7 @@ class HypothesisOut(BaseModel):
         None, description="From 0 to 1: the expected sentence chrF / 100 (calibrated runs), else the model's own."
     )
     words: Optional[list[tuple[str, float]]] = Field(None, description="Each word and its confidence, 0 to 1.")
+    qe: Optional[float] = Field(None, description="CometKiwi's quality estimate, where the server has a --qe-model.")
 
 
 class LegOut(BaseModel):
@@ -112,6 +113,7 @@ def _hypothesis(h, options: RequestOptions, text: Optional[str] = None) -> Hypot
         alignment=h.alignment,
         confidence=h.confidence,
         words=list(h.word_confidences) if h.word_confidences is not None else None,
+        qe=h.qe,
     )
 
 

@@ -116,7 +116,8 @@ def model_spec(
     engine = "ctranslate2" if is_export_dir(path) else engine
     try:
         cfg = run_config(path)
-        decoding = Options.build(cfg.decoding, **options, engine=engine)
+        quality = {"qe_model", "rerank"}  # mtkit.load's, not decoding options (inference.quality)
+        decoding = Options.build(cfg.decoding, **{k: v for k, v in options.items() if k not in quality}, engine=engine)
     except MtkitError as err:
         raise MtkitError(f"{lead}{err}") from None
     directions, multilingual = data_directions(cfg.data)
