@@ -71,6 +71,17 @@ def sparsemax(z: torch.Tensor) -> torch.Tensor:
     return torch.clamp(z - tau, min=0)
 
 
+def _no_init():
+    """transformers' context that skips the random initialisation of a model about to be loaded, where it has one."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # pragma: no cover - another transformers layout
+        import contextlib
+
+        return contextlib.nullcontext()
+    return no_init_weights()
+
+
 def _activation(name: str, key: str, where: Path) -> nn.Module:
     module = getattr(nn, str(name).title(), None)
     if module is None:
@@ -146,9 +157,10 @@ class Comet:
         self.max_tokens = config.max_position_embeddings - 2
         encoder_state = {k[len(PREFIX) :]: v for k, v in state.items() if k.startswith(PREFIX)}
         encoder_state.pop("embeddings.position_ids", None)
-        model = XLMRobertaModel(config, add_pooling_layer=False)
+        with _no_init():  # every weight comes from the checkpoint (a missing one is refused below)
+            model = XLMRobertaModel(config, add_pooling_layer=False)
         try:
-            missing, unexpected = model.load_state_dict(encoder_state, strict=False)
+            missing, unexpected = model.load_state_dict(encoder_state, strict=False, assign=True)
         except RuntimeError as err:
             detail = " ".join(str(err).split())[:240]
             raise MtkitError(
