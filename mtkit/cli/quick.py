@@ -48,6 +48,8 @@ _VALUES: dict[str, tuple[str, Callable]] = {
     "--engine": ("engine", str),
     "--algorithm": ("algorithm", str),
     "--mark-below": ("mark_below", float),
+    "--qe-model": ("qe_model", str),
+    "--rerank": ("rerank", str),
 }
 # every registered algorithm's own options, as Typer's command gets them (cli/base.py: with_algorithm_flags)
 _VALUES.update({p.cli_flag: (name, p.kind) for name, (_, p) in algorithms.params().items()})

@@ -37,7 +37,8 @@ class Param:
     line unless ``flag`` says otherwise), type ("int", "float" or "str"), default, help and bounds or choices;
     ``count``: its value is a number of hypotheses each sentence decodes, which a server bounds per request (as it
     bounds ``nbest`` and the algorithm's ``rows`` option). ``engines``: the engines that run a value other than the
-    default (empty: every engine of its algorithm), ``why`` says what the others lack."""
+    default (empty: every engine of its algorithm), ``why`` says what the others lack. ``request``: a request to
+    ``mtkit serve`` may set it (False for a path on the server's disk: set where the model loads only)."""
 
     name: str
     type: str
@@ -52,6 +53,7 @@ class Param:
     count: bool = False
     engines: tuple[str, ...] = ()
     why: str = ""
+    request: bool = True
 
     @property
     def cli_flag(self) -> str:
@@ -322,6 +324,7 @@ register(
                 "str",
                 COMET_MODEL,
                 "COMET-22 model of mbr_utility comet: a directory in the hub's layout or a hub name in the local cache",
+                request=False,
             ),
             Param("mbr_seed", "int", 0, "seed of the draws", ge=0, le=SEED_MAX),
         ),

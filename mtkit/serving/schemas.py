@@ -132,7 +132,7 @@ def options_model(names: Optional[list[str]] = None, most: Optional[int] = None)
                 + ".",
             ),
         ),
-        **{p.name: _option_field(a, p, most) for a in chosen for p in a.params},
+        **{p.name: _option_field(a, p, most) for a in chosen for p in a.params if p.request},
     }
     if most is not None:
         fields["nbest"] = (Optional[Annotated[Count, Field(le=most)]], RequestOptions.model_fields["nbest"])
