@@ -22,6 +22,7 @@ from mtkit.inference.agreement import calibration_for, draw_samples
 from mtkit.inference.confidence import Calibration, agreement, sentence_confidence
 from mtkit.inference.confidence import words as confidence_words
 from mtkit.inference.engine import Engine
+from mtkit.inference.glossaries import as_glossary, guide
 from mtkit.inference.languages import with_first, without_first
 from mtkit.inference.loading import ct2_engine, torch_engine
 from mtkit.inference.options import Options, check_flags
@@ -85,7 +86,7 @@ class TranslationModel:
 
     def translate(self, lines: Union[Line, Iterable[Line]], **instructions) -> Union[str, list[str]]:
         """The best translation of each line (a str for a single line); ``instructions``: ``prefix``,
-        ``constraints``, ``avoid``, ``split_sentences`` and ``format`` as for ``translate_batch``."""
+        ``constraints``, ``avoid``, ``split_sentences``, ``format`` and ``glossary`` as for ``translate_batch``."""
         found = self.translate_batch(lines, scores=False, **instructions)
         return found.text if isinstance(found, Translation) else [t.text for t in found]
 
@@ -103,6 +104,7 @@ class TranslationModel:
         format: str = "text",
         target: Optional[str] = None,
         source: Optional[str] = None,
+        glossary=None,
         **decoding,
     ) -> Union[Translation, list[Translation]]:
         """A ``Translation`` per line (one for a single line) with up to ``nbest`` hypotheses (default: the loaded
@@ -134,6 +136,8 @@ class TranslationModel:
         ``target``: the target language of a multilingual model (one of ``targets``; a line's own ``target``
         wins), needed where the model has several. ``source``: the source language of a model that reads it as a
         token (``sources``; an imported M2M-100 or NLLB-200 model); default: the one ``mtkit.load`` was given.
+        ``glossary``: a ``text.glossary.Glossary``, a dict {source term: target term}, pairs or a TSV/CSV file; each
+        sentence holding source terms must contain their target terms (``inference.glossaries``).
 
         ``decoding``: this call's decoding options, as ``mtkit.load`` takes them, but for those fixed when the model
         loaded (``options.LOAD_TIME``: engine, device, dtype, threads, shortlist): ``algorithm="mbr"``,
@@ -163,6 +167,7 @@ class TranslationModel:
         split = options.split_sentences if split_sentences is None else split_sentences
         planned = paragraphs.plan(segments, source or self.languages[0], split_sentences=split, fmt=format)
         guidance = [None if i is None else guidance[i] for i in planned.origin]
+        guidance = guide(self.engine, planned.sentences, guidance, as_glossary(glossary), options)
         found: list = [None] * len(planned.sentences)
         for attention in (False, True):  # tags are placed by the cross-attention: only where a sentence has some
             picked = [i for i, needs in enumerate(planned.attention) if (alignments or needs) == attention]
