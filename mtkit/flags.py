@@ -3,7 +3,7 @@ once. The decoding algorithms' own flags (sampling's among them) are declared in
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Optional, get_args
 
 from pydantic import Field, ValidationError
 
@@ -52,6 +52,9 @@ class ServeLimits(Section):
     )
     max_delay: float = Field(0.05, ge=0, description="seconds the batcher holds a batch back at most")
     timeout: float = Field(60.0, gt=0, description="seconds a request may wait for its translations")
+    char_limit: Optional[int] = Field(
+        None, ge=0, description="characters DeepL's routes translate in all; beyond: 456 (None: no limit)"
+    )
 
 
 def serve_limits(flags: dict[str, tuple[str, Any]], **values) -> ServeLimits:

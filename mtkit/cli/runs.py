@@ -253,6 +253,12 @@ def serve(
     max_file_bytes: int = typer.Option(
         _LIMITS.max_file_bytes, "--max-file-bytes", help="Bytes per document sent to /translate_file; beyond: 413."
     ),
+    char_limit: Optional[int] = typer.Option(
+        None, "--char-limit", help="Characters DeepL's routes translate in all; beyond: 456 (default: no limit)."
+    ),
+    glossary_dir: Optional[Path] = typer.Option(
+        None, "--glossary-dir", help="Keep the glossaries in this folder, across restarts (default: in memory)."
+    ),
     algorithm: Optional[str] = algorithm_option("each model's decoding.algorithm"),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", "-b"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sentences per batch."),
@@ -267,7 +273,8 @@ def serve(
     rerank: Optional[str] = typer.Option(None, "--rerank", help="qe: order each line's hypotheses by --qe-model's qe."),
     **algorithm_options,
 ):
-    """Serve models over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, /health, /metrics.
+    """Serve models over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, DeepL's API v2 (its
+    clients take a server_url), /health, /metrics.
 
     Each request goes to the model of its language pair (or through a pivot language); GET / is a web page over the
     same routes. Example: mtkit serve runs/en-de runs/de-en --port 8000, then open http://127.0.0.1:8000/ (needs
@@ -284,6 +291,7 @@ def serve(
             "max_wait": ("--max-wait-ms", max_wait_ms),
             "max_delay": ("--max-delay-ms", max_delay_ms),
             "timeout": ("--timeout", timeout),
+            "char_limit": ("--char-limit", char_limit),
         },
         max_sentences=max_sentences,
         max_hypotheses=max_hypotheses,
@@ -294,6 +302,7 @@ def serve(
         max_wait=max_wait_ms / 1000,
         max_delay=max_delay_ms / 1000,
         timeout=timeout,
+        char_limit=char_limit,
     )
     try:
         from mtkit.serving.main import serve_main
@@ -328,4 +337,5 @@ def serve(
         ),
         access_log=access_log,
         parallel=parallel_models,
+        glossary_dir=glossary_dir,
     )

@@ -12,6 +12,7 @@ to (``routing.Router``); sentences of concurrent requests are translated togethe
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Optional
 
 from fastapi import Depends, FastAPI, Request
@@ -21,11 +22,13 @@ from fastapi.responses import PlainTextResponse
 from mtkit.errors import MtkitError
 from mtkit.flags import ServeLimits
 from mtkit.inference.segments import Segment
-from mtkit.serving import contract, documents, libretranslate, page, v1_schema
+from mtkit.serving import contract, deepl_documents, deepl_glossaries, documents, libretranslate, page, v1_schema
+from mtkit.serving import deepl as deepl_routes
 from mtkit.serving.answers import DetectedLanguageOut, LegOut, ModelsOut, TranslateResponse, translation_out
 from mtkit.serving.auth import ApiKey
 from mtkit.serving.dispatch import AUTO, Dispatcher
 from mtkit.serving.errors import ApiError, add_error_handlers, error_responses
+from mtkit.serving.glossary_store import GlossaryStore
 from mtkit.serving.metrics import CONTENT_TYPE, Metrics
 from mtkit.serving.middleware import BodyLimit, Observe
 from mtkit.serving.pool import ModelPool
@@ -42,6 +45,7 @@ def create_app(
     api_key: Optional[str] = None,
     cors_origins: tuple[str, ...] = (),
     executor=None,
+    glossary_dir: Optional[Path] = None,
 ) -> FastAPI:
     """The app serving one loaded ``model``; its batcher starts and stops with the app's lifespan.
 
@@ -53,12 +57,15 @@ def create_app(
         api_key: the key every translate request must give; None for none.
         cors_origins: the origins browsers may call from.
         executor: the one-thread executor the model was loaded on (``threads.model_thread``), or None.
+        glossary_dir: the folder the glossaries are kept in (``glossary_store``), or None for memory only.
 
     Returns:
         The app; ``app.state.batcher`` is its batcher.
     """
     pool = ModelPool.single(model, languages)
-    return create_models_app(pool, limits=limits, api_key=api_key, cors_origins=cors_origins, executor=executor)
+    return create_models_app(
+        pool, limits=limits, api_key=api_key, cors_origins=cors_origins, executor=executor, glossary_dir=glossary_dir
+    )
 
 
 def create_models_app(
@@ -69,6 +76,7 @@ def create_models_app(
     cors_origins: tuple[str, ...] = (),
     executor=None,
     algorithms: Optional[list[str]] = None,
+    glossary_dir: Optional[Path] = None,
 ) -> FastAPI:
     """The app serving the models of ``pool``, each request routed by its languages (``routing.Router``).
 
@@ -81,13 +89,17 @@ def create_models_app(
             them to run different models at once, or None.
         algorithms: the decoding algorithms a request may choose, each with its options
             (``schemas.options_model``; default: every registered one).
+        glossary_dir: the folder the glossaries are kept in (``glossary_store``), or None for memory only.
 
     Returns:
-        The app; ``app.state.batcher`` is its batcher, ``app.state.pool`` its pool.
+        The app; ``app.state.batcher`` is its batcher, ``app.state.pool`` its pool, ``app.state.glossaries`` its
+        glossaries.
 
     Raises:
-        MtkitError: two models serve one pair and one of them has no name (``routing.Router``).
+        MtkitError: two models serve one pair and one of them has no name (``routing.Router``); a damaged glossary
+            file in ``glossary_dir``.
     """
+    glossaries = GlossaryStore(glossary_dir)
     router = Router(list(pool.specs.values()))
     # the request's schema made now, from the decoding algorithms registered now
     translate_request = TranslateRequest.with_options(options_model(algorithms, limits.max_hypotheses))
@@ -114,10 +126,10 @@ def create_models_app(
     # providers costs each request time on the event loop, on the cores that decode
     telemetry = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
     app = FastAPI(title="mtkit", summary="Machine translation over HTTP", lifespan=lifespan, telemetry=telemetry)
-    app.state.batcher, app.state.pool = service.batcher, pool
+    app.state.batcher, app.state.pool, app.state.glossaries = service.batcher, pool, glossaries
     # the last added runs first: metrics see every response, CORS headers reach the 413s too
     room = limits.max_file_bytes + (64 << 10)  # the document and its multipart framing
-    larger = {path: max(room, limits.max_body_bytes) for path in documents.FILE_ROUTES}
+    larger = {path: max(room, limits.max_body_bytes) for path in (*documents.FILE_ROUTES, deepl_documents.ROUTE)}
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes, larger=larger)
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"])
@@ -186,6 +198,9 @@ def create_models_app(
     libretranslate.add_routes(app, dispatcher, key)
     documents.add_routes(app, dispatcher, key, store)
     page.add_routes(app)
+    deepl = deepl_routes.DeepL(dispatcher, key, glossaries, deepl_routes.Usage(limits.char_limit))
+    for routes in (deepl_routes, deepl_glossaries, deepl_documents):
+        routes.add_routes(app, deepl)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_() -> PlainTextResponse:

@@ -1,4 +1,5 @@
-"""API-key checks: an ``api_key`` field (LibreTranslate's way), an ``X-API-Key`` header or a bearer token."""
+"""API-key checks: an ``api_key`` field (LibreTranslate's way), an ``X-API-Key`` header, a bearer token or DeepL's
+``Authorization: DeepL-Auth-Key KEY``."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from mtkit.serving.errors import ApiError
 
 
 def header_key(request: Request) -> Optional[str]:
-    """The key in ``X-API-Key``, else in ``Authorization: Bearer ...``; None without either."""
+    """The key in ``X-API-Key``, else in ``Authorization: Bearer ...`` or ``Authorization: DeepL-Auth-Key ...``;
+    None without any."""
     auth = request.headers.get("authorization", "")
-    return request.headers.get("x-api-key") or (auth[7:] if auth.lower().startswith("bearer ") else None)
+    scheme, _, given = auth.partition(" ")
+    return request.headers.get("x-api-key") or (given if scheme.lower() in ("bearer", "deepl-auth-key") else None)
 
 
 class ApiKey:

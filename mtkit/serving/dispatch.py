@@ -108,6 +108,7 @@ class Dispatcher:
         *,
         model: Optional[str] = None,
         bounded: bool = True,
+        glossary=None,
     ) -> tuple[list, Plan]:
         """Translate a request's lines: bounds, routes (``plan``), then ``translate``.
 
@@ -120,7 +121,7 @@ class Dispatcher:
         if bounded:
             self.service.check_bounds(lines)
         plan = self.plan([text_of(line) for line in lines], source, targets, model)
-        return await self.translate(lines, plan.routes, options, disconnected), plan
+        return await self.translate(lines, plan.routes, options, disconnected, glossary), plan
 
     async def translate(
         self,
@@ -128,26 +129,31 @@ class Dispatcher:
         routes: Sequence[Route],
         options: Optional[RequestOptions] = None,
         disconnected: Optional[Disconnected] = None,
+        glossary=None,
     ) -> list:
-        """Each line's translation along its route: the lines grouped by route, the groups concurrently.
+        """Each line's translation along its route: the lines grouped by route, the groups concurrently; a
+        ``glossary`` (``text.glossary.Glossary``) holds where a model translates the line's pair itself.
 
         Raises:
-            ApiError: the first error of any group (the other groups' sentences are then dropped).
+            ApiError: the first error of any group (the other groups' sentences are then dropped); 400 for a
+                glossary on a route through a pivot.
         """
         options = options or RequestOptions()
+        if glossary is not None and any(len(route) > 1 for route in routes):
+            raise ApiError(400, "a glossary applies where one model translates the pair, not through a pivot")
         groups: dict[Route, list[int]] = {}
         for i, route in enumerate(routes):
             groups.setdefault(route, []).append(i)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.service.limits.timeout
         if len(groups) <= 1:
-            calls = [self._along(route, lines, options, disconnected, deadline) for route in groups]
+            calls = [self._along(route, lines, options, disconnected, deadline, glossary=glossary) for route in groups]
             return (await calls[0])[1] if calls else []
         watch = asyncio.ensure_future(disconnected()) if disconnected else None
         shared = (lambda: asyncio.shield(watch)) if watch is not None else None  # one receive() for every group
         tasks = [
             asyncio.ensure_future(
-                self._along(route, [lines[i] for i in indexes], options, shared, deadline, indexes),
+                self._along(route, [lines[i] for i in indexes], options, shared, deadline, indexes, glossary),
             )
             for route, indexes in groups.items()
         ]
@@ -175,6 +181,7 @@ class Dispatcher:
         disconnected: Optional[Disconnected],
         deadline: float,
         indexes: Optional[list[int]] = None,
+        glossary=None,
     ) -> tuple[list[int], list]:
         """``lines`` through the legs of ``route``; returns (their indexes in the request, their results)."""
         indexes = list(range(len(lines))) if indexes is None else indexes
@@ -203,6 +210,7 @@ class Dispatcher:
                 source=leg.source if multilingual else None,
                 timeout=None if n == 0 else max(0.0, deadline - loop.time()),
                 numbers=numbers,
+                glossary=glossary if last else None,
             )
             if not last:
                 texts = [result.text for result in results]

@@ -94,9 +94,12 @@ class _ThroughBatcher:
     dispatcher on the event loop, and the thread waits for it. With source ``auto`` (where the server reads several
     languages) the document's language is detected from its first slice, and the whole document goes that route."""
 
-    def __init__(self, dispatcher: Dispatcher, source: str, target: str, loop: asyncio.AbstractEventLoop):
+    def __init__(
+        self, dispatcher: Dispatcher, source: str, target: str, loop: asyncio.AbstractEventLoop, glossary=None
+    ):
         self.dispatcher, self.source, self.target, self.loop = dispatcher, source, target, loop
-        self.route = None
+        self.route, self.glossary = None, glossary
+        self.characters = 0  # of the texts translated
 
     def check_format(self, markup: str, options=None) -> None:
         pass  # each slice's format is checked against the models that translate it (a 422)
@@ -108,8 +111,10 @@ class _ThroughBatcher:
             if self.route is None:
                 sample = " ".join(_TAG.sub(" ", t) if format == "html" else t for t in part)
                 self.route = self.dispatcher.plan([sample], self.source, [self.target]).routes[0]
-            call = self.dispatcher.translate(part, [self.route] * len(part), RequestOptions(format=format))
+            options = RequestOptions(format=format)
+            call = self.dispatcher.translate(part, [self.route] * len(part), options, glossary=self.glossary)
             out += asyncio.run_coroutine_threadsafe(call, self.loop).result()
+            self.characters += sum(map(len, part))
         return out
 
 

@@ -1,4 +1,6 @@
-"""The server's errors: every one is a JSON body ``{"error": "one readable message"}`` with its status."""
+"""The server's errors: every one is a JSON body ``{"error": "one readable message"}`` with its status; under
+DeepL's routes (``/v2/``) the body is DeepL's, ``{"message": "..."}``, and a 422 is DeepL's 400, so that its
+clients raise their own exceptions."""
 
 from __future__ import annotations
 
@@ -54,6 +56,17 @@ def error_response(status: int, message: str, headers: Optional[dict] = None) ->
     return JSONResponse({"error": " ".join(message.split())}, status_code=status, headers=headers)
 
 
+DEEPL_PREFIX = "/v2/"
+
+
+def _answer(request, status: int, message: str, headers: Optional[dict] = None) -> JSONResponse:
+    """``error_response``, or DeepL's body and statuses for a request to one of its routes."""
+    if request is not None and request.url.path.startswith(DEEPL_PREFIX):
+        status = 400 if status == 422 else status
+        return JSONResponse({"message": " ".join(message.split())}, status_code=status, headers=headers)
+    return error_response(status, message, headers)
+
+
 def describe(problem: dict) -> str:
     """One pydantic validation problem as ``where: what``.
 
@@ -74,20 +87,20 @@ def add_error_handlers(app: FastAPI) -> None:
     """
 
     @app.exception_handler(ApiError)
-    async def _api_error(_request, err: ApiError):
-        return error_response(err.status, err.message, err.headers)
+    async def _api_error(request, err: ApiError):
+        return _answer(request, err.status, err.message, err.headers)
 
     @app.exception_handler(HTTPException)
-    async def _http_error(_request, err: HTTPException):
-        return error_response(err.status_code, str(err.detail), getattr(err, "headers", None))
+    async def _http_error(request, err: HTTPException):
+        return _answer(request, err.status_code, str(err.detail), getattr(err, "headers", None))
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request, err: RequestValidationError):
+    async def _invalid(request, err: RequestValidationError):
         problems = err.errors()
         if any(p.get("type") == "json_invalid" for p in problems):
-            return error_response(400, "the body is not valid JSON")
-        return error_response(422, "; ".join(describe(p) for p in problems[:5]))  # the first few: one short line
+            return _answer(request, 400, "the body is not valid JSON")
+        return _answer(request, 422, "; ".join(describe(p) for p in problems[:5]))  # the first few: one short line
 
     @app.exception_handler(Exception)
-    async def _internal(_request, err: Exception):
-        return error_response(500, f"internal error: {type(err).__name__}")  # the type only: no internals leak
+    async def _internal(request, err: Exception):
+        return _answer(request, 500, f"internal error: {type(err).__name__}")  # the type only: no internals leak

@@ -32,6 +32,7 @@ def serve_main(
     preload: bool = False,
     access_log: bool = False,
     parallel: int = 1,
+    glossary_dir: Optional[Path] = None,
 ) -> None:
     """Read the models, then serve them until Ctrl-C or SIGTERM.
 
@@ -54,10 +55,11 @@ def serve_main(
         parallel: how many models may translate at once, each on a model thread of its own (``share_cores``: with
             every model in memory only); without ``threads`` in ``overrides`` each then computes on its share of
             the cores.
+        glossary_dir: the folder glossaries are kept in, or None for memory only.
 
     Raises:
         MtkitError: a model that does not read (or, with ``preload``, does not load), a bad models file, two unnamed
-            models serving one pair.
+            models serving one pair, a damaged glossary file.
     """
     import uvicorn
 
@@ -66,9 +68,19 @@ def serve_main(
     )
     pool = ModelPool(specs, max_models=max_models)
     executors = model_threads(parallel)  # the models are loaded and run on these threads
-    app = create_models_app(
-        pool, limits=limits, api_key=api_key or None, cors_origins=tuple(cors_origins), executor=executors
-    )
+    try:
+        app = create_models_app(
+            pool,
+            limits=limits,
+            api_key=api_key or None,
+            cors_origins=tuple(cors_origins),
+            executor=executors,
+            glossary_dir=glossary_dir,
+        )
+    except MtkitError:
+        for executor in executors:
+            executor.shutdown(wait=False)
+        raise
     if preload:
         failures = executors[0].submit(pool.preload).result()
         if failures:

@@ -163,6 +163,7 @@ class TranslationService:
         timeout: Optional[float] = None,
         numbers=None,
         source: Optional[str] = None,
+        glossary=None,
     ) -> list:
         """A model's results for ``lines``, translated in batches with other requests' sentences.
 
@@ -177,6 +178,7 @@ class TranslationService:
             source: the source language to pass to the model (a multilingual model's), or None.
             timeout: the seconds to wait for the translations (default: the server's request timeout).
             numbers: each line's number in its request, for the messages (default: 1, 2, ...).
+            glossary: a ``text.glossary.Glossary`` whose terms the sentences holding them must carry, or None.
 
         Returns:
             One ``results.Translation`` per line, in order.
@@ -199,7 +201,10 @@ class TranslationService:
                 loaded.check_source(source)
             except MtkitError as err:
                 raise ApiError(400, str(err)) from None
-        key = (name, self.model_arguments(options, loaded, target, source))
+        key = (
+            name,
+            self.model_arguments(options, loaded, target, source) + ((("glossary", glossary),) if glossary else ()),
+        )
         if self.on_request is not None:
             self.on_request(name)
         return await self._queue(lines, key, disconnected, self.limits.timeout if timeout is None else timeout)

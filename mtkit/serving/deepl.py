@@ -1,0 +1,289 @@
+"""DeepL's API v2 for its clients (the official ones take a ``server_url``): ``POST /v2/translate``, ``GET|POST
+/v2/languages``, ``GET|POST /v2/usage`` and ``GET /v2/glossary-language-pairs``; the glossary routes are in
+``deepl_glossaries``, the document routes in ``deepl_documents``.
+
+A request's fields come from a JSON object or a form (``text`` repeated for several texts), the query string's
+under them; the key from ``Authorization: DeepL-Auth-Key KEY`` (or the older ``auth_key`` field). Errors are
+DeepL's: ``{"message": ...}`` with 400, 403, 404, 413, 456 (``errors``). docs/serving.md lists which of DeepL's
+options are honoured, which are hints accepted and ignored, and which are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from fastapi import FastAPI, Request
+
+from mtkit.serving import contract
+from mtkit.serving.auth import ApiKey, header_key
+from mtkit.serving.deepl_codes import base, deepl_code, model_code, source_entries, target_entries
+from mtkit.serving.dispatch import Dispatcher
+from mtkit.serving.errors import ApiError
+from mtkit.serving.glossary_store import GlossaryStore
+from mtkit.serving.schemas import RequestOptions
+from mtkit.serving.service import client_gone
+
+# DeepL's options mtkit cannot honour: the values a client relies on are refused, the hints accepted
+HINTS = {
+    "formality": ("default", "prefer_more", "prefer_less"),
+    "model_type": ("latency_optimized", "prefer_quality_optimized"),
+}
+REFUSED = ("custom_instructions", "style_id", "translation_memory_id", "glossary_ids")
+SPLIT = {"0": False, "1": True, "nonewlines": True}
+_KEPT = ' translate="no" data-mtkit-ignored=""'  # marks an ignore_tags element while it is translated
+
+
+class Usage:
+    """Characters translated since the server started, and the most it may translate (None: no limit)."""
+
+    def __init__(self, limit: Optional[int] = None):
+        self.count, self.limit, self._lock = 0, limit, threading.Lock()
+
+    def charge(self, characters: int) -> None:
+        """Count ``characters`` against the limit.
+
+        Raises:
+            ApiError: 456 where they would pass it, as DeepL answers a spent quota.
+        """
+        with self._lock:
+            if self.limit is not None and self.count + characters > self.limit:
+                raise ApiError(456, f"Quota exceeded: {self.count} of {self.limit} characters translated")
+            self.count += characters
+
+    def add(self, characters: int) -> None:
+        """Count characters already translated (a document's, known once it is done)."""
+        with self._lock:
+            self.count += characters
+
+    def answer(self) -> dict:
+        # DeepL gives a plan without a character limit a limit of 10^12
+        return {"character_count": self.count, "character_limit": self.limit if self.limit is not None else 10**12}
+
+
+@dataclass
+class DeepL:
+    """What the DeepL routes share."""
+
+    dispatcher: Dispatcher
+    key: ApiKey
+    glossaries: GlossaryStore
+    usage: Usage
+
+    async def fields(self, request: Request) -> dict:
+        """The request's fields, its key checked (403 for a wrong one)."""
+        fields = {**_query(request), **await _body(request)}
+        given = header_key(request) or fields.get("auth_key")
+        self.key.check(given if isinstance(given, str) else None)
+        return fields
+
+    def source(self, fields: dict) -> Optional[str]:
+        """The model code of ``source_lang``; None where not given (detected then)."""
+        given = string_field(fields, "source_lang")
+        if not given:
+            return None
+        code = model_code(given, self.dispatcher.router.sources)
+        if code is None:
+            raise ApiError(400, f"Value for 'source_lang' not supported: {given}")
+        return code
+
+    def target(self, fields: dict) -> str:
+        given = string_field(fields, "target_lang")
+        if not given:
+            raise ApiError(400, "Parameter 'target_lang' not specified.")
+        code = model_code(given, self.dispatcher.router.targets)
+        if code is None:
+            raise ApiError(400, f"Value for 'target_lang' not supported: {given}")
+        return code
+
+    def glossary(self, fields: dict, source: Optional[str], target: str):
+        """The glossary ``glossary_id`` names, for the pair (source, target); None without one."""
+        glossary_id = string_field(fields, "glossary_id")
+        if not glossary_id:
+            return None
+        if source is None:
+            raise ApiError(400, "Use of a glossary requires the source_lang parameter to be specified.")
+        stored = self.glossaries.get(glossary_id)
+        if stored is None:
+            raise ApiError(404, f"Glossary not found: {glossary_id}")
+        g = stored.glossary
+        if (base(deepl_code(g.source)), base(deepl_code(g.target))) != (
+            base(deepl_code(source)),
+            base(deepl_code(target)),
+        ):
+            raise ApiError(400, f"The glossary's language pair {g.source}-{g.target} is not the request's")
+        return g
+
+
+def check_hints(fields: dict) -> None:
+    """Refuse the options a client relies on and mtkit cannot honour; hints pass."""
+    for name, accepted in HINTS.items():
+        value = string_field(fields, name)
+        if value and value.lower() not in accepted:
+            raise ApiError(
+                400, f"Value for '{name}' not supported: {value} (this server accepts {', '.join(accepted)})"
+            )
+    for name in REFUSED:
+        if fields.get(name) not in (None, ""):
+            raise ApiError(400, f"Parameter '{name}' is not supported by this server")
+
+
+def request_options(fields: dict) -> tuple[RequestOptions, tuple[str, ...]]:
+    """The translate options of a request, and the tags whose content stays as it is (``ignore_tags``)."""
+    split = string_field(fields, "split_sentences") or "1"
+    if split not in SPLIT:
+        raise ApiError(400, f"Value for 'split_sentences' not supported: {split} (0, 1 or nonewlines)")
+    tags = string_field(fields, "tag_handling") or ""
+    if tags not in ("", "xml", "html"):
+        raise ApiError(400, f"Value for 'tag_handling' not supported: {tags} (xml or html)")
+    given = fields.get("ignore_tags") or ""
+    if isinstance(given, list) and all(isinstance(t, str) for t in given):  # a JSON body's list
+        given = ",".join(given)
+    ignored = tuple(
+        t.strip() for t in (string_field({"ignore_tags": given}, "ignore_tags") or "").split(",") if t.strip()
+    )
+    if ignored and not tags:
+        raise ApiError(400, "ignore_tags needs tag_handling xml or html")
+    for tag in ignored:
+        if not re.fullmatch(r"[A-Za-z_][\w.:-]*", tag):
+            raise ApiError(400, f"ignore_tags: {tag!r} is not a tag name")
+    return RequestOptions(format="html" if tags else "text", split_sentences=SPLIT[split]), ignored
+
+
+def mark_ignored(text: str, tags: tuple[str, ...]) -> str:
+    """``text`` with each opening tag of ``tags`` marked to be left as it is."""
+    if not tags:
+        return text
+    names = "|".join(map(re.escape, tags))
+    return re.sub(rf"<({names})(?=[\s/>])", lambda m: f"<{m.group(1)}{_KEPT}", text, flags=re.IGNORECASE)
+
+
+def texts_of(fields: dict) -> list[str]:
+    text = fields.get("text")
+    if text is None or text == []:
+        raise ApiError(400, "Parameter 'text' not specified.")
+    texts = [text] if isinstance(text, str) else text
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise ApiError(400, "Parameter 'text' must be a string or a list of strings.")
+    return texts
+
+
+def add_routes(app: FastAPI, deepl: DeepL) -> None:
+    """Add DeepL's translate, languages, usage and glossary-language-pairs routes to ``app``."""
+    dispatcher = deepl.dispatcher
+    router, limits = dispatcher.router, dispatcher.service.limits
+
+    @app.post("/v2/translate", include_in_schema=False)
+    async def deepl_translate(request: Request) -> dict:
+        """DeepL's translate: ``text`` (repeated), ``target_lang``, optional ``source_lang`` (detected without),
+        ``split_sentences``, ``tag_handling``, ``ignore_tags``, ``glossary_id``; answers ``translations``."""
+        fields = await deepl.fields(request)
+        texts = texts_of(fields)
+        source, target = deepl.source(fields), deepl.target(fields)
+        check_hints(fields)
+        options, ignored = request_options(fields)
+        glossary = deepl.glossary(fields, source, target)
+        contract.check_texts("text", texts, limits)
+        dispatcher.service.check_bounds(texts)
+        deepl.usage.charge(sum(map(len, texts)))
+        lines = [mark_ignored(t, ignored) for t in texts]
+        results, plan = await dispatcher.run(
+            lines, source, [target] * len(lines), options, lambda: client_gone(request), glossary=glossary
+        )
+        out = []
+        for text, result, route in zip(texts, results, plan.routes):
+            found = source if source is not None else (route[0].source if route else target)
+            answer = {
+                "detected_source_language": base(deepl_code(found)),
+                "text": result.text.replace(_KEPT, "") if ignored else result.text,
+                "billed_characters": len(text),
+            }
+            if fields.get("model_type"):
+                answer["model_type_used"] = "latency_optimized"
+            out.append(answer)
+        return {"translations": out}
+
+    async def deepl_languages(request: Request) -> list[dict]:
+        """DeepL's languages: ``type`` source (default) or target."""
+        fields = await deepl.fields(request)
+        kind = string_field(fields, "type") or "source"
+        if kind not in ("source", "target"):
+            raise ApiError(400, f"Value for 'type' not supported: {kind} (source or target)")
+        return source_entries(router.sources) if kind == "source" else target_entries(router.targets)
+
+    app.get("/v2/languages", include_in_schema=False)(deepl_languages)
+    app.post("/v2/languages", include_in_schema=False)(deepl_languages)
+
+    async def deepl_usage(request: Request) -> dict:
+        """Characters translated since the server started, and its limit (``--char-limit``)."""
+        await deepl.fields(request)
+        return deepl.usage.answer()
+
+    app.get("/v2/usage", include_in_schema=False)(deepl_usage)
+    app.post("/v2/usage", include_in_schema=False)(deepl_usage)
+
+    @app.get("/v2/glossary-language-pairs", include_in_schema=False)
+    async def deepl_glossary_pairs(request: Request) -> dict:
+        """The pairs a glossary may have: those a model translates directly."""
+        await deepl.fields(request)
+        pairs = dict.fromkeys((s, t) for spec in dispatcher.service.pool.specs.values() for s, t in spec.directions)
+        return {"supported_languages": [{"source_lang": s.lower(), "target_lang": t.lower()} for s, t in pairs]}
+
+
+def string_field(fields: dict, name: str) -> Optional[str]:
+    """A field that is a string (JSON's true and false as DeepL's "1" and "0"), or None where not given."""
+    value = fields.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):  # JSON's true/false where DeepL takes "1"/"0"
+        return "1" if value else "0"
+    raise ApiError(400, f"Parameter '{name}' must be a string")
+
+
+def _query(request: Request) -> dict:
+    query = request.query_params
+    return {key: query.getlist(key) if key == "text" else query.get(key) for key in query.keys()}
+
+
+async def _body(request: Request) -> dict:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    raw = await request.body()
+    if not raw:
+        return {}
+    if kind == "application/json":
+        try:
+            fields: Any = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ApiError(400, "the body is not valid JSON") from None
+        if not isinstance(fields, dict):
+            raise ApiError(400, "the JSON body must be an object")
+        return fields
+    if kind == "":  # no content type: a form, as DeepL reads it
+        try:
+            pairs = urllib.parse.parse_qsl(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=True)
+        except (UnicodeDecodeError, ValueError):
+            raise ApiError(400, "the body is not a valid form") from None
+        out = {}
+        for key, value in pairs:
+            out.setdefault(key, []).append(value)
+        return {key: values if key == "text" else values[0] for key, values in out.items()}
+    if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        try:
+            form = await request.form(max_part_size=max(len(raw), 1))
+        except Exception:  # a malformed form: python-multipart and starlette raise several kinds
+            raise ApiError(400, "the body is not a valid form") from None
+        out: dict = {}
+        for key in form.keys():
+            values = form.getlist(key)
+            if key == "file":
+                out[key] = values[0]
+                continue
+            if not all(isinstance(v, str) for v in values):
+                raise ApiError(400, f"the form field {key!r} must be text")
+            out[key] = values if key == "text" else values[0]
+        return out
+    raise ApiError(415, f"unsupported content type {kind!r}; send JSON or a form")
