@@ -103,3 +103,28 @@ def test_terms_under_an_algorithm_without_constraints_are_refused_only_where_fou
     assert model.translate("the dog", glossary=TERMS, algorithm="greedy") == model.translate(
         "the dog", algorithm="greedy"
     )
+
+
+def test_translate_and_translate_file_take_a_glossary_file(model, toy_run_workdir, tmp_path, run_cli):
+    from conftest import assert_one_line_error
+
+    run = toy_run_workdir / "run"
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("".join(f"{s}\t{t}\n" for s, t in TERMS.items()), encoding="utf-8")
+    lines = ["A dog sits under the tree .", "Two cats eat bread ."]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = run_cli("translate", run, "-i", source, "--glossary", terms)
+    assert done.code == 0, done.err
+    assert done.out.splitlines() == model.translate(lines, glossary=TERMS)
+    out = tmp_path / "out.txt"
+    done = run_cli("translate-file", run, source, "-o", out, "--glossary", terms)
+    assert done.code == 0, done.err
+    expected = tmp_path / "expected.txt"
+    model.translate_file(source, expected, glossary=TERMS)
+    assert out.read_bytes() == expected.read_bytes() and "Garten" in out.read_text(encoding="utf-8")
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("tree\n", encoding="utf-8")
+    for command in (("translate", run, "-i", source), ("translate-file", run, source, "-o", tmp_path / "x.txt")):
+        assert_one_line_error(run_cli(*command, "--glossary", bad), "bad.tsv: line 1: expected source<TAB>target")
+    assert not (tmp_path / "x.txt").exists()

@@ -50,6 +50,7 @@ _VALUES: dict[str, tuple[str, Callable]] = {
     "--mark-below": ("mark_below", float),
     "--qe-model": ("qe_model", str),
     "--rerank": ("rerank", str),
+    "--glossary": ("glossary", Path),
 }
 # every registered algorithm's own options, as Typer's command gets them (cli/base.py: with_algorithm_flags)
 _VALUES.update({p.cli_flag: (name, p.kind) for name, (_, p) in algorithms.params().items()})

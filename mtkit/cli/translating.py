@@ -24,6 +24,10 @@ _DECODING, _FLAGS = plain_fields.DECODING, plain_fields.OUTPUT
 # mtkit.scoring.score.METRICS, which imports sacreBLEU: too slow for every start of the command line
 # (tests/test_cli_vocabulary.py holds the two equal)
 METRICS = ("bleu", "chrf", "ter", "comet", "cometkiwi")
+GLOSSARY_HELP = (
+    "A TSV file (or .csv) of term pairs, source<TAB>target a line: a sentence holding a source term (whole words, any"
+    " case) carries its target term (beam search, torch engine)."
+)
 
 
 @_command
@@ -100,6 +104,7 @@ def translate(
         "--split-sentences/--no-split-sentences",
         help="Cut each line into sentences, translate them, and join them with the line's own whitespace.",
     ),
+    glossary: Optional[Path] = typer.Option(None, "--glossary", help=GLOSSARY_HELP),
     skip_bad_lines: bool = typer.Option(
         False, "--skip-bad-lines", help="jsonl input: a bad line gets an empty output line and a warning, not an error."
     ),
@@ -165,6 +170,7 @@ def translate(
         mark_below=mark_below,
         qe_model=qe_model,
         rerank=rerank,
+        glossary=glossary,
     )
 
 
@@ -184,6 +190,7 @@ def translate_file(
     dtype: Optional[str] = DtypeOption,
     threads: Optional[int] = typer.Option(None, "--threads"),
     max_bytes: int = typer.Option(50 * 1024 * 1024, "--max-bytes", help="Refuse larger documents."),
+    glossary: Optional[Path] = typer.Option(None, "--glossary", help=GLOSSARY_HELP),
     engine: str = engine_option(),
 ):
     """Translate a document, keeping its structure and formatting: only its text changes (docs/documents.md).
@@ -204,6 +211,7 @@ def translate_file(
         device=device,
         dtype=dtype,
         threads=threads,
+        glossary=glossary,
     )
 
 

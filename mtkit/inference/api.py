@@ -22,7 +22,7 @@ from mtkit.inference.agreement import calibration_for, draw_samples
 from mtkit.inference.confidence import Calibration, agreement, sentence_confidence
 from mtkit.inference.confidence import words as confidence_words
 from mtkit.inference.engine import Engine
-from mtkit.inference.glossaries import as_glossary, guide
+from mtkit.inference.glossaries import WithGlossary, as_glossary, guide
 from mtkit.inference.languages import with_first, without_first
 from mtkit.inference.loading import ct2_engine, torch_engine
 from mtkit.inference.options import Options, check_flags
@@ -219,13 +219,15 @@ class TranslationModel:
             return [None] * len(ids)
         return draw_samples(self.engine, self.options, count, ids, forced)
 
-    def translate_file(self, source: PathLike, target: PathLike, *, format: Optional[str] = None):
+    def translate_file(self, source: PathLike, target: PathLike, *, format: Optional[str] = None, glossary=None):
         """Translate the document ``source`` (.txt, .md, .html, .docx, .srt, .po, .xliff; ``format`` overrides the
         name's ending) into ``target``, written whole or not at all; returns ``documents.files.DocumentStats``.
-        Raises ``MtkitError`` naming the file for a document that cannot be read or written."""
+        ``glossary`` as for ``translate_batch``. Raises ``MtkitError`` naming the file for a document that cannot be
+        read or written."""
         from mtkit.documents.files import translate_file
 
-        return translate_file(self, Path(source), Path(target), fmt=format)
+        model = self if glossary is None else WithGlossary(self, as_glossary(glossary))
+        return translate_file(model, Path(source), Path(target), fmt=format)
 
     @property
     def targets(self) -> tuple[str, ...]:

@@ -61,5 +61,19 @@ def guide(engine, sentences: list[Segment], guidance: list, glossary: Optional[G
     return out
 
 
+class WithGlossary:
+    """A model whose every ``translate_batch`` follows ``glossary``: what a document's format module is handed
+    (``documents.files`` calls ``check_format`` and ``translate_batch`` only)."""
+
+    def __init__(self, model, glossary: Optional[Glossary]):
+        self.model, self.glossary = model, glossary
+
+    def check_format(self, *args, **kwargs):
+        return self.model.check_format(*args, **kwargs)
+
+    def translate_batch(self, lines, **kwargs):
+        return self.model.translate_batch(lines, glossary=self.glossary, **kwargs)
+
+
 def _short(text: str, most: int = 40) -> str:
     return repr(text if len(text) <= most else text[: most - 3] + "...")

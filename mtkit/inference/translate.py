@@ -24,10 +24,12 @@ from mtkit.errors import MtkitError
 from mtkit.files import atomic_open
 from mtkit.inference import api
 from mtkit.inference.engine import Engine
+from mtkit.inference.glossaries import WithGlossary
 from mtkit.inference.options import check_flags
 from mtkit.inference.results import Translation
 from mtkit.inference.segments import Segment, parse_jsonl
 from mtkit.plots import plot_attention
+from mtkit.text.glossary import Glossary
 
 
 # -------------------------------------------------------------------------------------------- input
@@ -232,12 +234,14 @@ def translate_chunks(
     markup: str = "text",
     target: Optional[str] = None,
     mark_below: Optional[float] = None,
+    glossary=None,
 ) -> int:
     """Translate each chunk of lines (sorted by length inside) to ``out`` in input order, flushing after each.
 
     A line is a str or a ``Segment``; None stands for a skipped line (an empty output line; with jsonl output a
     record whose ``error`` is ``errors[line number]``). ``markup``: ``html`` reads each line as an HTML fragment.
-    ``mark_below``: each line as HTML, its words of lower confidence marked (``format_marked``)."""
+    ``mark_below``: each line as HTML, its words of lower confidence marked (``format_marked``). ``glossary``: a
+    ``text.glossary.Glossary`` every line follows, or None."""
     model = as_model(translator)
     nbest = model.options.nbest
     scores = fmt == "jsonl" or nbest > 1 or mark_below is not None  # shown: CTranslate2 rescores for them
@@ -246,7 +250,10 @@ def translate_chunks(
     skipped = Translation(source="", source_tokens=(), hypotheses=())
     for chunk in line_chunks:
         lines = [x for x in chunk if x is not None]
-        found = iter(model.translate_batch(lines, scores=scores, alignments=attention, format=markup, target=target))
+        found = model.translate_batch(
+            lines, scores=scores, alignments=attention, format=markup, target=target, glossary=glossary
+        )
+        found = iter(found)
         for line in chunk:
             translation = skipped if line is None else next(found)
             if fmt == "jsonl":
@@ -287,13 +294,15 @@ def translate_main(
     source: Optional[str] = None,
     verbose: bool = False,
     mark_below: Optional[float] = None,
+    glossary: Optional[Path] = None,
     **options,
 ) -> None:
     """``mtkit translate``: ``options`` are ``mtkit.load``'s decoding and sampling options; ``--engine
     ctranslate2``, or a dir written by ``mtkit export``, translates through CTranslate2; ``input_format``
     jsonl reads a JSON object with instructions per line (``skip_bad_lines``: a bad one gives an empty line),
-    html an HTML fragment per line."""
+    html an HTML fragment per line; ``glossary``: a TSV or CSV file of term pairs every sentence follows."""
     check_flags(format=fmt, engine=engine, input_format=input_format)
+    terms = Glossary.read(glossary) if glossary is not None else None  # a bad file fails before the model loads
     if mark_below is not None:
         if not 0.0 < mark_below <= 1.0:
             raise MtkitError(f"--mark-below {mark_below}: a confidence in (0, 1], e.g. 0.5")
@@ -329,6 +338,7 @@ def translate_main(
         skip_bad_lines=skip_bad_lines,
         target=target,
         mark_below=mark_below,
+        glossary=terms,
     )
 
 
@@ -358,6 +368,7 @@ def _write_translations(
     skip_bad_lines: bool = False,
     target: Optional[str] = None,
     mark_below: Optional[float] = None,
+    glossary=None,
 ) -> None:
     if plot_attention is not None:
         try:
@@ -406,6 +417,7 @@ def _write_translations(
             markup="html" if input_format == "html" else "text",
             target=target,
             mark_below=mark_below,
+            glossary=glossary,
         )
     if translator.truncated:
         print(
@@ -422,15 +434,32 @@ def _open_input(path: Path):
 
 
 def translate_file_main(
-    *, path: Path, source: Path, out: Path, fmt: Optional[str], max_bytes: int, engine: str, **options
+    *,
+    path: Path,
+    source: Path,
+    out: Path,
+    fmt: Optional[str],
+    max_bytes: int,
+    engine: str,
+    glossary: Optional[Path] = None,
+    **options,
 ):
-    """``mtkit translate-file``: load the model, translate ``source`` into ``out``, say what it took on stderr."""
+    """``mtkit translate-file``: load the model, translate ``source`` into ``out`` (following ``glossary``, a TSV or
+    CSV file of term pairs), say what it took on stderr."""
     from mtkit.documents.files import translate_file
     from mtkit.documents.formats import format_of
 
     format_of(Path(source).name, fmt)  # an unknown format fails before the model loads
+    terms = Glossary.read(glossary) if glossary is not None else None
     model = api.load(path, engine=engine, **options)
-    stats = translate_file(model, source, out, fmt=fmt, max_bytes=max_bytes, show_progress=sys.stderr.isatty())
+    stats = translate_file(
+        WithGlossary(model, terms) if terms else model,
+        source,
+        out,
+        fmt=fmt,
+        max_bytes=max_bytes,
+        show_progress=sys.stderr.isatty(),
+    )
     rate = stats.sentences / stats.seconds if stats.seconds else 0.0
     print(
         f"{out}: {stats.format}, {stats.texts} texts, {stats.sentences} sentences in {stats.seconds:.1f} s "
