@@ -239,3 +239,29 @@ def test_usage_counts_and_its_limit_is_456(client):
     assert client.get_usage().character.count == before.count + len("A cat .")
     with pytest.raises(deepl.QuotaExceededException):
         client.translate_text("a" * (LIMIT - before.count), target_lang="DE")
+
+
+def test_the_glossary_through_v1_and_libretranslate(client, model):
+    import requests
+
+    made = client.create_glossary("doors", "EN", "DE", TERMS)
+    lines = ["A dog sits under the tree .", "Two cats eat bread ."]
+    expected = model.translate(lines, glossary=TERMS)
+    url, headers = client.server_url, {"X-API-Key": KEY}
+    for glossary in (made.glossary_id, TERMS):
+        answer = requests.post(f"{url}/v1/translate", json={"text": lines, "glossary": glossary}, headers=headers)
+        assert [t["text"] for t in answer.json()["translations"]] == expected, answer.text
+    form = {"q": lines, "source": "en", "target": "de", "glossary": made.glossary_id, "api_key": KEY}
+    assert requests.post(f"{url}/translate", data=form, timeout=30).json()["translatedText"] == expected
+    document = "\n\n".join(lines).encode()
+    files = {"file": ("park.txt", document)}
+    answer = requests.post(
+        f"{url}/v1/translate_file", files=files, data={"glossary": made.glossary_id}, headers=headers
+    )
+    assert answer.content.decode() == "\n\n".join(expected), answer.text
+    out = io.BytesIO()
+    client.translate_document(document, out, source_lang="EN", target_lang="DE", glossary=made, filename="park.txt")
+    assert out.getvalue().decode() == "\n\n".join(expected)
+    for glossary, words in (("nope", "no glossary 'nope'"), ({"tree": ""}, "an empty term")):
+        answer = requests.post(f"{url}/v1/translate", json={"text": lines, "glossary": glossary}, headers=headers)
+        assert answer.status_code == 422 and words in answer.json()["error"], answer.text

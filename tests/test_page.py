@@ -451,3 +451,28 @@ def test_screenshot(page, server, tmp_path):
     assert shot.read_bytes().startswith(b"\x89PNG")
     if os.environ.get("MTKIT_PAGE_SCREENSHOT"):
         shutil.copyfile(shot, os.environ["MTKIT_PAGE_SCREENSHOT"])
+
+
+def test_a_glossary_picked_is_followed(browser, server):
+    terms = "tree\tGarten\n"  # tree is always Baum in the toy corpus
+    made = httpx.post(
+        f"{server}/v2/glossaries",
+        json={"name": "park", "source_lang": "en", "target_lang": "de", "entries": terms},
+        timeout=DEADLINE,
+    ).json()
+    try:
+        page = open_page(browser, server)
+        choose(page, "en", "de")
+        expect(page.locator("#glossary-row")).to_be_visible()
+        page.select_option("#glossary", made["glossary_id"])
+        text = "A dog sits under the tree ."
+        page.locator("#input").press_sequentially(text)
+        body = {"text": text, "source": "en", "target": "de", "glossary": made["glossary_id"]}
+        expected = httpx.post(f"{server}/v1/translate", json=body, timeout=DEADLINE).json()["translations"][0]["text"]
+        assert "Garten" in expected
+        expect(page.locator("#output")).to_have_text(expected)
+        choose(page, "de", "en")  # a glossary of another pair is not offered
+        expect(page.locator("#glossary option")).to_have_count(1)
+        page.context.close()
+    finally:
+        httpx.delete(f"{server}/v2/glossaries/{made['glossary_id']}", timeout=DEADLINE)

@@ -173,8 +173,9 @@ def create_models_app(
             if code is not None:
                 router.check_language(code)
         targets = [code if code is not None else body.target for code in own]
+        glossary = glossaries.resolve(body.glossary, body.source, body.target)
         results, plan = await dispatcher.run(
-            lines, body.source, targets, body.options, lambda: client_gone(request), model=body.model
+            lines, body.source, targets, body.options, lambda: client_gone(request), model=body.model, glossary=glossary
         )
         out = []
         for i, (result, route) in enumerate(zip(results, plan.routes)):
@@ -195,8 +196,8 @@ def create_models_app(
         responses=error_responses(400, *((403,) if api_key is not None else ()), 413, 422, 503, 504),
     )(v1_translate)
 
-    libretranslate.add_routes(app, dispatcher, key)
-    documents.add_routes(app, dispatcher, key, store)
+    libretranslate.add_routes(app, dispatcher, key, glossaries)
+    documents.add_routes(app, dispatcher, key, store, glossaries)
     page.add_routes(app)
     deepl = deepl_routes.DeepL(dispatcher, key, glossaries, deepl_routes.Usage(limits.char_limit))
     for routes in (deepl_routes, deepl_glossaries, deepl_documents):

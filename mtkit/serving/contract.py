@@ -157,7 +157,10 @@ def translate_body(sources: list[str], targets: list[str], target_required: bool
     # a form has no empty list: no q at all is a missing q
     form_q = {"anyOf": [text, {**many, "minItems": 1}], "description": "The text; repeated for a list of texts."}
     as_form = {**as_json, "title": "LibreTranslateForm", "properties": {**fields, "q": form_q}}
-    about = "LibreTranslate's fields, as JSON or a form; the query string may carry them too (the body's win)."
+    about = (
+        "LibreTranslate's fields, as JSON or a form; the query string may carry them too (the body's win). mtkit's"
+        " own field glossary names a glossary (GET /v2/glossaries) the texts follow."
+    )
     return _body(as_json, as_form, about)
 
 

@@ -29,6 +29,7 @@ from mtkit.serving import contract
 from mtkit.serving.auth import ApiKey
 from mtkit.serving.dispatch import Dispatcher
 from mtkit.serving.errors import ApiError, error_responses
+from mtkit.serving.glossary_store import GlossaryStore
 from mtkit.serving.libretranslate import languages_of, query_fields
 from mtkit.serving.schemas import RequestOptions
 
@@ -144,8 +145,9 @@ async def read_document(request: Request, limits_bytes: int, api_key: ApiKey) ->
     return name, data, fields
 
 
-def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey, store: Store) -> None:
-    """Add ``/translate_file``, ``/download_file/{key}`` and ``/v1/translate_file`` to ``app``."""
+def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey, store: Store, glossaries: GlossaryStore) -> None:
+    """Add ``/translate_file``, ``/download_file/{key}`` and ``/v1/translate_file`` to ``app``; a ``glossary``
+    field names one of ``glossaries`` the document follows."""
     router, limits = dispatcher.router, dispatcher.service.limits
     body = contract.file_body(list(router.sources), list(router.targets), len(router.targets) > 1)
     errors = error_responses(400, *((403,) if api_key.key is not None else ()), 413, 415, 422, 503, 504)
@@ -160,7 +162,8 @@ def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey, store: Sto
             fmt = format_of(name, given)
         except MtkitError:  # its message names the command line's --format
             raise ApiError(415, f"{name} is not a document this server translates: {ACCEPTED}") from None
-        model = _ThroughBatcher(dispatcher, source, target, asyncio.get_running_loop())
+        glossary = glossaries.resolve(fields.get("glossary") or None, source, target)
+        model = _ThroughBatcher(dispatcher, source, target, asyncio.get_running_loop(), glossary)
         try:
             translated, _ = await asyncio.to_thread(translate_bytes, model, data, fmt, where=name)
         except MtkitError as err:

@@ -18,6 +18,7 @@ from typing import Optional
 
 from mtkit.errors import MtkitError
 from mtkit.files import atomic_write_text, remove_stale_temps
+from mtkit.serving.errors import ApiError
 from mtkit.text.glossary import Glossary
 
 MAX_GLOSSARIES = 1000  # per server
@@ -105,6 +106,33 @@ class GlossaryStore:
             (self.folder / f"{glossary_id}.json").unlink(missing_ok=True)
         del self.glossaries[glossary_id]
         return True
+
+    def resolve(self, value, source: Optional[str] = None, target: Optional[str] = None) -> Optional[Glossary]:
+        """The glossary a request names: a stored glossary's id, or inline entries {source term: target term};
+        None for none. ``source``, ``target``: the request's languages where it names them, which a stored
+        glossary's pair must be.
+
+        Raises:
+            ApiError: 422 for an unknown id, entries a glossary cannot hold or another type; 400 for a glossary of
+                another pair.
+        """
+        if value is None or value == {}:
+            return None
+        if isinstance(value, str):
+            stored = self.get(value)
+            if stored is None:
+                raise ApiError(422, f"glossary: no glossary {value!r} on this server (GET /v2/glossaries lists them)")
+            g = stored.glossary
+            for given, own, what in ((source, g.source, "source"), (target, g.target, "target")):
+                if given not in (None, "", "auto") and own and given != own:
+                    raise ApiError(400, f"glossary {value}: its {what} language is {own}, not {given}")
+            return g
+        if isinstance(value, dict):
+            try:
+                return Glossary(tuple(value.items()))
+            except MtkitError as err:
+                raise ApiError(422, f"glossary: {err}") from None
+        raise ApiError(422, "glossary: a glossary's id, or an object of source term: target term")
 
     def all(self) -> list[Stored]:
         return sorted(self.glossaries.values(), key=lambda s: (s.created, s.id))

@@ -17,6 +17,7 @@ from mtkit.serving.auth import ApiKey
 from mtkit.serving.detection import text_to_detect
 from mtkit.serving.dispatch import Dispatcher
 from mtkit.serving.errors import ApiError, error_responses
+from mtkit.serving.glossary_store import GlossaryStore
 from mtkit.serving.routing import Router
 from mtkit.serving.schemas import RequestOptions
 from mtkit.serving.service import client_gone
@@ -118,9 +119,10 @@ def languages_of(fields: dict, router: Router) -> tuple[str, str]:
     return source, target
 
 
-def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey) -> None:
+def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey, glossaries: GlossaryStore) -> None:
     """Add LibreTranslate's ``/translate``, ``/detect``, ``/languages`` and ``/frontend/settings`` to ``app``,
-    translating with ``dispatcher``."""
+    translating with ``dispatcher``; ``/translate`` takes a ``glossary`` field (an id of ``glossaries``, or JSON's
+    inline entries) LibreTranslate's clients leave out."""
     router, limits = dispatcher.router, dispatcher.service.limits
     keyed = (403,) if api_key.key is not None else ()
     required = len(router.targets) > 1
@@ -171,8 +173,14 @@ def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey) -> None:
         else:
             contract.check_texts("q", q, limits)
         lines = [q] if isinstance(q, str) else q
+        glossary = glossaries.resolve(fields.get("glossary") or None, source, target)
         results, plan = await dispatcher.run(
-            lines, source, [target] * len(lines), RequestOptions(format=fmt), lambda: client_gone(request)
+            lines,
+            source,
+            [target] * len(lines),
+            RequestOptions(format=fmt),
+            lambda: client_gone(request),
+            glossary=glossary,
         )
         texts = [r.text for r in results]
         answer: dict = {"translatedText": texts[0] if isinstance(q, str) else texts}

@@ -198,6 +198,11 @@ class TranslateRequest(BaseModel):
     model: Optional[StrictStr] = Field(
         None, description="The model to translate with, among those serving the pair (GET /v1/models)."
     )
+    glossary: Optional[Union[StrictStr, dict[StrictStr, StrictStr]]] = Field(
+        None,
+        description="A glossary's id (GET /v2/glossaries), or its entries {source term: target term}: each sentence"
+        " holding a source term (whole words, any case) carries its target term.",
+    )
     options: RequestOptions = Field(default_factory=RequestOptions)
 
     @classmethod

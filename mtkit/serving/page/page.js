@@ -12,6 +12,7 @@ const state = {
   timer: 0,
   detected: null, // the language the server took the text for (source auto)
   shown: null, // what the output shows: {translation, sentences} (a /v1/translate answer's text and sentences)
+  glossaries: [], // GET v2/glossaries: [{glossary_id, name, source_lang, target_lang, entry_count}]
 };
 
 // ------------------------------------------------------------------------------------------- the server
@@ -62,6 +63,7 @@ function targetsOf(source) {
 function fillTargets(wanted) {
   fillSelect($("target"), targetsOf($("source").value).map((code) => [code, nameOf(code)]), wanted);
   updateSwap();
+  fillGlossaries();
 }
 
 function fromLanguage() {
@@ -83,10 +85,38 @@ function swap() {
   changed(0);
 }
 
+// ------------------------------------------------------------------------------------------- glossaries
+// The server's glossaries for the pair chosen (with source auto, the language detected): picking one makes each
+// sentence holding a source term carry its target term.
+async function loadGlossaries() {
+  try {
+    state.glossaries = (await call("v2/glossaries")).glossaries;
+  } catch (err) {
+    state.glossaries = []; // none, or a key still to give: the picker stays hidden
+  }
+  fillGlossaries();
+}
+
+function fillGlossaries() {
+  const from = fromLanguage();
+  const to = $("target").value;
+  const fitting = state.glossaries.filter((g) => g.source_lang === from && g.target_lang === to);
+  const wanted = $("glossary").value;
+  const choices = [["", "No glossary"], ...fitting.map((g) => [g.glossary_id, `${g.name} (${g.entry_count})`])];
+  fillSelect($("glossary"), choices, wanted);
+  $("glossary-row").hidden = state.glossaries.length === 0;
+}
+
+function withGlossary(body) {
+  const glossary = $("glossary").value;
+  return glossary ? { ...body, glossary } : body;
+}
+
 function showDetected(found) {
   state.detected = found ? found.language : null;
   $("detected").textContent = found ? `Detected: ${nameOf(found.language)} (${Math.round(found.confidence)}%)` : "";
   updateSwap();
+  fillGlossaries();
 }
 
 // ------------------------------------------------------------------------------------------- translation
@@ -122,7 +152,7 @@ async function translate() {
     // the whole text once, with each sentence's alternatives: what the details show is what the output shows
     const allowed = await requestOptions();
     const options = { nbest: allowed.nbest, scores: true, alignments: allowed.alignments };
-    const body = { text, source, target, options };
+    const body = withGlossary({ text, source, target, options });
     const answer = (await post("v1/translate", body, pending.signal)).translations[0];
     if (seq !== state.seq) return; // a newer translation was asked for meanwhile
     showError("");
@@ -279,6 +309,7 @@ async function translateFile(event) {
   form.append("file", file);
   form.append("source", $("source").value);
   form.append("target", $("target").value);
+  if ($("glossary").value) form.append("glossary", $("glossary").value);
   $("download").hidden = true;
   $("translate-file").disabled = true;
   try {
@@ -312,13 +343,17 @@ async function start() {
   $("files").hidden = !settings.filesTranslation;
   $("file").accept = settings.supportedFilesFormat.join(",");
   updateCount();
+  await loadGlossaries();
 
   const wait = settings.frontendTimeout;
   $("input").addEventListener("input", () => changed(wait));
   $("input").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) changed(0);
   });
-  $("api-key").addEventListener("input", () => changed(wait));
+  $("api-key").addEventListener("input", () => {
+    loadGlossaries();
+    changed(wait);
+  });
   $("source").addEventListener("change", () => {
     showDetected(null);
     fillTargets($("target").value);
@@ -326,8 +361,10 @@ async function start() {
   });
   $("target").addEventListener("change", () => {
     updateSwap();
+    fillGlossaries();
     changed(0);
   });
+  $("glossary").addEventListener("change", () => changed(0));
   $("swap").addEventListener("click", swap);
   $("copy").addEventListener("click", copy);
   $("close-details").addEventListener("click", () => ($("details").hidden = true));
