@@ -285,9 +285,9 @@ def test_openapi_documents_bodies_and_statuses():
     with TestClient(create_app(Upper(), ("en", "de"), api_key="s3cret")) as client:
         paths = client.get("/openapi.json").json()["paths"]
     for path, statuses in {
-        "/translate": {"200", "400", "403", "413", "415", "422", "503", "504"},
+        "/translate": {"200", "400", "403", "404", "413", "415", "422", "503", "504"},  # 404: a glossary's id
         "/translate_file": {"200", "400", "403", "413", "415", "422", "503", "504"},
-        "/v1/translate": {"200", "400", "403", "413", "422", "503", "504"},
+        "/v1/translate": {"200", "400", "403", "404", "413", "422", "503", "504"},
     }.items():
         responses = paths[path]["post"]["responses"]
         assert set(responses) == statuses, path

@@ -193,7 +193,7 @@ def create_models_app(
         response_model=TranslateResponse,
         response_model_exclude_none=True,
         dependencies=[Depends(key.require)],  # the key is checked before the body is validated
-        responses=error_responses(400, *((403,) if api_key is not None else ()), 413, 422, 503, 504),
+        responses=error_responses(400, *((403,) if api_key is not None else ()), 404, 413, 422, 503, 504),
     )(v1_translate)
 
     libretranslate.add_routes(app, dispatcher, key, glossaries)

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 MEANINGS = {
     400: "A body that does not parse, a missing field or a language pair or format this server does not translate.",
     403: "No valid API key (the api_key field, the X-API-Key header or a bearer token).",
-    404: "No such resource.",
+    404: "No such resource: a route, a file, a glossary.",
     413: "Over a bound no schema states: the body's bytes, the characters of all texts of one request together, a"
     " document's bytes.",
     415: "A content type or document format this route does not read.",

@@ -113,23 +113,29 @@ class GlossaryStore:
         glossary's pair must be.
 
         Raises:
-            ApiError: 422 for an unknown id, entries a glossary cannot hold or another type; 400 for a glossary of
-                another pair.
+            ApiError: 404 for an unknown id; 422 for entries a glossary cannot hold or another type; 400 for a
+                glossary of another pair.
         """
         if value is None or value == {}:
             return None
         if isinstance(value, str):
             stored = self.get(value)
             if stored is None:
-                raise ApiError(422, f"glossary: no glossary {value!r} on this server (GET /v2/glossaries lists them)")
+                raise ApiError(404, f"glossary: no glossary {value!r} on this server (GET /v2/glossaries lists them)")
             g = stored.glossary
             for given, own, what in ((source, g.source, "source"), (target, g.target, "target")):
                 if given not in (None, "", "auto") and own and given != own:
                     raise ApiError(400, f"glossary {value}: its {what} language is {own}, not {given}")
             return g
-        if isinstance(value, dict):
+        if isinstance(value, dict):  # inline: each source term once (the first of those that differ in case)
+            entries: dict = {}
+            for source_term, target_term in value.items():
+                if isinstance(source_term, str) and isinstance(target_term, str):
+                    entries.setdefault(source_term.strip().casefold(), (source_term.strip(), target_term.strip()))
+                else:
+                    entries[len(entries)] = (source_term, target_term)  # refused by Glossary
             try:
-                return Glossary(tuple(value.items()))
+                return Glossary(tuple(entries.values()))
             except MtkitError as err:
                 raise ApiError(422, f"glossary: {err}") from None
         raise ApiError(422, "glossary: a glossary's id, or an object of source term: target term")

@@ -158,7 +158,10 @@ def add_routes(app: FastAPI, dispatcher: Dispatcher, api_key: ApiKey, glossaries
     @app.post(
         "/translate",
         response_model=None,
-        responses={200: {"model": contract.LibreTranslateOut}, **error_responses(400, *keyed, 413, 415, 422, 503, 504)},
+        responses={
+            200: {"model": contract.LibreTranslateOut},
+            **error_responses(400, *keyed, 404, 413, 415, 422, 503, 504),
+        },
         openapi_extra=body,
     )
     async def libre_translate(request: Request) -> dict:

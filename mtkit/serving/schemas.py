@@ -23,6 +23,7 @@ from pydantic import (
 from mtkit.decoding import algorithms
 from mtkit.errors import MtkitError
 from mtkit.inference.segments import with_parallel
+from mtkit.text.glossary import MAX_ENTRIES, MAX_TERM_CHARS, check_term
 
 # a phrase holds a character that is not whitespace (str.isspace's), as mtkit.inference.segments requires
 _VISIBLE = r"[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"  # a character not whitespace
@@ -33,6 +34,34 @@ def _not_blank(phrase: str) -> str:
         raise ValueError("a phrase must not be empty or blank; give a word or phrase")
     return phrase
 
+
+_CONTROL = "\\x00-\\x1f\\x7f\\u2028\\u2029"  # what no glossary term holds (text.glossary.check_term)
+_TERM = f"^[^{_CONTROL}]*[^{_CONTROL} \\x85\\xa0\\u1680\\u2000-\\u200a\\u202f\\u205f\\u3000][^{_CONTROL}]*$"
+
+
+def _term(term: str) -> str:
+    try:
+        return check_term(term.strip(), "glossary")
+    except MtkitError as err:
+        raise ValueError(str(err)) from None
+
+
+# a glossary term: its spaces at either end dropped, a visible character, no tab, line break or control character
+Term = Annotated[StrictStr, AfterValidator(_term)]
+
+_TERM_SCHEMA = {"type": "string", "maxLength": MAX_TERM_CHARS, "pattern": _TERM}
+Entries = Annotated[
+    dict[Term, Term],
+    Field(max_length=MAX_ENTRIES),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_ENTRIES,
+            "propertyNames": _TERM_SCHEMA,
+            "additionalProperties": _TERM_SCHEMA,
+        }
+    ),
+]
 
 # the pattern tells /openapi.json's readers (and schemathesis) what the validator refuses, in a readable message
 Phrase = Annotated[StrictStr, AfterValidator(_not_blank), WithJsonSchema({"type": "string", "pattern": _VISIBLE})]
@@ -198,10 +227,11 @@ class TranslateRequest(BaseModel):
     model: Optional[StrictStr] = Field(
         None, description="The model to translate with, among those serving the pair (GET /v1/models)."
     )
-    glossary: Optional[Union[StrictStr, dict[StrictStr, StrictStr]]] = Field(
+    glossary: Optional[Union[StrictStr, Entries]] = Field(
         None,
         description="A glossary's id (GET /v2/glossaries), or its entries {source term: target term}: each sentence"
-        " holding a source term (whole words, any case) carries its target term.",
+        " holding a source term (whole words, any case) carries its target term; of source terms that differ only"
+        " in case, the first.",
     )
     options: RequestOptions = Field(default_factory=RequestOptions)
 
