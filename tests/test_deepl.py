@@ -168,8 +168,11 @@ def test_glossary_lifecycle(client, model):
     assert "Garten" in found[0] and "Garten" not in plain[0] and "Anna" in found[2]
     assert found[1] == plain[1]  # no term: exactly as without the glossary
     assert found == model.translate(lines, glossary=TERMS)
-    glossary_without_source = {"text": lines[0], "target_lang": "DE", "glossary_id": made.glossary_id}
-    assert_message(client, "/v2/translate", glossary_without_source, 400, "requires the source_lang")
+    import requests
+
+    without_source = {"text": lines, "target_lang": "DE", "glossary_id": made.glossary_id}  # the glossary's source
+    answer = requests.post(client.server_url + "/v2/translate", json=without_source, headers=client.headers)
+    assert [t["text"] for t in answer.json()["translations"]] == found
     client.delete_glossary(from_csv)
     with pytest.raises(deepl.GlossaryNotFoundException):
         client.get_glossary(from_csv.glossary_id)
@@ -224,6 +227,10 @@ def test_bad_requests_get_deepls_error_body(client):
     assert_message(client, "/v2/translate", {"target_lang": "DE"}, 400, "'text' not specified")
     assert_message(client, "/v2/translate", {"text": ["a"]}, 400, "'target_lang' not specified")
     assert_message(client, "/v2/translate", {"text": [1], "target_lang": "DE"}, 400, "list of strings")
+    assert_message(client, "/v2/translate", {"text": "a", "target_lang": "De"}, 400, "target_lang")
+    assert_message(
+        client, "/v2/translate", {"text": "a", "target_lang": "DE", "preserve_formatting": "x"}, 400, "0 or 1"
+    )
     assert_message(client, "/v2/translate", b"text=a&target_lang=DE&split_sentences=2", 400, "split_sentences")
     assert_message(client, "/v2/translate", {"text": "a", "target_lang": "DE", "tag_handling": "pdf"}, 400, "pdf")
     assert_message(client, "/v2/translate", {"text": "a", "target_lang": "DE", "style_id": "x"}, 400, "style_id")
@@ -265,3 +272,21 @@ def test_the_glossary_through_v1_and_libretranslate(client, model):
     for glossary, status, words in (("nope", 404, "no glossary 'nope'"), ({"tree": " "}, 422, "an empty term")):
         answer = requests.post(f"{url}/v1/translate", json={"text": lines, "glossary": glossary}, headers=headers)
         assert answer.status_code == status and words in answer.json()["error"], answer.text
+
+
+def test_deepl_codes_name_the_models_languages():
+    from mtkit.serving.deepl_codes import model_code, source_entries, sources, target_entries, targets
+
+    table = targets(["en", "de", "pt_BR", "zh"])
+    assert {code: model_code(code, table) for code in ("EN-US", "en-gb", "EN", "DE", "PT-BR", "ZH-HANT")} == {
+        "EN-US": "en",
+        "en-gb": "en",
+        "EN": "en",
+        "DE": "de",
+        "PT-BR": "pt_BR",
+        "ZH-HANT": "zh",
+    }
+    assert model_code("En-us", table) is None and model_code("FR", table) is None
+    assert [e["language"] for e in target_entries(["en", "de"])] == ["EN-GB", "EN-US", "DE"]
+    assert [e["language"] for e in source_entries(["en", "de"])] == ["EN", "DE"]
+    assert model_code("EN-GB", sources(["en"])) is None  # a source is named by its language

@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 
 from mtkit.serving import contract
 from mtkit.serving.auth import ApiKey, header_key
-from mtkit.serving.deepl_codes import base, deepl_code, model_code, source_entries, target_entries
+from mtkit.serving.deepl_codes import base, deepl_code, model_code, source_entries, sources, target_entries, targets
 from mtkit.serving.dispatch import Dispatcher
 from mtkit.serving.errors import ApiError
 from mtkit.serving.glossary_store import GlossaryStore
@@ -34,7 +34,9 @@ HINTS = {
     "model_type": ("latency_optimized", "prefer_quality_optimized"),
 }
 REFUSED = ("custom_instructions", "style_id", "translation_memory_id", "glossary_ids")
-SPLIT = {"0": False, "1": True, "nonewlines": True}
+SPLIT = {"0": False, "1": True, "nonewlines": True, "": True}
+FLAGS = ("preserve_formatting", "outline_detection")  # true/false or "1"/"0": accepted; whitespace is kept anyway
+TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
 _KEPT = ' translate="no" data-mtkit-ignored=""'  # marks an ignore_tags element while it is translated
 
 
@@ -86,7 +88,7 @@ class DeepL:
         given = string_field(fields, "source_lang")
         if not given:
             return None
-        code = model_code(given, self.dispatcher.router.sources)
+        code = model_code(given, sources(self.dispatcher.router.sources))
         if code is None:
             raise ApiError(400, f"Value for 'source_lang' not supported: {given}")
         return code
@@ -95,62 +97,62 @@ class DeepL:
         given = string_field(fields, "target_lang")
         if not given:
             raise ApiError(400, "Parameter 'target_lang' not specified.")
-        code = model_code(given, self.dispatcher.router.targets)
+        code = model_code(given, targets(self.dispatcher.router.targets))
         if code is None:
             raise ApiError(400, f"Value for 'target_lang' not supported: {given}")
         return code
 
     def glossary(self, fields: dict, source: Optional[str], target: str):
-        """The glossary ``glossary_id`` names, for the pair (source, target); None without one."""
+        """The glossary ``glossary_id`` names, for the pair (source, target), and the source (the glossary's where
+        the request names none); (None, source) without one."""
         glossary_id = string_field(fields, "glossary_id")
         if not glossary_id:
-            return None
-        if source is None:
-            raise ApiError(400, "Use of a glossary requires the source_lang parameter to be specified.")
+            return None, source
         stored = self.glossaries.get(glossary_id)
         if stored is None:
             raise ApiError(404, f"Glossary not found: {glossary_id}")
         g = stored.glossary
-        if (base(deepl_code(g.source)), base(deepl_code(g.target))) != (
-            base(deepl_code(source)),
-            base(deepl_code(target)),
-        ):
+        if (g.source, g.target) != (source or g.source, target):
             raise ApiError(400, f"The glossary's language pair {g.source}-{g.target} is not the request's")
-        return g
+        return g, g.source
 
 
 def check_hints(fields: dict) -> None:
     """Refuse the options a client relies on and mtkit cannot honour; hints pass."""
     for name, accepted in HINTS.items():
         value = string_field(fields, name)
-        if value and value.lower() not in accepted:
+        if value and value not in accepted:
             raise ApiError(
                 400, f"Value for '{name}' not supported: {value} (this server accepts {', '.join(accepted)})"
             )
     for name in REFUSED:
         if fields.get(name) not in (None, ""):
             raise ApiError(400, f"Parameter '{name}' is not supported by this server")
+    string_field(fields, "context")  # a hint: a string, not used
+    for name in FLAGS:
+        value = fields.get(name)
+        if value is not None and not isinstance(value, bool) and value not in ("0", "1", ""):
+            raise ApiError(400, f"Value for '{name}' not supported: {value!r} (0 or 1)")
 
 
 def request_options(fields: dict) -> tuple[RequestOptions, tuple[str, ...]]:
     """The translate options of a request, and the tags whose content stays as it is (``ignore_tags``)."""
-    split = string_field(fields, "split_sentences") or "1"
+    split = string_field(fields, "split_sentences") or ""
     if split not in SPLIT:
         raise ApiError(400, f"Value for 'split_sentences' not supported: {split} (0, 1 or nonewlines)")
     tags = string_field(fields, "tag_handling") or ""
     if tags not in ("", "xml", "html"):
         raise ApiError(400, f"Value for 'tag_handling' not supported: {tags} (xml or html)")
-    given = fields.get("ignore_tags") or ""
-    if isinstance(given, list) and all(isinstance(t, str) for t in given):  # a JSON body's list
-        given = ",".join(given)
-    ignored = tuple(
-        t.strip() for t in (string_field({"ignore_tags": given}, "ignore_tags") or "").split(",") if t.strip()
-    )
-    if ignored and not tags:
-        raise ApiError(400, "ignore_tags needs tag_handling xml or html")
+    given = fields.get("ignore_tags")
+    if isinstance(given, list) and all(isinstance(t, str) for t in given):  # a JSON body's list: names as they are
+        ignored = tuple(given)
+    else:  # a string: names separated by commas, spaces around them
+        given = string_field(fields, "ignore_tags") or ""
+        ignored = tuple(t.strip(" ") for t in given.split(",") if t.strip(" "))
     for tag in ignored:
-        if not re.fullmatch(r"[A-Za-z_][\w.:-]*", tag):
+        if not TAG_NAME.fullmatch(tag):
             raise ApiError(400, f"ignore_tags: {tag!r} is not a tag name")
+    ignored = ignored if tags else ()  # ignore_tags without tag handling: no tags to ignore
     return RequestOptions(format="html" if tags else "text", split_sentences=SPLIT[split]), ignored
 
 
@@ -186,7 +188,7 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
         source, target = deepl.source(fields), deepl.target(fields)
         check_hints(fields)
         options, ignored = request_options(fields)
-        glossary = deepl.glossary(fields, source, target)
+        glossary, source = deepl.glossary(fields, source, target)
         contract.check_texts("text", texts, limits)
         dispatcher.service.check_bounds(texts)
         deepl.usage.charge(sum(map(len, texts)))
@@ -235,12 +237,14 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
 
 
 def string_field(fields: dict, name: str) -> Optional[str]:
-    """A field that is a string (JSON's true and false as DeepL's "1" and "0"), or None where not given."""
+    """A field that is a string, or None where not given.
+
+    Raises:
+        ApiError: 400 for a value of another type.
+    """
     value = fields.get(name)
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, bool):  # JSON's true/false where DeepL takes "1"/"0"
-        return "1" if value else "0"
     raise ApiError(400, f"Parameter '{name}' must be a string")
 
 

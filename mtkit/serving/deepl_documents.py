@@ -73,7 +73,7 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
             raise ApiError(400, "Parameter 'file' not specified (a multipart upload)")
         source, target = deepl.source(fields), deepl.target(fields)
         check_hints(fields)
-        glossary = deepl.glossary(fields, source, target)
+        glossary, source = deepl.glossary(fields, source, target)
         data = await upload.read()
         if len(data) > limits.max_file_bytes:
             raise ApiError(413, f"the document has {len(data)} bytes; at most {limits.max_file_bytes}")

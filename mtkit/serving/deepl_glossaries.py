@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from mtkit.errors import MtkitError
 from mtkit.serving.deepl import DeepL, string_field
-from mtkit.serving.deepl_codes import model_code
+from mtkit.serving.deepl_codes import model_code, sources, targets
 from mtkit.serving.errors import ApiError
 from mtkit.serving.glossary_store import GlossaryLimit, Stored
 from mtkit.text.glossary import Glossary
@@ -42,19 +42,17 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
         if not entries:
             raise ApiError(400, "Parameter 'entries' not specified.")
         languages = []
-        for field, codes in (
-            ("source_lang", deepl.dispatcher.router.sources),
-            ("target_lang", deepl.dispatcher.router.targets),
-        ):
+        router = deepl.dispatcher.router
+        for field, table in (("source_lang", sources(router.sources)), ("target_lang", targets(router.targets))):
             given = string_field(fields, field)
             if not given:
                 raise ApiError(400, f"Parameter '{field}' not specified.")
-            languages.append(model_code(given, codes))
+            languages.append(model_code(given, table))
         source, target = languages
         if (source, target) not in pairs:
             raise ApiError(400, "Unsupported glossary source and target language pair")
         try:
-            glossary = Glossary.parse(entries, fmt.lower(), name=name, source=source, target=target)
+            glossary = Glossary.parse(entries, fmt, name=name, source=source, target=target)
         except MtkitError as err:
             raise ApiError(400, f"Invalid glossary entries: {err}") from None
         try:

@@ -59,12 +59,16 @@ def error_response(status: int, message: str, headers: Optional[dict] = None) ->
 DEEPL_PREFIX = "/v2/"
 
 
-def _answer(request, status: int, message: str, headers: Optional[dict] = None) -> JSONResponse:
-    """``error_response``, or DeepL's body and statuses for a request to one of its routes."""
-    if request is not None and request.url.path.startswith(DEEPL_PREFIX):
+def error_for(path: str, status: int, message: str, headers: Optional[dict] = None) -> JSONResponse:
+    """``error_response`` for a request to ``path``: DeepL's body and statuses under its routes."""
+    if path.startswith(DEEPL_PREFIX):
         status = 400 if status == 422 else status
         return JSONResponse({"message": " ".join(message.split())}, status_code=status, headers=headers)
     return error_response(status, message, headers)
+
+
+def _answer(request, status: int, message: str, headers: Optional[dict] = None) -> JSONResponse:
+    return error_for(request.url.path, status, message, headers)
 
 
 def describe(problem: dict) -> str:

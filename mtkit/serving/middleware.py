@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from mtkit.serving.errors import error_response
+from mtkit.serving.errors import error_for
 from mtkit.serving.metrics import Metrics
 
 
@@ -82,5 +82,5 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _too_large(self, limit: int, scope, receive, send):
-        response = error_response(413, f"the request body is larger than {limit} bytes")
+        response = error_for(scope["path"], 413, f"the request body is larger than {limit} bytes")
         await response(scope, receive, send)
