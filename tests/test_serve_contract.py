@@ -244,6 +244,8 @@ def run_schemathesis(port: int, tmp_path: Path, config: str, *args: str) -> None
     (tmp_path / "schemathesis.toml").write_text(config, encoding="utf-8")
     command = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(tmp_path / "schemathesis.toml"), "run"]
     command += [f"http://127.0.0.1:{port}/openapi.json", "--max-examples", str(EXAMPLES), *args]
+    if "--include-path-regex" not in args:  # DeepL's routes: tests/test_deepl.py runs them with their own exceptions
+        command += ["--exclude-path-regex", "^/v2/"]
     command += ["--seed", "1", "--workers", "1", "--no-color", "--generation-database", "none"]
     command += ["--request-timeout", str(DEADLINE)]  # every phase: examples, coverage, fuzzing, stateful
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=SUBPROCESS_ENV, cwd=tmp_path)

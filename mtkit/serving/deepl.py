@@ -10,31 +10,26 @@ options are honoured, which are hints accepted and ignored, and which are refuse
 
 from __future__ import annotations
 
-import json
 import re
 import threading
-import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from fastapi import FastAPI, Request
 
 from mtkit.serving import contract
+from mtkit.serving import deepl_schema as schema
 from mtkit.serving.auth import ApiKey, header_key
 from mtkit.serving.deepl_codes import base, deepl_code, model_code, source_entries, sources, target_entries, targets
+from mtkit.serving.deepl_fields import read_fields, string_field
+from mtkit.serving.deepl_schema import HINTS, SPLIT
 from mtkit.serving.dispatch import Dispatcher
 from mtkit.serving.errors import ApiError
 from mtkit.serving.glossary_store import GlossaryStore
 from mtkit.serving.schemas import RequestOptions
 from mtkit.serving.service import client_gone
 
-# DeepL's options mtkit cannot honour: the values a client relies on are refused, the hints accepted
-HINTS = {
-    "formality": ("default", "prefer_more", "prefer_less"),
-    "model_type": ("latency_optimized", "prefer_quality_optimized"),
-}
 REFUSED = ("custom_instructions", "style_id", "translation_memory_id", "glossary_ids")
-SPLIT = {"0": False, "1": True, "nonewlines": True, "": True}
 FLAGS = ("preserve_formatting", "outline_detection")  # true/false or "1"/"0": accepted; whitespace is kept anyway
 TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
 _KEPT = ' translate="no" data-mtkit-ignored=""'  # marks an ignore_tags element while it is translated
@@ -78,7 +73,7 @@ class DeepL:
 
     async def fields(self, request: Request) -> dict:
         """The request's fields, its key checked (403 for a wrong one)."""
-        fields = {**_query(request), **await _body(request)}
+        fields = await read_fields(request)
         given = header_key(request) or fields.get("auth_key")
         self.key.check(given if isinstance(given, str) else None)
         return fields
@@ -178,8 +173,16 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
     """Add DeepL's translate, languages, usage and glossary-language-pairs routes to ``app``."""
     dispatcher = deepl.dispatcher
     router, limits = dispatcher.router, dispatcher.service.limits
+    keyed = deepl.key.key is not None
+    tags = [schema.TAGS]
 
-    @app.post("/v2/translate", include_in_schema=False)
+    @app.post(
+        "/v2/translate",
+        tags=tags,
+        response_model=None,
+        responses=schema.responses(schema.TranslateOut, 456, 503, 504, keyed=keyed),
+        openapi_extra=schema.translate_body(limits, router.sources, router.targets),
+    )
     async def deepl_translate(request: Request) -> dict:
         """DeepL's translate: ``text`` (repeated), ``target_lang``, optional ``source_lang`` (detected without),
         ``split_sentences``, ``tag_handling``, ``ignore_tags``, ``glossary_id``; answers ``translations``."""
@@ -217,77 +220,31 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
             raise ApiError(400, f"Value for 'type' not supported: {kind} (source or target)")
         return source_entries(router.sources) if kind == "source" else target_entries(router.targets)
 
-    app.get("/v2/languages", include_in_schema=False)(deepl_languages)
-    app.post("/v2/languages", include_in_schema=False)(deepl_languages)
+    languages = {
+        "tags": tags,
+        "response_model": None,
+        "responses": schema.responses(list[schema.LanguageOut], keyed=keyed),
+    }
+    app.get("/v2/languages", **languages, openapi_extra=schema.LANGUAGES_QUERY)(deepl_languages)
+    app.post("/v2/languages", **languages, openapi_extra=schema.languages_body())(deepl_languages)
 
     async def deepl_usage(request: Request) -> dict:
         """Characters translated since the server started, and its limit (``--char-limit``)."""
         await deepl.fields(request)
         return deepl.usage.answer()
 
-    app.get("/v2/usage", include_in_schema=False)(deepl_usage)
-    app.post("/v2/usage", include_in_schema=False)(deepl_usage)
+    usage = {"tags": tags, "response_model": None, "responses": schema.responses(schema.UsageOut, keyed=keyed)}
+    app.get("/v2/usage", **usage)(deepl_usage)
+    app.post("/v2/usage", **usage)(deepl_usage)
 
-    @app.get("/v2/glossary-language-pairs", include_in_schema=False)
+    @app.get(
+        "/v2/glossary-language-pairs",
+        tags=tags,
+        response_model=None,
+        responses=schema.responses(schema.PairsOut, keyed=keyed),
+    )
     async def deepl_glossary_pairs(request: Request) -> dict:
         """The pairs a glossary may have: those a model translates directly."""
         await deepl.fields(request)
         pairs = dict.fromkeys((s, t) for spec in dispatcher.service.pool.specs.values() for s, t in spec.directions)
         return {"supported_languages": [{"source_lang": s.lower(), "target_lang": t.lower()} for s, t in pairs]}
-
-
-def string_field(fields: dict, name: str) -> Optional[str]:
-    """A field that is a string, or None where not given.
-
-    Raises:
-        ApiError: 400 for a value of another type.
-    """
-    value = fields.get(name)
-    if value is None or isinstance(value, str):
-        return value
-    raise ApiError(400, f"Parameter '{name}' must be a string")
-
-
-def _query(request: Request) -> dict:
-    query = request.query_params
-    return {key: query.getlist(key) if key == "text" else query.get(key) for key in query.keys()}
-
-
-async def _body(request: Request) -> dict:
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    raw = await request.body()
-    if not raw:
-        return {}
-    if kind == "application/json":
-        try:
-            fields: Any = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise ApiError(400, "the body is not valid JSON") from None
-        if not isinstance(fields, dict):
-            raise ApiError(400, "the JSON body must be an object")
-        return fields
-    if kind == "":  # no content type: a form, as DeepL reads it
-        try:
-            pairs = urllib.parse.parse_qsl(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=True)
-        except (UnicodeDecodeError, ValueError):
-            raise ApiError(400, "the body is not a valid form") from None
-        out = {}
-        for key, value in pairs:
-            out.setdefault(key, []).append(value)
-        return {key: values if key == "text" else values[0] for key, values in out.items()}
-    if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        try:
-            form = await request.form(max_part_size=max(len(raw), 1))
-        except Exception:  # a malformed form: python-multipart and starlette raise several kinds
-            raise ApiError(400, "the body is not a valid form") from None
-        out: dict = {}
-        for key in form.keys():
-            values = form.getlist(key)
-            if key == "file":
-                out[key] = values[0]
-                continue
-            if not all(isinstance(v, str) for v in values):
-                raise ApiError(400, f"the form field {key!r} must be text")
-            out[key] = values if key == "text" else values[0]
-        return out
-    raise ApiError(415, f"unsupported content type {kind!r}; send JSON or a form")

@@ -23,7 +23,9 @@ from fastapi.responses import Response
 from mtkit.documents.files import translate_bytes
 from mtkit.documents.formats import FORMATS, format_of
 from mtkit.errors import MtkitError
-from mtkit.serving.deepl import DeepL, check_hints, string_field
+from mtkit.serving import deepl_schema as schema
+from mtkit.serving.deepl import DeepL, check_hints
+from mtkit.serving.deepl_fields import string_field
 from mtkit.serving.documents import ACCEPTED, KEEP_SECONDS, MEDIA_TYPES, _ThroughBatcher
 from mtkit.serving.errors import ApiError
 
@@ -46,6 +48,9 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
     dispatcher = deepl.dispatcher
     limits = dispatcher.service.limits
     done: OrderedDict[str, Done] = OrderedDict()
+    router, keyed = dispatcher.router, deepl.key.key is not None
+    common = {"tags": [schema.TAGS], "response_model": None}
+    with_key = schema.document_key_body()
 
     def expire() -> None:
         now = time.monotonic()
@@ -63,7 +68,12 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
             raise ApiError(404, "Document not found (a translated document is kept until it is downloaded)")
         return document
 
-    @app.post(ROUTE, include_in_schema=False)
+    @app.post(
+        ROUTE,
+        **common,
+        responses=schema.responses(schema.DocumentOut, 456, 503, 504, keyed=keyed),
+        openapi_extra=schema.document_body(router.sources, router.targets),
+    )
     async def upload_document(request: Request) -> dict:
         """Translate a document: multipart ``file``, ``target_lang``, optional ``source_lang``, ``filename``,
         ``output_format`` (the input's own), ``glossary_id``."""
@@ -82,7 +92,7 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
             fmt = format_of(name, None)
         except MtkitError:
             raise ApiError(400, f"{name} is not a document this server translates: {ACCEPTED}") from None
-        wanted = (string_field(fields, "output_format") or "").lower()
+        wanted = string_field(fields, "output_format") or ""
         if wanted and (wanted not in FORMATS or wanted != fmt):
             raise ApiError(400, f"output_format {wanted}: this server writes a document in its own format, {fmt}")
         deepl.usage.charge(0)  # a spent quota refuses the document before it is read
@@ -98,12 +108,22 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
         done[document_id] = Done(key, name, fmt, translated, model.characters, time.monotonic() + KEEP_SECONDS)
         return {"document_id": document_id, "document_key": key}
 
-    @app.post(ROUTE + "/{document_id}", include_in_schema=False)
+    @app.post(
+        ROUTE + "/{document_id}",
+        **common,
+        responses=schema.responses(schema.DocumentStatusOut, keyed=keyed),
+        openapi_extra=with_key,
+    )
     async def document_status(document_id: str, request: Request) -> dict:
         document = await found(document_id, request)
         return {"document_id": document_id, "status": "done", "billed_characters": document.characters}
 
-    @app.post(ROUTE + "/{document_id}/result", include_in_schema=False)
+    @app.post(
+        ROUTE + "/{document_id}/result",
+        **common,
+        responses=schema.responses(schema.DOCUMENT, keyed=keyed),
+        openapi_extra=with_key,
+    )
     async def document_result(document_id: str, request: Request) -> Response:
         document = await found(document_id, request)
         del done[document_id]

@@ -71,6 +71,18 @@ def _answer(request, status: int, message: str, headers: Optional[dict] = None) 
     return error_for(request.url.path, status, message, headers)
 
 
+def _allowed(request) -> list[str]:
+    """The methods the app's routes take at the request's path."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches(request.scope)  # PARTIAL: the path matches, not the method
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def describe(problem: dict) -> str:
     """One pydantic validation problem as ``where: what``.
 
@@ -96,7 +108,10 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http_error(request, err: HTTPException):
-        return _answer(request, err.status_code, str(err.detail), getattr(err, "headers", None))
+        headers = getattr(err, "headers", None)
+        if err.status_code == 405:  # every method of the path's routes, not only the first route's
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
+        return _answer(request, err.status_code, str(err.detail), headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, err: RequestValidationError):
