@@ -151,7 +151,17 @@ def test_a_document_of_each_format_round_trips(client, model, tmp_path):
         model.translate_file(source, expected)
         out = tmp_path / f"out.{fmt}"
         client.translate_document_from_filepath(source, out, target_lang="DE")
-        assert out.read_bytes() == expected.read_bytes(), fmt
+        assert members(out.read_bytes()) == members(expected.read_bytes()), fmt
+
+
+def members(data: bytes):
+    """A document's content: an office document's parts (their zip entries' times aside), any other its bytes."""
+    import zipfile
+
+    if not data.startswith(b"PK"):
+        return data
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return {name: z.read(name) for name in z.namelist()}
 
 
 def test_glossary_lifecycle(client, model):
