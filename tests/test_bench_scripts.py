@@ -370,3 +370,43 @@ def test_relabel_run_serves_the_same_model_as_another_direction(bench_run, tmp_p
     assert mirror.languages == ("de", "en") and original.languages == ("en", "de")
     lines = read_gz(TEST_EN)[:20]
     assert mirror.translate(lines) == original.translate(lines)
+
+
+def test_bench_glossary_carries_every_term_and_leaves_the_other_sentences_as_they_were(bench_run, tmp_path):
+    _, run_dir, _, _, _ = bench_run
+    corpus = run_dir.parent / "corpus"
+    for lang in ("en", "de"):  # the toy test split, as the script reads a split
+        lines = (corpus / f"test.{lang}").read_text(encoding="utf-8")
+        (tmp_path / f"test.{lang}.gz").write_bytes(gzip.compress(lines.encode()))
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("tree\tGarten\ndog\tBall\nred ball\trot\n", encoding="utf-8")  # pairs the corpus never has
+    out = run_script(
+        ROOT / "scripts" / "bench_glossary.py",
+        run_dir,
+        "--glossary",
+        glossary,
+        "--data",
+        tmp_path,
+        "--split",
+        "test",
+        "--beam",
+        "3",
+        "--threads",
+        "1",
+        "--warmup",
+        "2",
+        cwd=run_dir.parent,
+    )
+    sources = read_gz(tmp_path / "test.en.gz")
+    bearing = [s for s in sources if re.search(r"\b(tree|dog|red ball)\b", s, re.IGNORECASE)]
+    assert 0 < len(bearing) < len(sources), out
+    assert re.search(rf"^term-bearing sentences: {len(bearing)} ", out, re.MULTILINE), out
+    assert re.search(rf"^carry every target term: {len(bearing)}/{len(bearing)} \(100.0%\)", out, re.MULTILINE), out
+    untouched = len(sources) - len(bearing)
+    assert re.search(rf"^untouched sentences: {untouched}; the same with the glossary: {untouched}/", out, re.M), out
+    without = re.search(r"^  without the glossary  (.*)$", out, re.MULTILINE).group(1)
+    assert re.search(r"^  with the glossary     (.*)$", out, re.MULTILINE).group(1) == without
+    for name in ("without", "with"):
+        line = re.search(rf"^{name}\s+{NUMBER} sent/s\s+\({NUMBER} s\)$", out, re.MULTILINE)
+        assert line and rate_matches(float(line.group(1)), len(bearing), float(line.group(2))), out
+    assert figure(rf"^time with the glossary / without: {NUMBER}x$", out) > 0
