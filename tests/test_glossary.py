@@ -61,6 +61,7 @@ def test_terms_whole_words_any_case_longest_first():
     assert overlapping.terms("new york city") == ("York-Stadt",)  # the longer of two overlapping terms
     assert overlapping.terms("ab cd ef") == ("x",)  # equal lengths: the first in the sentence wins
     assert Glossary((("a", "b"),)).terms("") == ()
+    assert Glossary((("i", "x"),)).terms("\u0130") == ("x",)  # a capital the regex folds otherwise than casefold
 
 
 def test_as_glossary_takes_dicts_pairs_and_files(tmp_path):
@@ -92,6 +93,8 @@ def test_the_target_terms_appear_and_other_sentences_are_unchanged(model):
     assert "Garten" in found[0] and "Garten" not in plain[0]
     assert "Anna" in found[2]
     assert found[1] == plain[1]
+    html = model.translate("A <b>dog</b> sits under the tree .", format="html", glossary=TERMS)
+    assert "Garten" in html and "<b>" in html and "</b>" in html  # terms hold in HTML runs too
     paragraph = "Two cats eat bread . A dog sits under the tree ."
     joined = model.translate(paragraph, glossary=TERMS)
     assert joined.startswith(plain[1]) and "Garten" in joined

@@ -221,7 +221,10 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, "--port"),
     api_key: Optional[str] = typer.Option(
-        None, "--api-key", envvar="MTKIT_API_KEY", help="Require this key (api_key field or X-API-Key header)."
+        None,
+        "--api-key",
+        envvar="MTKIT_API_KEY",
+        help="Require this key (api_key field, X-API-Key header, or DeepL's DeepL-Auth-Key).",
     ),
     cors_origin: Optional[List[str]] = typer.Option(
         None, "--cors-origin", help="Allow browsers on this origin (repeatable; default: no CORS)."

@@ -194,11 +194,16 @@ def add_routes(app: FastAPI, deepl: DeepL) -> None:
         glossary, source = deepl.glossary(fields, source, target)
         contract.check_texts("text", texts, limits)
         dispatcher.service.check_bounds(texts)
-        deepl.usage.charge(sum(map(len, texts)))
+        characters = sum(map(len, texts))
+        deepl.usage.charge(characters)
         lines = [mark_ignored(t, ignored) for t in texts]
-        results, plan = await dispatcher.run(
-            lines, source, [target] * len(lines), options, lambda: client_gone(request), glossary=glossary
-        )
+        try:
+            results, plan = await dispatcher.run(
+                lines, source, [target] * len(lines), options, lambda: client_gone(request), glossary=glossary
+            )
+        except BaseException:  # nothing translated: nothing counted
+            deepl.usage.add(-characters)
+            raise
         out = []
         for text, result, route in zip(texts, results, plan.routes):
             found = source if source is not None else (route[0].source if route else target)

@@ -99,8 +99,15 @@ class Glossary:
         for start, end, text in sorted(found, key=lambda x: (x[0] - x[1], x[0])):  # longest first
             if not any(taken[start:end]):
                 taken[start:end] = [True] * (end - start)
-                kept.append((start, end, self._index[text.casefold()]))
+                kept.append((start, end, self._entry_of(text)))
         return sorted(kept)
+
+    def _entry_of(self, text: str) -> int:
+        """The entry whose source term ``text`` (as found in a sentence) is."""
+        found = self._index.get(text.casefold())
+        if found is None:  # a case the regex folds another way than casefold (a dotted capital I...)
+            found = next(i for i, (s, _) in enumerate(self.entries) if re.fullmatch(re.escape(s), text, re.IGNORECASE))
+        return found
 
     @cached_property
     def _index(self) -> dict[str, int]:
