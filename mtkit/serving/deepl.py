@@ -4,7 +4,7 @@
 
 A request's fields come from a JSON object or a form (``text`` repeated for several texts), the query string's
 under them; the key from ``Authorization: DeepL-Auth-Key KEY`` (or the older ``auth_key`` field). Errors are
-DeepL's: ``{"message": ...}`` with 400, 403, 404, 413, 456 (``errors``). docs/serving.md lists which of DeepL's
+DeepL's: ``{"message": ...}`` with 400, 403, 404, 413, 456 (``errors``). docs/deepl.md lists which of DeepL's
 options are honoured, which are hints accepted and ignored, and which are refused.
 """
 
@@ -53,7 +53,7 @@ class Usage:
             self.count += characters
 
     def add(self, characters: int) -> None:
-        """Count characters already translated (a document's, known once it is done)."""
+        """Count characters translated (a document's, known once it is done), or give back a failed request's."""
         with self._lock:
             self.count += characters
 
