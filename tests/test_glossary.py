@@ -131,3 +131,6 @@ def test_translate_and_translate_file_take_a_glossary_file(model, toy_run_workdi
     for command in (("translate", run, "-i", source), ("translate-file", run, source, "-o", tmp_path / "x.txt")):
         assert_one_line_error(run_cli(*command, "--glossary", bad), "bad.tsv: line 1: expected source<TAB>target")
     assert not (tmp_path / "x.txt").exists()
+    refused = run_cli("translate", run, "-i", source, "--glossary", terms, "--algorithm", "greedy")
+    assert_one_line_error(refused, "--glossary: constraints need an algorithm that honours them")
+    assert refused.out == ""  # refused before any line is translated

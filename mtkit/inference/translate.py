@@ -25,7 +25,7 @@ from mtkit.files import atomic_open
 from mtkit.inference import api
 from mtkit.inference.engine import Engine
 from mtkit.inference.glossaries import WithGlossary
-from mtkit.inference.options import check_flags
+from mtkit.inference.options import check_flags, check_instructions
 from mtkit.inference.results import Translation
 from mtkit.inference.segments import Segment, parse_jsonl
 from mtkit.plots import plot_attention
@@ -327,6 +327,7 @@ def translate_main(
     if input_format != "jsonl" or target is not None:  # jsonl lines may name their own
         model.check_target(target)
     model.check_source(source)
+    _check_glossary(model, terms)
     _write_translations(
         model,
         input=input,
@@ -340,6 +341,15 @@ def translate_main(
         mark_below=mark_below,
         glossary=terms,
     )
+
+
+def _check_glossary(model: api.TranslationModel, glossary) -> None:
+    """Refuse a glossary the model's options cannot follow (its terms are constraints) before any line is read."""
+    if glossary is not None:
+        try:
+            check_instructions(model.options, constraints=True)
+        except MtkitError as err:
+            raise MtkitError(f"--glossary: {err}") from None
 
 
 def _is_regular_file(stream) -> bool:
@@ -452,6 +462,7 @@ def translate_file_main(
     format_of(Path(source).name, fmt)  # an unknown format fails before the model loads
     terms = Glossary.read(glossary) if glossary is not None else None
     model = api.load(path, engine=engine, **options)
+    _check_glossary(model, terms)
     stats = translate_file(
         WithGlossary(model, terms) if terms else model,
         source,
