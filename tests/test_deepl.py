@@ -339,3 +339,20 @@ def test_schemathesis_finds_no_failure_on_the_deepl_routes(tmp_path):
 @pytest.mark.slow
 def test_schemathesis_finds_no_failure_on_the_deepl_routes_at_100_examples(tmp_path):
     deepl_schemathesis(tmp_path, 100)
+
+
+def test_the_store_is_bounded_and_writes_whole_files(tmp_path, monkeypatch):
+    from mtkit.serving.glossary_store import GlossaryLimit, GlossaryStore
+    from mtkit.text import glossary as glossary_module
+    from mtkit.text.glossary import Glossary
+
+    store = GlossaryStore(tmp_path, most=1)
+    kept = store.create(Glossary((("tree", "Garten"),), name="a", source="en", target="de"))
+    assert [p.name for p in tmp_path.iterdir()] == [f"{kept.id}.json"]  # no temp file left
+    with pytest.raises(GlossaryLimit, match="at most 1 glossaries"):
+        store.create(Glossary((("dog", "Hund"),)))
+    assert GlossaryStore(tmp_path).get(kept.id) == kept
+    assert store.delete(kept.id) and not store.delete(kept.id) and not list(tmp_path.iterdir())
+    monkeypatch.setattr(glossary_module, "MAX_BYTES", 20)
+    with pytest.raises(MtkitError, match="more than 20 bytes"):
+        Glossary.parse("tree\tGarten\ndog\tHund\n")
