@@ -1,0 +1,425 @@
+"""The model files of `mtkit export --format web`: the MarianMT export (``marian_export.convert``) as the two ONNX
+graphs transformers.js runs, and the tokenizer as a ``tokenizer.json``, which transformers' MarianTokenizer does not
+write.
+
+- ``encoder_model.onnx``: ``input_ids``, ``attention_mask`` -> ``last_hidden_state``.
+- ``decoder_model_merged.onnx``: ``input_ids``, ``encoder_attention_mask``, ``encoder_hidden_states`` and
+  ``past_key_values.{i}.{decoder|encoder}.{key|value}`` -> ``logits`` and ``present.*``, the names and shapes
+  transformers.js feeds and reads. One graph serves the first step and every later one without a branch: the first
+  step gets empty caches (length 0), and the cross-attention projects only the encoder states past its cache, which
+  is all of them at the first step and none later, so a step never projects them again.
+- mtkit's greedy search lives in the decoder's logits, so that transformers.js' plain greedy search (num_beams 1)
+  makes the same choices: PAD and the decoder's start token are never chosen, and a sentence at its length limit,
+  ``min(ceil(max_len_a * source_length + max_len_b), max_positions - 1)`` output tokens (EOS excluded, the source
+  counted with its EOS), can only end (``decoding.limits``); transformers.js knows no limit that grows with the
+  source.
+- ``tokenizer.json`` is written as JSON (no ``tokenizers`` package needed): SentencePiece's normalisation (its
+  precompiled character map, whitespace stripped and runs of spaces folded), a Metaspace pre-tokenizer and decoder,
+  the model (Unigram with the pieces' scores, or BPE with merges ranked as SentencePiece ranks its pieces) and
+  ``</s>`` after every source; special tokens (and a multilingual run's language tokens) decode to no text.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import struct
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from mtkit.interop import protobuf_wire
+
+NEG = -1.0e9  # the logit of a token the search may not choose (a finite value: softmax over it stays exact)
+OPSET = 17
+
+# SentencePiece's ModelProto: pieces (1), trainer_spec (2), normalizer_spec (3); a piece's piece (1), score (2),
+# type (3); the trainer's model_type (3: 1 unigram, 2 bpe); the normalizer's precompiled_charsmap (2),
+# add_dummy_prefix (3), remove_extra_whitespaces (4)
+SPM_TRAINER, SPM_NORMALIZER, SPM_SCORE = 2, 3, 2
+TRAINER_MODEL_TYPE, NORM_CHARSMAP, NORM_DUMMY_PREFIX, NORM_EXTRA_SPACES = 3, 2, 3, 4
+UNIGRAM, BPE = 1, 2
+NORMAL_PIECE, UNKNOWN_PIECE = 1, 2
+
+
+# ------------------------------------------------------------------------------------------ the graphs
+def _sinusoids(positions: int, dim: int) -> Tensor:
+    """Marian's position table: the sines of every frequency in the first half of the channels, the cosines in the
+    second (``sinusoidal_layout: halves``), computed in float64."""
+    pos = torch.arange(positions, dtype=torch.float64)[:, None]
+    freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)[None, :]
+    angles = pos * freq
+    half = (dim + 1) // 2
+    table = torch.zeros(positions, dim, dtype=torch.float64)
+    table[:, :half] = torch.sin(angles)
+    table[:, half:] = torch.cos(angles)[:, : dim - half]
+    return table.float()
+
+
+class _Attention(nn.Module):
+    def __init__(self, tensors: dict[str, Tensor], prefix: str, heads: int):
+        super().__init__()
+        for part in ("q", "k", "v", "out"):
+            linear = nn.Linear(1, 1)
+            linear.weight = nn.Parameter(tensors[f"{prefix}.{part}_proj.weight"], requires_grad=False)
+            linear.bias = nn.Parameter(tensors[f"{prefix}.{part}_proj.bias"], requires_grad=False)
+            setattr(self, part, linear)
+        self.heads, self.head_dim = heads, self.q.weight.shape[0] // heads  # plain ints: constants in the graph
+
+    def split(self, x: Tensor) -> Tensor:  # (batch, len, d) -> (batch, heads, len, head_dim)
+        return x.reshape(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+        scores = torch.matmul(q * self.head_dim**-0.5, k.transpose(-1, -2)) + bias
+        out = torch.matmul(torch.softmax(scores, dim=-1), v)  # (batch, heads, len, head_dim)
+        return self.out(out.transpose(1, 2).reshape(out.shape[0], out.shape[2], self.heads * self.head_dim))
+
+
+def _layer_norm(tensors: dict[str, Tensor], name: str) -> nn.LayerNorm:
+    norm = nn.LayerNorm(tensors[f"{name}.weight"].shape[0], eps=1e-5)
+    norm.weight = nn.Parameter(tensors[f"{name}.weight"], requires_grad=False)
+    norm.bias = nn.Parameter(tensors[f"{name}.bias"], requires_grad=False)
+    return norm
+
+
+def _linear(tensors: dict[str, Tensor], name: str) -> nn.Linear:
+    linear = nn.Linear(1, 1)
+    linear.weight = nn.Parameter(tensors[f"{name}.weight"], requires_grad=False)
+    linear.bias = nn.Parameter(tensors[f"{name}.bias"], requires_grad=False)
+    return linear
+
+
+ACTIVATIONS = {"relu": torch.relu, "gelu": nn.functional.gelu, "swish": nn.functional.silu}
+
+
+class _Layer(nn.Module):
+    """One post-norm layer of Marian's encoder or decoder (``cross``: with attention over the encoder)."""
+
+    def __init__(self, tensors: dict[str, Tensor], prefix: str, heads: int, activation: str, cross: bool):
+        super().__init__()
+        self.self_attn = _Attention(tensors, f"{prefix}.self_attn", heads)
+        self.self_norm = _layer_norm(tensors, f"{prefix}.self_attn_layer_norm")
+        if cross:
+            self.cross_attn = _Attention(tensors, f"{prefix}.encoder_attn", heads)
+            self.cross_norm = _layer_norm(tensors, f"{prefix}.encoder_attn_layer_norm")
+        self.fc1, self.fc2 = _linear(tensors, f"{prefix}.fc1"), _linear(tensors, f"{prefix}.fc2")
+        self.final_norm = _layer_norm(tensors, f"{prefix}.final_layer_norm")
+        self.activation = ACTIVATIONS[activation]
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        return self.final_norm(x + self.fc2(self.activation(self.fc1(x))))
+
+
+class _Embeddings(nn.Module):
+    def __init__(self, weight: Tensor, table: Tensor, scale: float):
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.register_buffer("table", table)
+        self.scale = scale
+
+    def forward(self, ids: Tensor, start) -> Tensor:
+        positions = self.table[start : start + ids.shape[1]]
+        return self.weight[ids] * self.scale + positions
+
+
+def _embedding_weights(tensors: dict[str, Tensor], side: str) -> Tensor:
+    return tensors.get(f"model.{side}.embed_tokens.weight", tensors.get("model.shared.weight"))
+
+
+class Encoder(nn.Module):
+    """Marian's encoder: ``(input_ids, attention_mask) -> last_hidden_state``."""
+
+    def __init__(self, config: dict, tensors: dict[str, Tensor]):
+        super().__init__()
+        d = config["d_model"]
+        scale = math.sqrt(d) if config["scale_embedding"] else 1.0
+        table = _sinusoids(config["max_position_embeddings"], d)
+        self.embed = _Embeddings(_embedding_weights(tensors, "encoder"), table, scale)
+        self.layers = nn.ModuleList(
+            _Layer(tensors, f"model.encoder.layers.{i}", config["encoder_attention_heads"], _act(config), False)
+            for i in range(config["encoder_layers"])
+        )
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        x = self.embed(input_ids, 0)
+        bias = (1.0 - attention_mask[:, None, None, :].float()) * NEG  # (batch, 1, 1, src_len)
+        for layer in self.layers:
+            attn = layer.self_attn
+            q, k, v = attn.split(attn.q(x)), attn.split(attn.k(x)), attn.split(attn.v(x))
+            x = layer.self_norm(x + attn.attend(q, k, v, bias))
+            x = layer.feed_forward(x)
+        return x
+
+
+def _act(config: dict) -> str:
+    return {"silu": "swish"}.get(config["activation_function"], config["activation_function"])
+
+
+class Decoder(nn.Module):
+    """Marian's decoder with its caches, and mtkit's search rules in its logits (the module's docstring).
+
+    Args:
+        config: the MarianMT config.json.
+        tensors: its weights by name.
+        limits: (max_len_a, max_len_b, cap): the output length limit, ``decoding.limits.max_lengths``.
+        banned: the token ids never chosen.
+        eos: the end-of-sentence id.
+    """
+
+    def __init__(self, config: dict, tensors: dict[str, Tensor], limits: tuple, banned: list[int], eos: int):
+        super().__init__()
+        d = config["d_model"]
+        scale = math.sqrt(d) if config["scale_embedding"] else 1.0
+        table = _sinusoids(config["max_position_embeddings"], d)
+        self.embed = _Embeddings(_embedding_weights(tensors, "decoder"), table, scale)
+        self.layers = nn.ModuleList(
+            _Layer(tensors, f"model.decoder.layers.{i}", config["decoder_attention_heads"], _act(config), True)
+            for i in range(config["decoder_layers"])
+        )
+        head = tensors.get("lm_head.weight", _embedding_weights(tensors, "decoder"))
+        self.register_buffer("head", head.t().contiguous())
+        self.register_buffer("logits_bias", tensors["final_logits_bias"].reshape(-1))
+        vocab = head.shape[0]
+        allowed = torch.zeros(vocab, dtype=torch.bool)
+        allowed[[i for i in range(vocab) if i not in banned]] = True
+        self.register_buffer("allowed", allowed)
+        only_eos = torch.zeros(vocab, dtype=torch.bool)
+        only_eos[eos] = True
+        self.register_buffer("only_eos", only_eos)
+        self.a, self.b, self.cap = limits
+
+    def forward(self, input_ids: Tensor, encoder_attention_mask: Tensor, encoder_hidden_states: Tensor, *past):
+        past_len = past[0].shape[2]
+        steps = input_ids.shape[1]
+        x = self.embed(input_ids, past_len)
+        total = past_len + steps
+        # query i (position past_len + i) sees the keys at positions <= past_len + i
+        keys = torch.arange(total)[None, :]
+        queries = torch.arange(steps)[:, None] + past_len
+        self_bias = (keys > queries).float()[None, None] * NEG  # (1, 1, steps, total)
+        cross_bias = (1.0 - encoder_attention_mask[:, None, None, :].float()) * NEG
+        presents = []
+        for i, layer in enumerate(self.layers):
+            self_k, self_v, cross_k, cross_v = past[4 * i : 4 * i + 4]
+            attn = layer.self_attn
+            k = torch.cat([self_k, attn.split(attn.k(x))], dim=2)
+            v = torch.cat([self_v, attn.split(attn.v(x))], dim=2)
+            x = layer.self_norm(x + attn.attend(attn.split(attn.q(x)), k, v, self_bias))
+            cross = layer.cross_attn
+            new_states = encoder_hidden_states[:, cross_k.shape[2] :]  # all of them at the first step, none later
+            ck = torch.cat([cross_k, cross.split(cross.k(new_states))], dim=2)
+            cv = torch.cat([cross_v, cross.split(cross.v(new_states))], dim=2)
+            x = layer.cross_norm(x + cross.attend(cross.split(cross.q(x)), ck, cv, cross_bias))
+            x = layer.feed_forward(x)
+            presents += [k, v, ck, cv]
+        logits = torch.matmul(x, self.head) + self.logits_bias
+        logits = torch.where(self.allowed, logits, torch.full_like(logits, NEG))
+        # the output token at position past_len + i is the (past_len + i + 1)-th: only EOS once the limit is reached
+        source_len = encoder_attention_mask.sum(dim=1, keepdim=True).double()  # (batch, 1)
+        limit = torch.clamp(torch.ceil(self.a * source_len + self.b - 1e-6), max=float(self.cap))  # (batch, 1)
+        at_limit = (queries.reshape(1, steps).double() >= limit)[:, :, None]  # (batch, steps, 1)
+        logits = torch.where(at_limit & ~self.only_eos, torch.full_like(logits, NEG), logits)
+        return (logits, *presents)
+
+
+def export_graphs(
+    config: dict, tensors: dict[str, Tensor], folder: Path, *, limits: tuple, banned: list[int], eos: int
+) -> None:
+    """Write ``encoder_model.onnx`` and ``decoder_model_merged.onnx`` (float32) into ``folder``."""
+    tensors = {k: v.float() for k, v in tensors.items()}
+    encoder = Encoder(config, tensors).eval()
+    decoder = Decoder(config, tensors, limits, banned, eos).eval()
+    d, layers = config["d_model"], config["decoder_layers"]
+    heads = config["decoder_attention_heads"]
+    ids = torch.tensor([[5, 6, 7, 3], [5, 6, 3, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    import warnings
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            encoder,
+            (ids, mask),
+            str(folder / "encoder_model.onnx"),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state"],
+            dynamic_axes={
+                "input_ids": {0: "batch_size", 1: "encoder_sequence_length"},
+                "attention_mask": {0: "batch_size", 1: "encoder_sequence_length"},
+                "last_hidden_state": {0: "batch_size", 1: "encoder_sequence_length"},
+            },
+            opset_version=OPSET,
+            dynamo=False,
+        )
+        states = encoder(ids, mask)
+        names, past, dynamic = [], [], {}
+        for i in range(layers):
+            for side, length in (("decoder", 3), ("encoder", 4)):
+                for kind in ("key", "value"):
+                    name = f"past_key_values.{i}.{side}.{kind}"
+                    names.append(name)
+                    past.append(torch.zeros(2, heads, length, d // heads))
+                    dynamic[name] = {0: "batch_size", 2: f"past_{side}_sequence_length"}
+        outputs = ["logits"] + [n.replace("past_key_values", "present") for n in names]
+        for name in outputs[1:]:
+            dynamic[name] = {0: "batch_size", 2: f"{name.split('.')[2]}_sequence_length_out"}
+        dynamic.update(
+            input_ids={0: "batch_size", 1: "decoder_sequence_length"},
+            encoder_attention_mask={0: "batch_size", 1: "encoder_sequence_length"},
+            encoder_hidden_states={0: "batch_size", 1: "encoder_sequence_length"},
+            logits={0: "batch_size", 1: "decoder_sequence_length"},
+        )
+        torch.onnx.export(
+            decoder,
+            (torch.tensor([[9], [10]]), mask, states, *past),
+            str(folder / "decoder_model_merged.onnx"),
+            input_names=["input_ids", "encoder_attention_mask", "encoder_hidden_states", *names],
+            output_names=outputs,
+            dynamic_axes=dynamic,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def quantize(folder: Path) -> None:
+    """Add the int8 graphs transformers.js loads as ``q8`` (``*_quantized.onnx``): onnxruntime's dynamic
+    quantization, per channel, reduced range, QInt8 weights."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    for name in ("encoder_model", "decoder_model_merged"):
+        quantize_dynamic(
+            str(folder / f"{name}.onnx"),
+            str(folder / f"{name}_quantized.onnx"),
+            per_channel=True,
+            reduce_range=True,
+            weight_type=QuantType.QInt8,
+        )
+
+
+# ------------------------------------------------------------------------------------------ the tokenizer
+def _spm_facts(model: bytes) -> tuple[dict[str, float], dict[str, int], int, dict]:
+    """(score by piece, type by piece, model type, normaliser fields) of a SentencePiece model's bytes."""
+    scores, types, model_type, norm = {}, {}, UNIGRAM, {}
+    for number, _, value, _ in protobuf_wire.fields(model):
+        if number == protobuf_wire.SPM_PIECES:
+            piece, score, kind = "", 0.0, NORMAL_PIECE
+            for n, wire, v, _ in protobuf_wire.fields(value):
+                if n == protobuf_wire.SPM_PIECE:
+                    piece = v.decode("utf-8")
+                elif n == SPM_SCORE and wire == protobuf_wire.FIXED32:
+                    score = struct.unpack("<f", v.to_bytes(4, "little") if isinstance(v, int) else v)[0]
+                elif n == protobuf_wire.SPM_TYPE:
+                    kind = v
+            scores[piece], types[piece] = score, kind
+        elif number == SPM_TRAINER:
+            for n, _, v, _ in protobuf_wire.fields(value):
+                if n == TRAINER_MODEL_TYPE:
+                    model_type = v
+        elif number == SPM_NORMALIZER:
+            for n, _, v, _ in protobuf_wire.fields(value):
+                norm[n] = v
+    return scores, types, model_type, norm
+
+
+def tokenizer_json(spm: bytes, vocab: dict[str, int], special: dict[str, int], tags: list[str]) -> dict:
+    """The ``tokenizer.json`` of a SentencePiece model whose pieces ``vocab`` numbers.
+
+    Args:
+        spm: the SentencePiece model's bytes (the run's one joint model).
+        vocab: piece -> id, as the exported model numbers them (``marian_export.convert``'s vocab.json).
+        special: the ids of ``pad``, ``unk``, ``eos`` and ``start``.
+        tags: a multilingual run's language tokens (special: they decode to no text), or [].
+
+    Returns:
+        The JSON object as a dict.
+    """
+    scores, types, model_type, norm = _spm_facts(spm)
+    pieces = sorted(vocab, key=vocab.__getitem__)
+    unk = pieces[special["unk"]] if special["unk"] < len(pieces) else "<unk>"
+    if model_type == BPE:
+        ranked = sorted((p for p in pieces if types.get(p, NORMAL_PIECE) == NORMAL_PIECE), key=lambda p: -scores[p])
+        merges = []
+        for piece in ranked:
+            for cut in range(1, len(piece)):
+                left, right = piece[:cut], piece[cut:]
+                if left in vocab and right in vocab:
+                    merges.append((vocab[piece], vocab[left], vocab[right], left, right))
+        rank = {p: r for r, p in enumerate(ranked)}
+        merges.sort(key=lambda m: (rank[pieces[m[0]]], m[1], m[2]))
+        model = {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": unk,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": {p: vocab[p] for p in pieces},
+            "merges": [[m[3], m[4]] for m in merges],
+        }
+    else:
+        lowest = min(scores.values(), default=0.0) - 10.0
+        model = {
+            "type": "Unigram",
+            "unk_id": special["unk"],
+            "vocab": [[p, scores.get(p, lowest) if types.get(p) != UNKNOWN_PIECE else 0.0] for p in pieces],
+            "byte_fallback": False,
+        }
+    normalizers = []
+    charsmap = norm.get(NORM_CHARSMAP, b"")
+    if charsmap:
+        normalizers.append({"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap).decode()})
+    if norm.get(NORM_EXTRA_SPACES, 1):
+        normalizers += [
+            {"type": "Strip", "strip_left": True, "strip_right": True},
+            {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+        ]
+    prepend = "always" if norm.get(NORM_DUMMY_PREFIX, 1) else "never"
+    eos = pieces[special["eos"]]
+    named = {special[k] for k in ("pad", "unk", "eos", "start")}
+    added = [
+        {"id": i, "content": p, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+         "special": True}
+        for i, p in enumerate(pieces)
+        if i in named or p in tags
+    ]  # fmt: skip
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": prepend, "split": True},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": eos, "type_id": 0}}],
+            "pair": [
+                {"Sequence": {"id": "A", "type_id": 0}},
+                {"Sequence": {"id": "B", "type_id": 0}},
+                {"SpecialToken": {"id": eos, "type_id": 0}},
+            ],
+            "special_tokens": {eos: {"id": eos, "ids": [special["eos"]], "tokens": [eos]}},
+        },
+        "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": prepend, "split": True},
+        "model": model,
+    }
+
+
+def tokenizer_config(pieces: dict[str, int], special: dict[str, int], max_positions: int) -> dict:
+    """``tokenizer_config.json``: the special tokens by name and the longest source (in subwords, EOS included)."""
+    by_id = {i: p for p, i in pieces.items()}
+    return {
+        "tokenizer_class": "PreTrainedTokenizer",
+        "model_max_length": max_positions,
+        "pad_token": by_id[special["pad"]],
+        "unk_token": by_id[special["unk"]],
+        "eos_token": by_id[special["eos"]],
+        "clean_up_tokenization_spaces": False,
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
