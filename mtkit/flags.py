@@ -17,7 +17,7 @@ class OutputOptions(Section):
     format: Literal["text", "jsonl"] = "text"
     input_format: Literal["text", "jsonl", "html"] = "text"
     engine: Literal["torch", "ctranslate2"] = "torch"
-    export_format: Literal["ctranslate2", "hf", "argos"] = "ctranslate2"
+    export_format: Literal["ctranslate2", "hf", "argos", "web"] = "ctranslate2"
 
 
 FLAGS = {"format": "--format", "input_format": "--input-format", "engine": "--engine", "export_format": "--format"}

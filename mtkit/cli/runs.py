@@ -104,6 +104,7 @@ def export(
                 "ctranslate2": 'needs the extra: pip install "mtkit\\[ct2]"',
                 "hf": "a MarianMT directory for transformers",
                 "argos": "an Argos Translate / LibreTranslate package, .argosmodel; needs ctranslate2 too",
+                "web": 'a static web page translating in the browser; needs the extra: pip install "mtkit\\[web]"',
             },
         )
         + ".",
@@ -112,27 +113,44 @@ def export(
         None,
         "--quantization",
         "-q",
-        help=f"--format ctranslate2 and argos: {choices(QUANTIZATIONS)} (default: float32).",
+        help=f"--format ctranslate2 and argos: {choices(QUANTIZATIONS)}; --format web: float32 or int8 (default: "
+        "float32).",
         show_default=False,
     ),
     source: Optional[str] = typer.Option(
-        None, "--source", help="--format argos, a multilingual run with several sources: the package's source."
+        None, "--source", help="--format argos and web, a multilingual run with several sources: the source."
     ),
     target: Optional[str] = typer.Option(
-        None, "--target", help="--format argos, a multilingual run: the package's target (one package per direction)."
+        None, "--target", help="--format argos and web, a multilingual run: the target (one export per direction)."
+    ),
+    npm_dir: Optional[Path] = typer.Option(
+        None,
+        "--npm-dir",
+        help="--format web: a folder holding the npm tarballs of transformers.js and onnxruntime-web, instead of "
+        "the npm registry (docs/browser.md).",
     ),
     force: bool = typer.Option(False, "--force", help="Replace an earlier export in --output."),
 ):
-    """Export a trained Transformer for CTranslate2, as a Hugging Face MarianMT directory, or as an Argos Translate
-    package (which LibreTranslate serves), with its tokenizer.
+    """Export a trained Transformer for CTranslate2, as a Hugging Face MarianMT directory, as an Argos Translate
+    package (which LibreTranslate serves), or as a web page that translates in the browser, with its tokenizer.
 
     Examples: mtkit export runs/demo --output runs/demo-ct2 --quantization int8 && mtkit translate runs/demo-ct2
               mtkit export runs/demo --format hf --output runs/demo-hf
               mtkit export runs/demo --format argos --output en_de.argosmodel --quantization int8
+              mtkit export runs/demo --format web --output demo-web && mtkit serve --web demo-web
     """
     export_format = check_flags(export_format=fmt).export_format
-    if export_format != "argos" and (source is not None or target is not None):
-        raise MtkitError("--source and --target are for --format argos (one package per direction)")
+    if export_format not in ("argos", "web") and (source is not None or target is not None):
+        raise MtkitError("--source and --target are for --format argos and web (one export per direction)")
+    if export_format != "web" and npm_dir is not None:
+        raise MtkitError("--npm-dir is for --format web")
+    if export_format == "web":
+        from mtkit.interop.web_export import export_main as export_web
+
+        export_web(
+            run=run, out=output, quantization=quantization, force=force, source=source, target=target, npm_dir=npm_dir
+        )
+        return
     if export_format == "hf":
         from mtkit.interop.marian_export import export_main as export_hf
 

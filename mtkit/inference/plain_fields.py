@@ -25,5 +25,5 @@ OUTPUT = {
     "format": {"default": "text", "type": "choice", "choices": ("text", "jsonl")},
     "input_format": {"default": "text", "type": "choice", "choices": ("text", "jsonl", "html")},
     "engine": {"default": "torch", "type": "choice", "choices": ("torch", "ctranslate2")},
-    "export_format": {"default": "ctranslate2", "type": "choice", "choices": ("ctranslate2", "hf", "argos")},
+    "export_format": {"default": "ctranslate2", "type": "choice", "choices": ("ctranslate2", "hf", "argos", "web")},
 }

@@ -26,10 +26,12 @@ import json
 import math
 import struct
 from pathlib import Path
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
+from mtkit.decoding.limits import max_lengths
 from mtkit.interop import protobuf_wire
 
 NEG = -1.0e9  # the logit of a token the search may not choose (a finite value: softmax over it stays exact)
@@ -166,9 +168,12 @@ class Decoder(nn.Module):
         limits: (max_len_a, max_len_b, cap): the output length limit, ``decoding.limits.max_lengths``.
         banned: the token ids never chosen.
         eos: the end-of-sentence id.
+        forced_first: the token the first output must be (a multilingual run's language token), or None.
     """
 
-    def __init__(self, config: dict, tensors: dict[str, Tensor], limits: tuple, banned: list[int], eos: int):
+    def __init__(
+        self, config: dict, tensors: dict[str, Tensor], limits: tuple, banned: list[int], eos: int, forced_first=None
+    ):
         super().__init__()
         d = config["d_model"]
         scale = math.sqrt(d) if config["scale_embedding"] else 1.0
@@ -188,7 +193,15 @@ class Decoder(nn.Module):
         only_eos = torch.zeros(vocab, dtype=torch.bool)
         only_eos[eos] = True
         self.register_buffer("only_eos", only_eos)
-        self.a, self.b, self.cap = limits
+        first = torch.ones(vocab, dtype=torch.bool)
+        if forced_first is not None:  # a forced token counts as an output token, as mtkit's prefixes do
+            first[:] = False
+            first[forced_first] = True
+        self.register_buffer("first", first)
+        a, b, cap = limits
+        lengths = torch.arange(config["max_position_embeddings"] + 1)
+        mask = torch.arange(lengths.shape[0])[None, :] < lengths[:, None]  # a source of each length
+        self.register_buffer("limits", max_lengths(mask, a, b, cap))  # (max_positions + 1,) int64
 
     def forward(self, input_ids: Tensor, encoder_attention_mask: Tensor, encoder_hidden_states: Tensor, *past):
         past_len = past[0].shape[2]
@@ -216,21 +229,32 @@ class Decoder(nn.Module):
             presents += [k, v, ck, cv]
         logits = torch.matmul(x, self.head) + self.logits_bias
         logits = torch.where(self.allowed, logits, torch.full_like(logits, NEG))
-        # the output token at position past_len + i is the (past_len + i + 1)-th: only EOS once the limit is reached
-        source_len = encoder_attention_mask.sum(dim=1, keepdim=True).double()  # (batch, 1)
-        limit = torch.clamp(torch.ceil(self.a * source_len + self.b - 1e-6), max=float(self.cap))  # (batch, 1)
-        at_limit = (queries.reshape(1, steps).double() >= limit)[:, :, None]  # (batch, steps, 1)
+        # the output token at position past_len + i is the (past_len + i + 1)-th: only EOS once the limit is reached;
+        # the limit of each source length is a table made by mtkit's own rule (no float64 in onnxruntime-web)
+        source_len = encoder_attention_mask.sum(dim=1).clamp(max=self.limits.shape[0] - 1)  # (batch,)
+        limit = self.limits[source_len][:, None]  # (batch, 1)
+        at_limit = (queries.reshape(1, steps) >= limit)[:, :, None]  # (batch, steps, 1)
         logits = torch.where(at_limit & ~self.only_eos, torch.full_like(logits, NEG), logits)
+        at_first = (queries.reshape(1, steps) == 0)[:, :, None]  # (1, steps, 1)
+        logits = torch.where(at_first & ~self.first, torch.full_like(logits, NEG), logits)
         return (logits, *presents)
 
 
 def export_graphs(
-    config: dict, tensors: dict[str, Tensor], folder: Path, *, limits: tuple, banned: list[int], eos: int
+    config: dict,
+    tensors: dict[str, Tensor],
+    folder: Path,
+    *,
+    limits: tuple,
+    banned: list[int],
+    eos: int,
+    forced_first: Optional[int] = None,
 ) -> None:
-    """Write ``encoder_model.onnx`` and ``decoder_model_merged.onnx`` (float32) into ``folder``."""
+    """Write ``encoder_model.onnx`` and ``decoder_model_merged.onnx`` (float32) into ``folder``; the decoder's
+    arguments are ``Decoder``'s."""
     tensors = {k: v.float() for k, v in tensors.items()}
     encoder = Encoder(config, tensors).eval()
-    decoder = Decoder(config, tensors, limits, banned, eos).eval()
+    decoder = Decoder(config, tensors, limits, banned, eos, forced_first).eval()
     d, layers = config["d_model"], config["decoder_layers"]
     heads = config["decoder_attention_heads"]
     ids = torch.tensor([[5, 6, 7, 3], [5, 6, 3, 0]])

@@ -1,0 +1,134 @@
+// The page of an mtkit web export: translates in the browser with transformers.js on onnxruntime-web's WebAssembly
+// backend. Every file comes from this page's own folder (the library, its WebAssembly, the model), so it works
+// offline once loaded. window.mtkit = {ready, translate(lines)} for scripts: one translation per line, in order.
+import { env, pipeline } from "./transformers.min.js";
+
+const $ = (id) => document.getElementById(id);
+const here = new URL(".", location.href).href;
+const BATCH = 8; // lines decoded together: padding costs less than it saves in steps
+
+env.allowLocalModels = true;
+env.allowRemoteModels = false;
+// a path, not a URL: transformers.js looks for local files only at paths (the page's folder, wherever it is served)
+env.localModelPath = new URL("models/", here).pathname;
+env.useBrowserCache = false; // the files are the page's own; the browser's HTTP cache already keeps them
+env.backends.onnx.wasm.wasmPaths = {
+  mjs: here + "ort-wasm-simd-threaded.asyncify.mjs",
+  wasm: here + "ort-wasm-simd-threaded.asyncify.wasm",
+};
+const wanted = Number(new URLSearchParams(location.search).get("threads"));
+if (wanted > 0) env.backends.onnx.wasm.numThreads = wanted; // else onnxruntime-web's choice (1 without isolation)
+
+function showError(message) {
+  $("error").textContent = message;
+  $("error").hidden = !message;
+}
+
+function megabytes(bytes) {
+  return `${(bytes / 2 ** 20).toFixed(1)} MB`;
+}
+
+async function load() {
+  const answer = await fetch(here + "mtkit-web.json");
+  if (!answer.ok) throw new Error(`mtkit-web.json: ${answer.status} ${answer.statusText}`);
+  const meta = await answer.json();
+  const names = new Intl.DisplayNames(["en"], { type: "language" });
+  const name = (code) => {
+    try {
+      return names.of(code) || code;
+    } catch {
+      return code;
+    }
+  };
+  $("source").replaceChildren(new Option(name(meta.source), meta.source));
+  $("target").replaceChildren(new Option(name(meta.target), meta.target));
+  $("model-size").textContent = `Model: ${megabytes(meta.model_bytes)} (${meta.quantization})`;
+  const loaded = new Map(); // file -> [loaded, total]
+  const progress = (event) => {
+    if (event.status !== "progress" && event.status !== "done") return;
+    const [, total] = loaded.get(event.file) || [0, event.total || 0];
+    loaded.set(event.file, [event.status === "done" ? total : event.loaded || 0, event.total || total]);
+    const sum = [...loaded.values()].reduce((acc, [got]) => acc + got, 0);
+    $("progress").value = Math.min(1, sum / meta.model_bytes);
+    $("loading-text").textContent = `Loading the model: ${megabytes(sum)} of ${megabytes(meta.model_bytes)}`;
+  };
+  const translator = await pipeline("translation", meta.model, {
+    dtype: meta.dtype,
+    device: "wasm",
+    progress_callback: progress,
+  });
+  const threads = env.backends.onnx.wasm.numThreads || 1;
+  $("threads").textContent = `${threads} thread${threads === 1 ? "" : "s"}${crossOriginIsolated ? "" : " (no cross-origin isolation)"}`;
+  $("loading").hidden = true;
+  return { translator, meta };
+}
+
+const ready = load();
+
+async function translate(lines) {
+  if (!Array.isArray(lines) || !lines.every((line) => typeof line === "string")) {
+    throw new TypeError("translate(lines): lines must be an array of strings");
+  }
+  const { translator, meta } = await ready;
+  const out = new Array(lines.length).fill("");
+  const todo = lines.map((line, i) => [line, i]).filter(([line]) => line.trim());
+  for (let start = 0; start < todo.length; start += BATCH) {
+    const batch = todo.slice(start, start + BATCH);
+    const answers = await translator(
+      batch.map(([line]) => line),
+      { num_beams: 1, do_sample: false, max_new_tokens: meta.max_new_tokens },
+    );
+    batch.forEach(([, i], k) => (out[i] = answers[k].translation_text));
+  }
+  return out;
+}
+
+window.mtkit = { ready: ready.then(() => undefined), translate };
+
+// ------------------------------------------------------------------------------------------- the page
+const state = { seq: 0, timer: 0, shown: "" };
+
+function changed() {
+  $("count").textContent = `${$("input").value.length} characters`;
+  clearTimeout(state.timer);
+  state.timer = setTimeout(translateText, 250);
+}
+
+async function translateText() {
+  const seq = ++state.seq;
+  const lines = $("input").value.split("\n");
+  $("output").setAttribute("aria-busy", "true");
+  try {
+    const translated = await translate(lines);
+    if (seq !== state.seq) return; // a newer text was typed meanwhile
+    state.shown = translated.join("\n");
+    $("output").textContent = state.shown;
+    showError("");
+  } catch (err) {
+    if (seq === state.seq) showError(err.message || String(err));
+  } finally {
+    if (seq === state.seq) $("output").removeAttribute("aria-busy");
+  }
+}
+
+async function copy() {
+  try {
+    await navigator.clipboard.writeText(state.shown);
+  } catch {
+    const range = document.createRange(); // no clipboard API (a page not served over https): select and copy
+    range.selectNodeContents($("output"));
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+    document.execCommand("copy");
+  }
+  $("copy").textContent = "Copied";
+  setTimeout(() => ($("copy").textContent = "Copy"), 1500);
+}
+
+$("input").addEventListener("input", changed);
+$("copy").addEventListener("click", copy);
+changed();
+ready.catch((err) => {
+  $("loading").hidden = true;
+  showError(`The model did not load: ${err.message || err}`);
+});
