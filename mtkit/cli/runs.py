@@ -292,6 +292,12 @@ def serve(
         None, "--qe-model", help="CometKiwi model: each scored hypothesis's qe (docs/evaluation.md)."
     ),
     rerank: Optional[str] = typer.Option(None, "--rerank", help="qe: order each line's hypotheses by --qe-model's qe."),
+    web: Optional[Path] = typer.Option(
+        None,
+        "--web",
+        help="Serve a page made by mtkit export --format web instead of models, cross-origin isolated so that it "
+        "translates on several threads (docs/browser.md).",
+    ),
     **algorithm_options,
 ):
     """Serve models over HTTP: POST /v1/translate, LibreTranslate's /translate and /languages, DeepL's API v2 (its
@@ -299,8 +305,15 @@ def serve(
 
     Each request goes to the model of its language pair (or through a pivot language); GET / is a web page over the
     same routes. Example: mtkit serve runs/en-de runs/de-en --port 8000, then open http://127.0.0.1:8000/ (needs
-    the extra: pip install "mtkit\\[serve]")
+    the extra: pip install "mtkit\\[serve]"). mtkit serve --web DIR serves an exported web page instead.
     """
+    if web is not None:
+        if runs or models is not None:
+            raise MtkitError("--web serves an exported web page alone; leave out the runs and --models")
+        from mtkit.serving.web_site import serve_site
+
+        serve_site(web, host, port)
+        return
     limits = serve_limits(
         {
             "max_sentences": ("--max-sentences", max_sentences),

@@ -65,20 +65,27 @@ async function load() {
 
 const ready = load();
 
+// One translation per line, in order. As mtkit translate does, a line keeps its leading and trailing whitespace
+// around its translation, and a line of whitespace alone is translated to an empty line. A line is translated as one
+// sentence (mtkit translate cuts a line of several sentences first: docs/browser.md).
 async function translate(lines) {
   if (!Array.isArray(lines) || !lines.every((line) => typeof line === "string")) {
     throw new TypeError("translate(lines): lines must be an array of strings");
   }
   const { translator, meta } = await ready;
   const out = new Array(lines.length).fill("");
-  const todo = lines.map((line, i) => [line, i]).filter(([line]) => line.trim());
+  const todo = [];
+  lines.forEach((line, i) => {
+    const [, lead, text, trail] = line.match(/^(\s*)([\s\S]*?)(\s*)$/);
+    if (text) todo.push({ i, lead, text, trail });
+  });
   for (let start = 0; start < todo.length; start += BATCH) {
     const batch = todo.slice(start, start + BATCH);
     const answers = await translator(
-      batch.map(([line]) => line),
+      batch.map((item) => item.text),
       { num_beams: 1, do_sample: false, max_new_tokens: meta.max_new_tokens },
     );
-    batch.forEach(([, i], k) => (out[i] = answers[k].translation_text));
+    batch.forEach((item, k) => (out[item.i] = item.lead + answers[k].translation_text + item.trail));
   }
   return out;
 }

@@ -1,0 +1,163 @@
+"""`mtkit export --format web` and `mtkit serve --web`: the exported page in a real browser (the system's Chromium,
+driven by Playwright), running the transformers.js and onnxruntime-web the export fetched from the npm registry.
+
+One float32 export of the session's tiny run (conftest.py's ``toy_run_workdir``), served by ``mtkit serve --web``'s
+server, loaded once with every request off the page's origin blocked and recorded:
+
+- ``window.mtkit.translate`` gives the CLI's greedy translation (``mtkit translate -b 1 --dtype float32``) of every
+  line: the toy test set, whose half-trained model runs many sentences into their length limit, and lines that try
+  the tokenizer (full-width letters, a no-break space, a tab, characters the vocabulary lacks);
+- the page asked for nothing off its origin, and the server's two headers made it cross-origin isolated;
+- the page's own controls translate what is typed, and show the languages and the model's size;
+- a run the web path cannot express is refused: one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import assert_one_line_error
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("playwright")
+CHROMIUM = "/usr/bin/chromium"  # the system's (Debian's chromium package); Playwright's own browsers are not used
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+
+from playwright.sync_api import expect, sync_playwright  # noqa: E402
+
+from mtkit.checkpoint import resolve  # noqa: E402
+from mtkit.checkpoint.store import Bundle, load, save  # noqa: E402
+from mtkit.interop.web_export import SITE_META  # noqa: E402
+from mtkit.serving.web_site import ISOLATION, make_server  # noqa: E402
+
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+TRICKY = [
+    "Ｔｗｏ ｄｏｇｓ run .",  # full-width letters: SentencePiece's NFKC folds them
+    "A\u00a0cat  sits\tin the park .",  # a no-break space, two spaces, a tab
+    "The ☃ dog 漢字 runs .",  # characters no piece has
+    "  a man  ",
+]
+
+
+@pytest.fixture(scope="module")
+def site(toy_run_workdir, tmp_path_factory) -> Path:
+    from conftest import cli
+
+    out = tmp_path_factory.mktemp("web") / "site"
+    assert cli("export", toy_run_workdir / "run", "--format", "web", "--output", out) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(site):
+    """The page as ``mtkit serve --web`` serves it, loaded in Chromium: (page, origin, requests made off origin)."""
+    server = make_server(site, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    origin = f"http://127.0.0.1:{server.server_address[1]}"
+    off_origin: list[str] = []
+
+    def only_own_origin(route):
+        if route.request.url.startswith(origin + "/"):
+            route.continue_()
+        else:
+            off_origin.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        context = browser.new_context()
+        context.route("**/*", only_own_origin)
+        page = context.new_page()
+        first = page.goto(origin + "/")
+        page.evaluate("window.mtkit.ready")
+        yield page, origin, off_origin, first.headers
+        browser.close()
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_export_writes_a_site_of_its_own_files(site):
+    names = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    model = "models/model/"
+    assert {
+        "index.html",
+        "page.js",
+        "page.css",
+        SITE_META,
+        "transformers.min.js",
+        "ort-wasm-simd-threaded.asyncify.mjs",
+        "ort-wasm-simd-threaded.asyncify.wasm",
+        model + "config.json",
+        model + "generation_config.json",
+        model + "tokenizer.json",
+        model + "tokenizer_config.json",
+        model + "onnx/encoder_model.onnx",
+        model + "onnx/decoder_model_merged.onnx",
+    } == names
+    assert not list(site.parent.glob(".*tmp")), "a temporary sibling was left behind"
+
+
+def test_the_page_translates_as_the_cli_greedy_offline(served, toy_run_workdir, run_cli):
+    page, _origin, off_origin, _headers = served
+    lines = (toy_run_workdir / "corpus" / "test.en").read_text(encoding="utf-8").splitlines() + TRICKY
+    result = run_cli("translate", toy_run_workdir / "run", "-b", "1", "--dtype", "float32", stdin="\n".join(lines))
+    assert result.code == 0, result.err
+    expected = result.out.splitlines()
+    assert len(expected) == len(lines)
+    got = page.evaluate("(lines) => window.mtkit.translate(lines)", lines)
+    assert list(zip(lines, got)) == list(zip(lines, expected))
+    assert off_origin == []
+
+
+def test_the_server_isolates_the_page_for_threads(served):
+    page, _origin, _off, headers = served
+    for name, value in ISOLATION.items():
+        assert headers.get(name.lower()) == value
+    assert page.evaluate("crossOriginIsolated") is True
+
+
+def test_the_page_translates_what_is_typed(served):
+    page, _origin, off_origin, _headers = served
+    expected = page.evaluate("(lines) => window.mtkit.translate(lines)", ["A man sits in the park .", "Two dogs ."])
+    expect(page.locator("#source")).to_have_value("en")
+    expect(page.locator("#target")).to_have_value("de")
+    expect(page.locator("#model-size")).to_contain_text("MB (float32)")
+    expect(page.locator("#loading")).to_be_hidden()
+    page.fill("#input", "A man sits in the park .\nTwo dogs .")
+    expect(page.locator("#output")).to_have_text("\n".join(expected))
+    assert off_origin == []
+
+
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [("norm", "pre", "model.norm = 'pre'"), ("positions", "learned", "model.positions = 'learned'")],
+)
+def test_a_run_the_web_path_cannot_express_is_refused(toy_run_workdir, tmp_path, run_cli, key, value, needle):
+    bundle = load(resolve(toy_run_workdir / "run"))
+    metadata = {**bundle.metadata, "config": {**bundle.metadata["config"]}}
+    metadata["config"]["model"] = {**metadata["config"]["model"], key: value}
+    checkpoint = tmp_path / "other.safetensors"
+    save(checkpoint, Bundle(metadata, {k: torch.clone(v) for k, v in bundle.model.items()}, bundle.tokenizer))
+    out = tmp_path / "site"
+    assert_one_line_error(run_cli("export", checkpoint, "--format", "web", "--output", out), needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.safetensors"]
+
+
+def test_bad_flags_are_one_line(toy_run_workdir, tmp_path, run_cli):
+    run = toy_run_workdir / "run"
+    out = tmp_path / "site"
+    assert_one_line_error(
+        run_cli("export", run, "--format", "web", "--output", out, "--quantization", "int16"), "--quantization"
+    )
+    assert_one_line_error(
+        run_cli("export", run, "--format", "web", "--output", out, "--npm-dir", tmp_path), "--npm-dir"
+    )
+    assert_one_line_error(run_cli("serve", "--web", tmp_path), "not a web export")
+    assert not out.exists()
