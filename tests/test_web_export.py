@@ -34,7 +34,7 @@ from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
 from mtkit.checkpoint import resolve  # noqa: E402
 from mtkit.checkpoint.store import Bundle, load, save  # noqa: E402
-from mtkit.interop.web_export import SITE_META  # noqa: E402
+from mtkit.interop.web_export import SITE_META, TRANSFORMERS_JS  # noqa: E402
 from mtkit.serving.web_site import ISOLATION, make_server  # noqa: E402
 
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
@@ -47,11 +47,14 @@ TRICKY = [
 
 
 @pytest.fixture(scope="module")
-def site(toy_run_workdir, tmp_path_factory) -> Path:
+def site(toy_run_workdir, tmp_path_factory, request) -> Path:
+    """The float32 export; the npm tarballs come from the registry once, then from pytest's cache folder."""
     from conftest import cli
 
     out = tmp_path_factory.mktemp("web") / "site"
-    assert cli("export", toy_run_workdir / "run", "--format", "web", "--output", out) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MTKIT_NPM_CACHE", str(request.config.cache.mkdir("mtkit-npm")))
+        assert cli("export", toy_run_workdir / "run", "--format", "web", "--output", out) == 0
     return out
 
 
@@ -156,8 +159,12 @@ def test_bad_flags_are_one_line(toy_run_workdir, tmp_path, run_cli):
     assert_one_line_error(
         run_cli("export", run, "--format", "web", "--output", out, "--quantization", "int16"), "--quantization"
     )
-    assert_one_line_error(
-        run_cli("export", run, "--format", "web", "--output", out, "--npm-dir", tmp_path), "--npm-dir"
-    )
+    npm = tmp_path / "npm"
+    npm.mkdir()
+    missing = run_cli("export", run, "--format", "web", "--output", out, "--npm-dir", npm)
+    assert_one_line_error(missing, "--npm-dir", TRANSFORMERS_JS.tarball)
+    (npm / TRANSFORMERS_JS.tarball).write_bytes(b"not the package")
+    changed = run_cli("export", run, "--format", "web", "--output", out, "--npm-dir", npm)
+    assert_one_line_error(changed, TRANSFORMERS_JS.tarball, "sha512")
     assert_one_line_error(run_cli("serve", "--web", tmp_path), "not a web export")
     assert not out.exists()

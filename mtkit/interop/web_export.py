@@ -6,9 +6,8 @@ transformers.js on onnxruntime-web's WebAssembly backend. Everything it loads is
   translate(lines)}`` for scripts;
 - ``transformers.min.js`` (npm ``@huggingface/transformers``, self-contained) and onnxruntime-web's
   ``ort-wasm-simd-threaded.asyncify.{mjs,wasm}``, taken from the npm registry's tarballs of the pinned versions when
-  the site is exported, checked against their integrity hashes and cached (``$MTKIT_CACHE_DIR/npm``, else
-  ``$XDG_CACHE_HOME/mtkit/npm`` or ``~/.cache/mtkit/npm``); ``--npm-dir`` reads the same tarballs from a folder
-  instead (a machine without the registry);
+  the site is exported, checked against their integrity hashes and cached (``cache_dir``); ``--npm-dir`` reads the
+  same tarballs from a folder instead (a machine without the registry);
 - ``models/model/``: config.json, generation_config.json, tokenizer.json, tokenizer_config.json and the ONNX graphs
   (``onnx/encoder_model.onnx``, ``onnx/decoder_model_merged.onnx``; ``--quantization int8``: the ``_quantized``
   ones, which transformers.js loads as ``q8``), made by ``web_onnx`` from the MarianMT export
@@ -87,10 +86,14 @@ NPM_PACKAGES = (TRANSFORMERS_JS, ONNXRUNTIME_WEB)
 
 
 # ------------------------------------------------------------------------------------------ npm packages
-def cache_dir() -> Path:
-    """Where the npm tarballs are kept: ``$MTKIT_CACHE_DIR/npm``, else ``$XDG_CACHE_HOME/mtkit/npm``, else
-    ``~/.cache/mtkit/npm``."""
+def cache_dir() -> Optional[Path]:
+    """Where the npm tarballs are kept: ``$MTKIT_NPM_CACHE``, else ``$MTKIT_CACHE_DIR/npm``, else
+    ``$XDG_CACHE_HOME/mtkit/npm``, else ``~/.cache/mtkit/npm``; None (nothing kept) for ``MTKIT_CACHE_DIR=off``."""
+    if os.environ.get("MTKIT_NPM_CACHE"):
+        return Path(os.environ["MTKIT_NPM_CACHE"])
     root = os.environ.get("MTKIT_CACHE_DIR")
+    if root == "off":
+        return None
     if not root:
         xdg = os.environ.get("XDG_CACHE_HOME")
         root = str(Path(xdg) / "mtkit") if xdg else str(Path.home() / ".cache" / "mtkit")
@@ -122,8 +125,9 @@ def tarball(package: NpmPackage, npm_dir: Optional[Path] = None) -> bytes:
         if not _matches(blob, package.integrity):
             raise MtkitError(f"{path}: its sha512 is not {package.name}@{package.version}'s; download it again")
         return blob
-    cached = cache_dir() / package.tarball
-    if cached.is_file():
+    folder = cache_dir()
+    cached = folder / package.tarball if folder is not None else None
+    if cached is not None and cached.is_file():
         blob = cached.read_bytes()
         if _matches(blob, package.integrity):
             return blob
@@ -138,6 +142,8 @@ def tarball(package: NpmPackage, npm_dir: Optional[Path] = None) -> bytes:
         ) from None
     if not _matches(blob, package.integrity):
         raise MtkitError(f"{package.url}: the download's sha512 is not the pinned one; try again")
+    if cached is None:
+        return blob
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
