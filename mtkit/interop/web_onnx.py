@@ -310,16 +310,24 @@ def export_graphs(
 def quantize(folder: Path) -> None:
     """Add the int8 graphs transformers.js loads as ``q8`` (``*_quantized.onnx``): onnxruntime's dynamic
     quantization, per channel, reduced range, QInt8 weights."""
+    import logging
+
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    for name in ("encoder_model", "decoder_model_merged"):
-        quantize_dynamic(
-            str(folder / f"{name}.onnx"),
-            str(folder / f"{name}_quantized.onnx"),
-            per_channel=True,
-            reduce_range=True,
-            weight_type=QuantType.QInt8,
-        )
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its advice to pre-process the graph for static quantization, logged at WARNING
+    try:
+        for name in ("encoder_model", "decoder_model_merged"):
+            quantize_dynamic(
+                str(folder / f"{name}.onnx"),
+                str(folder / f"{name}_quantized.onnx"),
+                per_channel=True,
+                reduce_range=True,
+                weight_type=QuantType.QInt8,
+            )
+    finally:
+        root.setLevel(level)
 
 
 # ------------------------------------------------------------------------------------------ the tokenizer
