@@ -6,7 +6,8 @@ server, loaded once with every request off the page's origin blocked and recorde
 
 - ``window.mtkit.translate`` gives the CLI's greedy translation (``mtkit translate -b 1 --dtype float32``) of every
   line: the toy test set, whose half-trained model runs many sentences into their length limit, and lines that try
-  the tokenizer (full-width letters, a no-break space, a tab, characters the vocabulary lacks);
+  the tokenizer (full-width letters, a no-break space, a tab, characters the vocabulary lacks) and one longer than
+  the model's positions, which both cut;
 - the page asked for nothing off its origin, and the server's two headers made it cross-origin isolated;
 - the page's own controls translate what is typed, and show the languages and the model's size;
 - a run the web path cannot express is refused: one line, exit 2, nothing written.
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import assert_one_line_error
+from conftest import EN_WORDS, TOY_RUN_MAX_POSITIONS, assert_one_line_error
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -43,6 +44,7 @@ TRICKY = [
     "A\u00a0cat  sits\tin the park .",  # a no-break space, two spaces, a tab
     "The ☃ dog 漢字 runs .",  # characters no piece has
     "  a man  ",
+    " ".join(EN_WORDS * 8) + " .",  # more subwords than the model has positions: cut, keeping its EOS
 ]
 
 
@@ -107,6 +109,7 @@ def test_the_export_writes_a_site_of_its_own_files(site):
     assert not list(site.parent.glob(".*tmp")), "a temporary sibling was left behind"
 
 
+@pytest.mark.compares  # WebAssembly's float32 against PyTorch's: held token for token (docs/browser.md)
 def test_the_page_translates_as_the_cli_greedy_offline(served, toy_run_workdir, run_cli):
     page, _origin, off_origin, _headers = served
     lines = (toy_run_workdir / "corpus" / "test.en").read_text(encoding="utf-8").splitlines() + TRICKY
@@ -114,6 +117,7 @@ def test_the_page_translates_as_the_cli_greedy_offline(served, toy_run_workdir, 
     assert result.code == 0, result.err
     expected = result.out.splitlines()
     assert len(expected) == len(lines)
+    assert len(TRICKY[-1].split()) > TOY_RUN_MAX_POSITIONS
     got = page.evaluate("(lines) => window.mtkit.translate(lines)", lines)
     assert list(zip(lines, got)) == list(zip(lines, expected))
     assert off_origin == []

@@ -324,6 +324,7 @@ def export_main(
             "model": MODEL_DIR.split("/")[-1],
             "model_bytes": size,
             "max_new_tokens": cfg.model.max_positions,  # the graph ends every sentence first (web_onnx)
+            "max_source": cfg.model.max_positions,  # subwords of a source, EOS included; the page cuts longer ones
             "transformers_js": TRANSFORMERS_JS.version,
             "onnxruntime_web": ONNXRUNTIME_WEB.version,
         }

@@ -441,7 +441,8 @@ def tokenizer_json(spm: bytes, vocab: dict[str, int], special: dict[str, int], t
 
 
 def tokenizer_config(pieces: dict[str, int], special: dict[str, int], max_positions: int) -> dict:
-    """``tokenizer_config.json``: the special tokens by name and the longest source (in subwords, EOS included)."""
+    """``tokenizer_config.json``: the special tokens by name and the longest source (in subwords, EOS included;
+    the page cuts a longer one itself, keeping its EOS, as mtkit does)."""
     by_id = {i: p for p, i in pieces.items()}
     return {
         "tokenizer_class": "PreTrainedTokenizer",

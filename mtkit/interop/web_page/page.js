@@ -1,7 +1,7 @@
 // The page of an mtkit web export: translates in the browser with transformers.js on onnxruntime-web's WebAssembly
 // backend. Every file comes from this page's own folder (the library, its WebAssembly, the model), so it works
 // offline once loaded. window.mtkit = {ready, translate(lines)} for scripts: one translation per line, in order.
-import { env, pipeline } from "./transformers.min.js";
+import { Tensor, env, pipeline } from "./transformers.min.js";
 
 const $ = (id) => document.getElementById(id);
 const here = new URL(".", location.href).href;
@@ -80,13 +80,31 @@ async function translate(lines) {
     if (text) todo.push({ i, lead, text, trail });
   });
   todo.sort((a, b) => a.text.length - b.text.length); // lines of a length together: less padding, fewer steps
+  const { model, tokenizer } = translator;
+  const pad = BigInt(model.generation_config.pad_token_id);
   for (let start = 0; start < todo.length; start += BATCH) {
     const batch = todo.slice(start, start + BATCH);
-    const answers = await translator(
-      batch.map((item) => item.text),
-      { num_beams: 1, do_sample: false, max_new_tokens: meta.max_new_tokens },
-    );
-    batch.forEach((item, k) => (out[item.i] = item.lead + answers[k].translation_text + item.trail));
+    // a source of more than max_positions - 1 subwords keeps its first ones and its EOS, as mtkit's engines cut it
+    const ids = batch.map((item) => {
+      const seq = tokenizer.encode(item.text);
+      return seq.length > meta.max_source ? [...seq.slice(0, meta.max_source - 1), seq[seq.length - 1]] : seq;
+    });
+    const width = Math.max(...ids.map((seq) => seq.length));
+    const inputIds = new BigInt64Array(batch.length * width).fill(pad);
+    const mask = new BigInt64Array(batch.length * width);
+    ids.forEach((seq, row) => seq.forEach((id, col) => {
+      inputIds[row * width + col] = BigInt(id);
+      mask[row * width + col] = 1n;
+    }));
+    const output = await model.generate({
+      inputs: new Tensor("int64", inputIds, [batch.length, width]),
+      attention_mask: new Tensor("int64", mask, [batch.length, width]),
+      num_beams: 1,
+      do_sample: false,
+      max_new_tokens: meta.max_new_tokens,
+    });
+    const texts = tokenizer.batch_decode(output, { skip_special_tokens: true });
+    batch.forEach((item, k) => (out[item.i] = item.lead + texts[k] + item.trail));
   }
   return out;
 }
