@@ -230,7 +230,7 @@ def model_files(file: Path, cfg, direction, quantization: str, folder: Path) -> 
         "max_length": cap + 2,  # the start token, the tokens, EOS: the graph ends every sentence before
     }
     web_onnx.write_json(folder / "generation_config.json", generation)
-    spm = files["target.spm"]
+    spm = files["source.spm"]  # cuts the sources; the target's text is its pieces with spaces for their marks
     web_onnx.write_json(folder / "tokenizer.json", web_onnx.tokenizer_json(spm, vocab, special, tags))
     web_onnx.write_json(
         folder / "tokenizer_config.json", web_onnx.tokenizer_config(vocab, special, cfg.model.max_positions)

@@ -359,7 +359,7 @@ def tokenizer_json(spm: bytes, vocab: dict[str, int], special: dict[str, int], t
     """The ``tokenizer.json`` of a SentencePiece model whose pieces ``vocab`` numbers.
 
     Args:
-        spm: the SentencePiece model's bytes (the run's one joint model).
+        spm: the bytes of the SentencePiece model that cuts the sources (for a trained run, its one joint model).
         vocab: piece -> id, as the exported model numbers them (``marian_export.convert``'s vocab.json).
         special: the ids of ``pad``, ``unk``, ``eos`` and ``start``.
         tags: a multilingual run's language tokens (special: they decode to no text), or [].
@@ -370,8 +370,10 @@ def tokenizer_json(spm: bytes, vocab: dict[str, int], special: dict[str, int], t
     scores, types, model_type, norm = _spm_facts(spm)
     pieces = sorted(vocab, key=vocab.__getitem__)
     unk = pieces[special["unk"]] if special["unk"] < len(pieces) else "<unk>"
+    # a piece of the vocabulary that this SentencePiece model lacks (an imported model's target pieces) is never
+    # cut from a source: SentencePiece would not cut it either
     if model_type == BPE:
-        ranked = sorted((p for p in pieces if types.get(p, NORMAL_PIECE) == NORMAL_PIECE), key=lambda p: -scores[p])
+        ranked = sorted((p for p in pieces if types.get(p) == NORMAL_PIECE), key=lambda p: -scores[p])
         merges = []
         for piece in ranked:
             for cut in range(1, len(piece)):
@@ -393,11 +395,10 @@ def tokenizer_json(spm: bytes, vocab: dict[str, int], special: dict[str, int], t
             "merges": [[m[3], m[4]] for m in merges],
         }
     else:
-        lowest = min(scores.values(), default=0.0) - 10.0
         model = {
             "type": "Unigram",
             "unk_id": special["unk"],
-            "vocab": [[p, scores.get(p, lowest) if types.get(p) != UNKNOWN_PIECE else 0.0] for p in pieces],
+            "vocab": [[p, scores.get(p, NEG) if types.get(p) != UNKNOWN_PIECE else 0.0] for p in pieces],
             "byte_fallback": False,
         }
     normalizers = []
