@@ -11,6 +11,8 @@ server, loaded once with every request off the page's origin blocked and recorde
 - the page asked for nothing off its origin, and the server's two headers made it cross-origin isolated;
 - the page's own controls translate what is typed, and show the languages and the model's size;
 - a run the web path cannot express is refused: one line, exit 2, nothing written.
+
+MTKIT_WEB_SCREENSHOT=FILE.png saves a picture of the page with its translation.
 """
 
 from __future__ import annotations
@@ -134,12 +136,17 @@ def test_the_page_translates_what_is_typed(served):
     page, _origin, off_origin, _headers = served
     expected = page.evaluate("(lines) => window.mtkit.translate(lines)", ["A man sits in the park .", "Two dogs ."])
     expect(page.locator("#source")).to_have_value("en")
+    expect(page.locator("#source option")).to_have_text("English")
     expect(page.locator("#target")).to_have_value("de")
+    expect(page.locator("#target option")).to_have_text("German")
     expect(page.locator("#model-size")).to_contain_text("MB (float32)")
     expect(page.locator("#loading")).to_be_hidden()
+    assert page.evaluate("document.getElementById('progress').value") == 1  # the bar filled as the model loaded
     page.fill("#input", "A man sits in the park .\nTwo dogs .")
     expect(page.locator("#output")).to_have_text("\n".join(expected))
     assert off_origin == []
+    if os.environ.get("MTKIT_WEB_SCREENSHOT"):  # the picture of the page translating offline (docs/browser.md)
+        page.screenshot(path=os.environ["MTKIT_WEB_SCREENSHOT"])
 
 
 @pytest.mark.parametrize(

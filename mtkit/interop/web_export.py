@@ -38,6 +38,7 @@ from typing import Optional
 from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
+from mtkit.text.names import language_name
 
 QUANTIZATIONS = ("float32", "int8")
 REGISTRY = "https://registry.npmjs.org"
@@ -319,6 +320,8 @@ def export_main(
         meta = {
             "source": direction.source,
             "target": direction.target,
+            "source_name": language_name(direction.source),
+            "target_name": language_name(direction.target),
             "quantization": quantization,
             "dtype": "q8" if quantization == "int8" else "fp32",
             "model": MODEL_DIR.split("/")[-1],

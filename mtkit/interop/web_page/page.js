@@ -5,7 +5,9 @@ import { Tensor, env, pipeline } from "./transformers.min.js";
 
 const $ = (id) => document.getElementById(id);
 const here = new URL(".", location.href).href;
-const BATCH = 32; // lines decoded together (sorted by length): a step costs little more for more lines
+const params = new URLSearchParams(location.search);
+// lines decoded together (sorted by length): a step costs little more for more lines; ?batch=N sets it
+const BATCH = Number(params.get("batch")) > 0 ? Number(params.get("batch")) : 32;
 
 env.allowLocalModels = true;
 env.allowRemoteModels = false;
@@ -16,7 +18,7 @@ env.backends.onnx.wasm.wasmPaths = {
   mjs: here + "ort-wasm-simd-threaded.asyncify.mjs",
   wasm: here + "ort-wasm-simd-threaded.asyncify.wasm",
 };
-const wanted = Number(new URLSearchParams(location.search).get("threads"));
+const wanted = Number(params.get("threads"));
 if (wanted > 0) env.backends.onnx.wasm.numThreads = wanted; // else onnxruntime-web's choice (1 without isolation)
 
 function showError(message) {
@@ -32,25 +34,13 @@ async function load() {
   const answer = await fetch(here + "mtkit-web.json");
   if (!answer.ok) throw new Error(`mtkit-web.json: ${answer.status} ${answer.statusText}`);
   const meta = await answer.json();
-  const names = new Intl.DisplayNames(["en"], { type: "language" });
-  const name = (code) => {
-    try {
-      return names.of(code) || code;
-    } catch {
-      return code;
-    }
-  };
-  $("source").replaceChildren(new Option(name(meta.source), meta.source));
-  $("target").replaceChildren(new Option(name(meta.target), meta.target));
+  $("source").replaceChildren(new Option(meta.source_name, meta.source));
+  $("target").replaceChildren(new Option(meta.target_name, meta.target));
   $("model-size").textContent = `Model: ${megabytes(meta.model_bytes)} (${meta.quantization})`;
-  const loaded = new Map(); // file -> [loaded, total]
   const progress = (event) => {
-    if (event.status !== "progress" && event.status !== "done") return;
-    const [, total] = loaded.get(event.file) || [0, event.total || 0];
-    loaded.set(event.file, [event.status === "done" ? total : event.loaded || 0, event.total || total]);
-    const sum = [...loaded.values()].reduce((acc, [got]) => acc + got, 0);
-    $("progress").value = Math.min(1, sum / meta.model_bytes);
-    $("loading-text").textContent = `Loading the model: ${megabytes(sum)} of ${megabytes(meta.model_bytes)}`;
+    if (event.status !== "progress_total" || !(event.total > 0)) return; // the model's files, all together
+    $("progress").value = Math.min(1, event.loaded / event.total);
+    $("loading-text").textContent = `Loading the model: ${megabytes(event.loaded)} of ${megabytes(event.total)}`;
   };
   const translator = await pipeline("translation", meta.model, {
     dtype: meta.dtype,
