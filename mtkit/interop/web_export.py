@@ -39,6 +39,7 @@ from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
 from mtkit.text.names import language_name
+from mtkit.tokenizer import LANGUAGE_TAG
 
 QUANTIZATIONS = ("float32", "int8")
 REGISTRY = "https://registry.npmjs.org"
@@ -181,9 +182,9 @@ def _check_run(cfg, where: str) -> None:
         )
 
 
-def model_files(file: Path, cfg, direction, quantization: str, folder: Path) -> int:
-    """Write the model's files into ``folder`` (``MODEL_DIR`` of the site); returns the bytes of the files the page
-    loads."""
+def model_files(file: Path, cfg, direction, quantization: str, folder: Path, imported: bool) -> dict:
+    """Write the model's files into ``folder`` (``MODEL_DIR`` of the site); returns what ``mtkit-web.json`` says of
+    them. ``imported``: the checkpoint is an import (``mtkit import-hf``)."""
     from mtkit.interop import marian_export, web_onnx
 
     config, tensors, files = marian_export.convert(file)
@@ -198,13 +199,14 @@ def model_files(file: Path, cfg, direction, quantization: str, folder: Path) -> 
     unk = vocab.get("<unk>", 1)
     special = {"pad": pad, "unk": unk, "eos": eos, "start": start}
     cap = cfg.model.max_positions - 1
-    tags = []
-    forced = None
-    if direction.target_prefix:
-        if direction.target_prefix not in vocab:
-            raise MtkitError(f"{file}: the vocabulary has no language token {direction.target_prefix!r}")
-        forced = vocab[direction.target_prefix]
-        tags = [cfgmod.language_tag(t, cfg.data.tag_template) for t in cfg.data.targets]
+    if direction.target_prefix and direction.target_prefix not in vocab:
+        raise MtkitError(f"{file}: the vocabulary has no language token {direction.target_prefix!r}")
+    forced = vocab[direction.target_prefix] if direction.target_prefix else None
+    # language tokens decode to no text: a multilingual run's targets; every tag of an imported vocabulary, which
+    # mtkit's decoding leaves out
+    tags = [cfgmod.language_tag(t, cfg.data.tag_template) for t in cfg.data.targets] if forced is not None else []
+    if imported:
+        tags += [p for p in vocab if LANGUAGE_TAG.fullmatch(p)]
     onnx_dir = folder / "onnx"
     onnx_dir.mkdir(parents=True)
     web_onnx.export_graphs(
@@ -236,7 +238,11 @@ def model_files(file: Path, cfg, direction, quantization: str, folder: Path) -> 
     web_onnx.write_json(
         folder / "tokenizer_config.json", web_onnx.tokenizer_config(vocab, special, cfg.model.max_positions)
     )
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return {
+        "model_bytes": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()),
+        # the source language's tag, which the page writes before every source as mtkit does (data.source_tag)
+        "source_prefix": direction.source_prefix,
+    }
 
 
 # ------------------------------------------------------------------------------------------ the site
@@ -299,7 +305,8 @@ def export_main(
     out = Path(out)
     _check_out(out, force)
     file = ckpt.resolve(Path(run))
-    cfg = cfgmod.from_dict(ckpt.read_metadata(file)["config"], f"{file} (embedded config)")
+    metadata = ckpt.read_metadata(file)
+    cfg = cfgmod.from_dict(metadata["config"], f"{file} (embedded config)")
     _check_run(cfg, str(file))
     direction = package_languages(cfg.data, source, target)
     try:
@@ -314,7 +321,8 @@ def export_main(
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        size = model_files(file, cfg, direction, quantization, tmp / MODEL_DIR)
+        model = model_files(file, cfg, direction, quantization, tmp / MODEL_DIR, "imported_from" in metadata)
+        size = model["model_bytes"]
         for name, blob in {**page_files(), **scripts}.items():
             (tmp / name).write_bytes(blob)
         meta = {
@@ -325,7 +333,7 @@ def export_main(
             "quantization": quantization,
             "dtype": "q8" if quantization == "int8" else "fp32",
             "model": MODEL_DIR.split("/")[-1],
-            "model_bytes": size,
+            **model,
             "max_new_tokens": cfg.model.max_positions,  # the graph ends every sentence first (web_onnx)
             "max_source": cfg.model.max_positions,  # subwords of a source, EOS included; the page cuts longer ones
             "transformers_js": TRANSFORMERS_JS.version,

@@ -43,7 +43,7 @@ OPSET = 17
 SPM_TRAINER, SPM_NORMALIZER, SPM_SCORE = 2, 3, 2
 TRAINER_MODEL_TYPE, NORM_CHARSMAP, NORM_DUMMY_PREFIX, NORM_EXTRA_SPACES = 3, 2, 3, 4
 UNIGRAM, BPE = 1, 2
-NORMAL_PIECE, UNKNOWN_PIECE = 1, 2
+NORMAL_PIECE, UNKNOWN_PIECE, USER_DEFINED_PIECE = 1, 2, 4
 
 
 # ------------------------------------------------------------------------------------------ the graphs
@@ -412,12 +412,14 @@ def tokenizer_json(spm: bytes, vocab: dict[str, int], special: dict[str, int], t
         ]
     prepend = "always" if norm.get(NORM_DUMMY_PREFIX, 1) else "never"
     eos = pieces[special["eos"]]
+    # special tokens and language tags decode to no text; SentencePiece's user-defined pieces (a multilingual run's
+    # tags) are cut out of the text whole before the rest is cut, as SentencePiece cuts them
     named = {special[k] for k in ("pad", "unk", "eos", "start")}
     added = [
         {"id": i, "content": p, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-         "special": True}
+         "special": i in named or p in tags}
         for i, p in enumerate(pieces)
-        if i in named or p in tags
+        if i in named or p in tags or types.get(p) == USER_DEFINED_PIECE
     ]  # fmt: skip
     return {
         "version": "1.0",

@@ -76,7 +76,8 @@ async function translate(lines) {
     const batch = todo.slice(start, start + BATCH);
     // a source of more than max_positions - 1 subwords keeps its first ones and its EOS, as mtkit's engines cut it
     const ids = batch.map((item) => {
-      const seq = tokenizer.encode(item.text);
+      // a model that reads its source language's tag first gets it as mtkit writes it (data.source_tag)
+      const seq = tokenizer.encode(meta.source_prefix ? `${meta.source_prefix} ${item.text}` : item.text);
       return seq.length > meta.max_source ? [...seq.slice(0, meta.max_source - 1), seq[seq.length - 1]] : seq;
     });
     const width = Math.max(...ids.map((seq) => seq.length));
