@@ -39,7 +39,6 @@ from mtkit import config as cfgmod
 from mtkit.errors import MtkitError
 from mtkit.files import fsync_tree, replace_dir
 from mtkit.text.names import language_name
-from mtkit.tokenizer import LANGUAGE_TAG
 
 QUANTIZATIONS = ("float32", "int8")
 REGISTRY = "https://registry.npmjs.org"
@@ -170,11 +169,27 @@ def npm_files(npm_dir: Optional[Path] = None) -> dict[str, bytes]:
 
 
 # ------------------------------------------------------------------------------------------ the model
-def _check_run(cfg, where: str) -> None:
-    """Refuse in one line what the web path cannot express beyond Marian's own refusals."""
-    from mtkit.interop import marian
+WEB_POSITIONS = ("sinusoidal", "learned")  # added to the embeddings; the others change every attention
 
-    marian.check_expressible(cfg.model, where)
+
+def _check_run(cfg, where: str) -> None:
+    """Refuse in one line a run whose model the web graphs cannot compute (``web_onnx``)."""
+    model = cfg.model
+    if model.arch != "transformer":
+        raise MtkitError(
+            f"{where}: model.arch is {model.arch!r} (an RNN); the web export runs Transformers: serve this model "
+            "with mtkit serve"
+        )
+    if model.positions not in WEB_POSITIONS:
+        raise MtkitError(
+            f"{where}: model.positions = {model.positions!r} cannot be expressed in the web export (it adds "
+            f"{' or '.join(WEB_POSITIONS)} positions to the embeddings): serve this model with mtkit serve"
+        )
+    if model.decoder_self != "attention":
+        raise MtkitError(
+            f"{where}: model.decoder_self = {model.decoder_self!r} cannot be expressed in the web export (its "
+            "decoder caches self-attention's keys and values): serve this model with mtkit serve"
+        )
     if not cfg.data.joint_vocab:
         raise MtkitError(
             f"{where}: data.joint_vocab is false; transformers.js encodes and decodes with one tokenizer, so export "
@@ -182,58 +197,65 @@ def _check_run(cfg, where: str) -> None:
         )
 
 
-def model_files(file: Path, cfg, direction, quantization: str, folder: Path, imported: bool) -> dict:
-    """Write the model's files into ``folder`` (``MODEL_DIR`` of the site); returns what ``mtkit-web.json`` says of
-    them. ``imported``: the checkpoint is an import (``mtkit import-hf``)."""
-    from mtkit.interop import marian_export, web_onnx
+def _pieces(tokenizer) -> list[str]:
+    """The piece of each of the model's ids (mtkit's: PAD, UNK, BOS, EOS first); an id without one (an imported
+    OPUS-MT model's PAD, which its decoder never emits) gets a name of its own."""
+    if tokenizer.vocab is None:
+        return tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size))
+    return [p if p is not None else f"<mtkit-{i}>" for i, p in enumerate(tokenizer.vocab.pieces)]
 
-    config, tensors, files = marian_export.convert(file)
-    if config.get("model_type") != "marian":
+
+def model_files(file: Path, cfg, direction, quantization: str, folder: Path) -> dict:
+    """Write the model's files into ``folder`` (``MODEL_DIR`` of the site); returns what ``mtkit-web.json`` says of
+    them."""
+    from mtkit import checkpoint as ckpt
+    from mtkit.interop import m2m100_export, marian, web_onnx
+    from mtkit.tokenizer import BOS, EOS, PAD, UNK
+
+    loaded = ckpt.load_checkpoint(file)
+    tokenizer = loaded.tokenizer
+    if m2m100_export.hf_facts(tokenizer):
         raise MtkitError(
-            f"{file}: an imported {config.get('model_type')} model; the web export writes MarianMT models (export "
-            "a run trained with mtkit, or an imported OPUS-MT model)"
+            f"{file}: an imported M2M-100 or NLLB-200 model, whose tokenizer transformers.js cannot be given here; "
+            "export a run trained with mtkit, or an imported OPUS-MT model"
         )
-    vocab = json.loads(files["vocab.json"])
-    generation = json.loads(files["generation_config.json"])
-    pad, eos, start = generation["pad_token_id"], generation["eos_token_id"], generation["decoder_start_token_id"]
-    unk = vocab.get("<unk>", 1)
-    special = {"pad": pad, "unk": unk, "eos": eos, "start": start}
+    pieces = _pieces(tokenizer)
+    vocab = {p: i for i, p in enumerate(pieces)}
+    if len(vocab) != len(pieces):
+        raise MtkitError(f"{file}: the vocabulary repeats a piece; tokenizer.json needs each once")
+    special = {"pad": PAD, "unk": UNK, "eos": EOS, "start": BOS}
     cap = cfg.model.max_positions - 1
     if direction.target_prefix and direction.target_prefix not in vocab:
         raise MtkitError(f"{file}: the vocabulary has no language token {direction.target_prefix!r}")
     forced = vocab[direction.target_prefix] if direction.target_prefix else None
-    # language tokens decode to no text: a multilingual run's targets; every tag of an imported vocabulary, which
-    # mtkit's decoding leaves out
+    # language tokens decode to no text: a multilingual run's targets; an imported vocabulary's tags, which mtkit's
+    # decoding leaves out
     tags = [cfgmod.language_tag(t, cfg.data.tag_template) for t in cfg.data.targets] if forced is not None else []
-    if imported:
-        tags += [p for p in vocab if LANGUAGE_TAG.fullmatch(p)]
+    if tokenizer.vocab is not None:
+        tags += sorted(tokenizer.vocab.tags)
     onnx_dir = folder / "onnx"
     onnx_dir.mkdir(parents=True)
     web_onnx.export_graphs(
-        config,
-        tensors,
-        onnx_dir,
-        limits=(cfg.decoding.max_len_a, cfg.decoding.max_len_b, cap),
-        banned=sorted({pad, start}),
-        eos=eos,
-        forced_first=forced,
+        loaded.model, onnx_dir, limits=(cfg.decoding.max_len_a, cfg.decoding.max_len_b, cap), forced_first=forced
     )
     if quantization == "int8":
         web_onnx.quantize(onnx_dir)
         for name in ("encoder_model", "decoder_model_merged"):
             (onnx_dir / f"{name}.onnx").unlink()
+    # what transformers.js reads of config.json: the model class and the sizes of the caches
+    config = marian.config_json(cfg.model, vocab_size=len(pieces), pad=PAD, eos=EOS, start=BOS)
     config.pop("forced_eos_token_id", None)
     web_onnx.write_json(folder / "config.json", config)
     generation = {
-        "decoder_start_token_id": start,
-        "eos_token_id": eos,
-        "pad_token_id": pad,
+        "decoder_start_token_id": BOS,
+        "eos_token_id": EOS,
+        "pad_token_id": PAD,
         "num_beams": 1,
         "do_sample": False,
         "max_length": cap + 2,  # the start token, the tokens, EOS: the graph ends every sentence before
     }
     web_onnx.write_json(folder / "generation_config.json", generation)
-    spm = files["source.spm"]  # cuts the sources; the target's text is its pieces with spaces for their marks
+    spm = tokenizer.model_bytes()["src"]  # cuts the sources; the target's text is its pieces' with spaces for marks
     web_onnx.write_json(folder / "tokenizer.json", web_onnx.tokenizer_json(spm, vocab, special, tags))
     web_onnx.write_json(
         folder / "tokenizer_config.json", web_onnx.tokenizer_config(vocab, special, cfg.model.max_positions)
@@ -305,8 +327,7 @@ def export_main(
     out = Path(out)
     _check_out(out, force)
     file = ckpt.resolve(Path(run))
-    metadata = ckpt.read_metadata(file)
-    cfg = cfgmod.from_dict(metadata["config"], f"{file} (embedded config)")
+    cfg = cfgmod.from_dict(ckpt.read_metadata(file)["config"], f"{file} (embedded config)")
     _check_run(cfg, str(file))
     direction = package_languages(cfg.data, source, target)
     try:
@@ -321,7 +342,7 @@ def export_main(
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        model = model_files(file, cfg, direction, quantization, tmp / MODEL_DIR, "imported_from" in metadata)
+        model = model_files(file, cfg, direction, quantization, tmp / MODEL_DIR)
         size = model["model_bytes"]
         for name, blob in {**page_files(), **scripts}.items():
             (tmp / name).write_bytes(blob)

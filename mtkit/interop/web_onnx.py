@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from mtkit.decoding.limits import max_lengths
 from mtkit.interop import protobuf_wire
+from mtkit.tokenizer import BOS, EOS, PAD
 
 NEG = -1.0e9  # the logit of a token the search may not choose (a finite value: softmax over it stays exact)
 OPSET = 17
@@ -47,151 +48,69 @@ NORMAL_PIECE, UNKNOWN_PIECE, USER_DEFINED_PIECE = 1, 2, 4
 
 
 # ------------------------------------------------------------------------------------------ the graphs
-def _sinusoids(positions: int, dim: int) -> Tensor:
-    """Marian's position table: the sines of every frequency in the first half of the channels, the cosines in the
-    second (``sinusoidal_layout: halves``), computed in float64."""
-    pos = torch.arange(positions, dtype=torch.float64)[:, None]
-    freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)[None, :]
-    angles = pos * freq
-    half = (dim + 1) // 2
-    table = torch.zeros(positions, dim, dtype=torch.float64)
-    table[:, :half] = torch.sin(angles)
-    table[:, half:] = torch.cos(angles)[:, : dim - half]
-    return table.float()
+def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """q (batch, heads, tq, hd), k/v (batch, heads, tk, hd), bias broadcast to (batch, heads, tq, tk) -> (batch, tq,
+    heads * hd): the plain matmul-softmax-matmul of mtkit's decoding steps."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1]) + bias
+    out = torch.matmul(torch.softmax(scores, dim=-1), v)
+    return out.transpose(1, 2).reshape(out.shape[0], out.shape[2], out.shape[1] * out.shape[3])
 
 
-class _Attention(nn.Module):
-    def __init__(self, tensors: dict[str, Tensor], prefix: str, heads: int):
-        super().__init__()
-        for part in ("q", "k", "v", "out"):
-            linear = nn.Linear(1, 1)
-            linear.weight = nn.Parameter(tensors[f"{prefix}.{part}_proj.weight"], requires_grad=False)
-            linear.bias = nn.Parameter(tensors[f"{prefix}.{part}_proj.bias"], requires_grad=False)
-            setattr(self, part, linear)
-        self.heads, self.head_dim = heads, self.q.weight.shape[0] // heads  # plain ints: constants in the graph
+class _Heads:
+    """Splits (batch, len, d_model) into (batch, heads, len, head_dim) with the sizes as constants of the graph."""
 
-    def split(self, x: Tensor) -> Tensor:  # (batch, len, d) -> (batch, heads, len, head_dim)
+    def __init__(self, heads: int, head_dim: int):
+        self.heads, self.head_dim = heads, head_dim
+
+    def __call__(self, x: Tensor) -> Tensor:
         return x.reshape(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
-        scores = torch.matmul(q * self.head_dim**-0.5, k.transpose(-1, -2)) + bias
-        out = torch.matmul(torch.softmax(scores, dim=-1), v)  # (batch, heads, len, head_dim)
-        return self.out(out.transpose(1, 2).reshape(out.shape[0], out.shape[2], self.heads * self.head_dim))
 
-
-def _layer_norm(tensors: dict[str, Tensor], name: str) -> nn.LayerNorm:
-    norm = nn.LayerNorm(tensors[f"{name}.weight"].shape[0], eps=1e-5)
-    norm.weight = nn.Parameter(tensors[f"{name}.weight"], requires_grad=False)
-    norm.bias = nn.Parameter(tensors[f"{name}.bias"], requires_grad=False)
-    return norm
-
-
-def _linear(tensors: dict[str, Tensor], name: str) -> nn.Linear:
-    linear = nn.Linear(1, 1)
-    linear.weight = nn.Parameter(tensors[f"{name}.weight"], requires_grad=False)
-    linear.bias = nn.Parameter(tensors[f"{name}.bias"], requires_grad=False)
-    return linear
-
-
-ACTIVATIONS = {"relu": torch.relu, "gelu": nn.functional.gelu, "swish": nn.functional.silu}
-
-
-class _Layer(nn.Module):
-    """One post-norm layer of Marian's encoder or decoder (``cross``: with attention over the encoder)."""
-
-    def __init__(self, tensors: dict[str, Tensor], prefix: str, heads: int, activation: str, cross: bool):
-        super().__init__()
-        self.self_attn = _Attention(tensors, f"{prefix}.self_attn", heads)
-        self.self_norm = _layer_norm(tensors, f"{prefix}.self_attn_layer_norm")
-        if cross:
-            self.cross_attn = _Attention(tensors, f"{prefix}.encoder_attn", heads)
-            self.cross_norm = _layer_norm(tensors, f"{prefix}.encoder_attn_layer_norm")
-        self.fc1, self.fc2 = _linear(tensors, f"{prefix}.fc1"), _linear(tensors, f"{prefix}.fc2")
-        self.final_norm = _layer_norm(tensors, f"{prefix}.final_layer_norm")
-        self.activation = ACTIVATIONS[activation]
-
-    def feed_forward(self, x: Tensor) -> Tensor:
-        return self.final_norm(x + self.fc2(self.activation(self.fc1(x))))
-
-
-class _Embeddings(nn.Module):
-    def __init__(self, weight: Tensor, table: Tensor, scale: float):
-        super().__init__()
-        self.register_buffer("weight", weight)
-        self.register_buffer("table", table)
-        self.scale = scale
-
-    def forward(self, ids: Tensor, start) -> Tensor:
-        positions = self.table[start : start + ids.shape[1]]
-        return self.weight[ids] * self.scale + positions
-
-
-def _embedding_weights(tensors: dict[str, Tensor], side: str) -> Tensor:
-    return tensors.get(f"model.{side}.embed_tokens.weight", tensors.get("model.shared.weight"))
+def _positions(model, side: str) -> Optional[Tensor]:
+    """The table added to the embeddings of ``side`` (src, tgt): sinusoids (any layout and offset) or learned rows."""
+    if model.cfg.positions == "sinusoidal":
+        return model.pos_table
+    return getattr(model, f"{side}_pos").weight
 
 
 class Encoder(nn.Module):
-    """Marian's encoder: ``(input_ids, attention_mask) -> last_hidden_state``."""
+    """mtkit's encoder (``Transformer.encode``): ``(input_ids, attention_mask) -> last_hidden_state``."""
 
-    def __init__(self, config: dict, tensors: dict[str, Tensor]):
+    def __init__(self, model):
         super().__init__()
-        d = config["d_model"]
-        scale = math.sqrt(d) if config["scale_embedding"] else 1.0
-        table = _sinusoids(config["max_position_embeddings"], d)
-        self.embed = _Embeddings(_embedding_weights(tensors, "encoder"), table, scale)
-        self.layers = nn.ModuleList(
-            _Layer(tensors, f"model.encoder.layers.{i}", config["encoder_attention_heads"], _act(config), False)
-            for i in range(config["encoder_layers"])
-        )
+        self.model = model
+        self.split = _Heads(model.cfg.heads, model.cfg.d_model // model.cfg.heads)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        x = self.embed(input_ids, 0)
+        model = self.model
+        x = model.src_embed.weight[input_ids] * model.embed_scale + _positions(model, "src")[: input_ids.shape[1]]
         bias = (1.0 - attention_mask[:, None, None, :].float()) * NEG  # (batch, 1, 1, src_len)
-        for layer in self.layers:
-            attn = layer.self_attn
-            q, k, v = attn.split(attn.q(x)), attn.split(attn.k(x)), attn.split(attn.v(x))
-            x = layer.self_norm(x + attn.attend(q, k, v, bias))
-            x = layer.feed_forward(x)
-        return x
-
-
-def _act(config: dict) -> str:
-    return {"silu": "swish"}.get(config["activation_function"], config["activation_function"])
+        for layer in model.encoder:
+            q, k, v = layer.attn.qkv(layer.r1.inp(x)).chunk(3, dim=-1)
+            x = layer.r1.add(x, layer.attn.out(_attend(self.split(q), self.split(k), self.split(v), bias)))
+            x = layer.r2.add(x, layer.ffn(layer.r2.inp(x)))
+        return model.encoder_norm(x)
 
 
 class Decoder(nn.Module):
-    """Marian's decoder with its caches, and mtkit's search rules in its logits (the module's docstring).
+    """mtkit's decoder with its caches, and mtkit's search rules in its logits (the module's docstring).
 
     Args:
-        config: the MarianMT config.json.
-        tensors: its weights by name.
+        model: the mtkit Transformer.
         limits: (max_len_a, max_len_b, cap): the output length limit, ``decoding.limits.max_lengths``.
-        banned: the token ids never chosen.
-        eos: the end-of-sentence id.
         forced_first: the token the first output must be (a multilingual run's language token), or None.
     """
 
-    def __init__(
-        self, config: dict, tensors: dict[str, Tensor], limits: tuple, banned: list[int], eos: int, forced_first=None
-    ):
+    def __init__(self, model, limits: tuple, forced_first: Optional[int] = None):
         super().__init__()
-        d = config["d_model"]
-        scale = math.sqrt(d) if config["scale_embedding"] else 1.0
-        table = _sinusoids(config["max_position_embeddings"], d)
-        self.embed = _Embeddings(_embedding_weights(tensors, "decoder"), table, scale)
-        self.layers = nn.ModuleList(
-            _Layer(tensors, f"model.decoder.layers.{i}", config["decoder_attention_heads"], _act(config), True)
-            for i in range(config["decoder_layers"])
-        )
-        head = tensors.get("lm_head.weight", _embedding_weights(tensors, "decoder"))
-        self.register_buffer("head", head.t().contiguous())
-        self.register_buffer("logits_bias", tensors["final_logits_bias"].reshape(-1))
-        vocab = head.shape[0]
-        allowed = torch.zeros(vocab, dtype=torch.bool)
-        allowed[[i for i in range(vocab) if i not in banned]] = True
+        self.model = model
+        self.split = _Heads(model.cfg.heads, model.cfg.d_model // model.cfg.heads)
+        vocab = model.tgt_vocab_size
+        allowed = torch.ones(vocab, dtype=torch.bool)
+        allowed[[PAD, BOS]] = False  # never chosen, as mtkit's searches ban them
         self.register_buffer("allowed", allowed)
         only_eos = torch.zeros(vocab, dtype=torch.bool)
-        only_eos[eos] = True
+        only_eos[EOS] = True
         self.register_buffer("only_eos", only_eos)
         first = torch.ones(vocab, dtype=torch.bool)
         if forced_first is not None:  # a forced token counts as an output token, as mtkit's prefixes do
@@ -199,35 +118,35 @@ class Decoder(nn.Module):
             first[forced_first] = True
         self.register_buffer("first", first)
         a, b, cap = limits
-        lengths = torch.arange(config["max_position_embeddings"] + 1)
+        lengths = torch.arange(model.max_positions + 1)
         mask = torch.arange(lengths.shape[0])[None, :] < lengths[:, None]  # a source of each length
         self.register_buffer("limits", max_lengths(mask, a, b, cap))  # (max_positions + 1,) int64
 
     def forward(self, input_ids: Tensor, encoder_attention_mask: Tensor, encoder_hidden_states: Tensor, *past):
+        model, split = self.model, self.split
         past_len = past[0].shape[2]
         steps = input_ids.shape[1]
-        x = self.embed(input_ids, past_len)
-        total = past_len + steps
+        table = _positions(model, "tgt")
+        x = model.tgt_embed.weight[input_ids] * model.embed_scale + table[past_len : past_len + steps]
         # query i (position past_len + i) sees the keys at positions <= past_len + i
-        keys = torch.arange(total)[None, :]
+        keys = torch.arange(past_len + steps)[None, :]
         queries = torch.arange(steps)[:, None] + past_len
         self_bias = (keys > queries).float()[None, None] * NEG  # (1, 1, steps, total)
         cross_bias = (1.0 - encoder_attention_mask[:, None, None, :].float()) * NEG
         presents = []
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(model.decoder):
             self_k, self_v, cross_k, cross_v = past[4 * i : 4 * i + 4]
-            attn = layer.self_attn
-            k = torch.cat([self_k, attn.split(attn.k(x))], dim=2)
-            v = torch.cat([self_v, attn.split(attn.v(x))], dim=2)
-            x = layer.self_norm(x + attn.attend(attn.split(attn.q(x)), k, v, self_bias))
-            cross = layer.cross_attn
+            q, k, v = layer.self_attn.qkv(layer.r1.inp(x)).chunk(3, dim=-1)
+            k, v = torch.cat([self_k, split(k)], dim=2), torch.cat([self_v, split(v)], dim=2)
+            x = layer.r1.add(x, layer.self_attn.out(_attend(split(q), k, v, self_bias)))
             new_states = encoder_hidden_states[:, cross_k.shape[2] :]  # all of them at the first step, none later
-            ck = torch.cat([cross_k, cross.split(cross.k(new_states))], dim=2)
-            cv = torch.cat([cross_v, cross.split(cross.v(new_states))], dim=2)
-            x = layer.cross_norm(x + cross.attend(cross.split(cross.q(x)), ck, cv, cross_bias))
-            x = layer.feed_forward(x)
+            mk, mv = layer.cross_attn.kv(new_states).chunk(2, dim=-1)
+            ck, cv = torch.cat([cross_k, split(mk)], dim=2), torch.cat([cross_v, split(mv)], dim=2)
+            cq = split(layer.cross_attn.q(layer.r2.inp(x)))
+            x = layer.r2.add(x, layer.cross_attn.out(_attend(cq, ck, cv, cross_bias)))
+            x = layer.r3.add(x, layer.ffn(layer.r3.inp(x)))
             presents += [k, v, ck, cv]
-        logits = torch.matmul(x, self.head) + self.logits_bias
+        logits = model._logits(model.decoder_norm(x))
         logits = torch.where(self.allowed, logits, torch.full_like(logits, NEG))
         # the output token at position past_len + i is the (past_len + i + 1)-th: only EOS once the limit is reached;
         # the limit of each source length is a table made by mtkit's own rule (no float64 in onnxruntime-web)
@@ -236,31 +155,19 @@ class Decoder(nn.Module):
         at_limit = (queries.reshape(1, steps) >= limit)[:, :, None]  # (batch, steps, 1)
         logits = torch.where(at_limit & ~self.only_eos, torch.full_like(logits, NEG), logits)
         at_first = (queries.reshape(1, steps) == 0)[:, :, None]  # (1, steps, 1)
-        logits = torch.where(at_first & ~self.first, torch.full_like(logits, NEG), logits)
-        return (logits, *presents)
+        return (torch.where(at_first & ~self.first, torch.full_like(logits, NEG), logits), *presents)
 
 
-def export_graphs(
-    config: dict,
-    tensors: dict[str, Tensor],
-    folder: Path,
-    *,
-    limits: tuple,
-    banned: list[int],
-    eos: int,
-    forced_first: Optional[int] = None,
-) -> None:
-    """Write ``encoder_model.onnx`` and ``decoder_model_merged.onnx`` (float32) into ``folder``; the decoder's
-    arguments are ``Decoder``'s."""
-    tensors = {k: v.float() for k, v in tensors.items()}
-    encoder = Encoder(config, tensors).eval()
-    decoder = Decoder(config, tensors, limits, banned, eos, forced_first).eval()
-    d, layers = config["d_model"], config["decoder_layers"]
-    heads = config["decoder_attention_heads"]
-    ids = torch.tensor([[5, 6, 7, 3], [5, 6, 3, 0]])
-    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+def export_graphs(model, folder: Path, *, limits: tuple, forced_first: Optional[int] = None) -> None:
+    """Write ``encoder_model.onnx`` and ``decoder_model_merged.onnx`` (float32) of the mtkit Transformer ``model``
+    into ``folder``; the decoder's arguments are ``Decoder``'s."""
     import warnings
 
+    model = model.float().eval()
+    encoder, decoder = Encoder(model).eval(), Decoder(model, limits, forced_first).eval()
+    d, layers, heads = model.cfg.d_model, model.cfg.decoder_layers, model.cfg.heads
+    ids = torch.tensor([[5, 6, 7, EOS], [5, 6, EOS, PAD]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
