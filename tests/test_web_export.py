@@ -149,16 +149,88 @@ def test_the_page_translates_what_is_typed(served):
         page.screenshot(path=os.environ["MTKIT_WEB_SCREENSHOT"])
 
 
-@pytest.mark.parametrize(
-    "key, value, needle",
-    [("norm", "pre", "model.norm = 'pre'"), ("positions", "learned", "model.positions = 'learned'")],
-)
-def test_a_run_the_web_path_cannot_express_is_refused(toy_run_workdir, tmp_path, run_cli, key, value, needle):
+def variant(toy_run_workdir, path: Path, **model) -> Path:
+    """The toy run's checkpoint with other ``model`` settings in its config, and the weights they add: LayerNorms
+    after the stacks (``norm: pre``), position tables (``positions: learned``)."""
     bundle = load(resolve(toy_run_workdir / "run"))
     metadata = {**bundle.metadata, "config": {**bundle.metadata["config"]}}
-    metadata["config"]["model"] = {**metadata["config"]["model"], key: value}
-    checkpoint = tmp_path / "other.safetensors"
-    save(checkpoint, Bundle(metadata, {k: torch.clone(v) for k, v in bundle.model.items()}, bundle.tokenizer))
+    metadata["config"]["model"] = {**metadata["config"]["model"], **model}
+    weights = {k: torch.clone(v) for k, v in bundle.model.items()}
+    d, positions = weights["tgt_embed.weight"].shape[1], TOY_RUN_MAX_POSITIONS
+    generator = torch.Generator().manual_seed(0)
+    if model.get("norm") == "pre":
+        for name in ("encoder_norm", "decoder_norm"):
+            weights[f"{name}.weight"], weights[f"{name}.bias"] = torch.ones(d), torch.zeros(d)
+    if model.get("positions") == "learned":
+        for name in ("src_pos", "tgt_pos"):
+            weights[f"{name}.weight"] = torch.randn(positions, d, generator=generator) * 0.3
+    save(path, Bundle(metadata, weights, bundle.tokenizer))
+    return path
+
+
+@pytest.mark.compares  # onnxruntime's float32 against PyTorch's, token for token
+def test_the_graphs_compute_a_pre_norm_model_with_learned_positions(toy_run_workdir, tmp_path, run_cli):
+    """The graphs are mtkit's own model: a pre-norm Transformer with learned positions (the toy run's weights, its
+    config changed) decodes greedily in onnxruntime as mtkit translate -b 1 does, every row of one batch stepped
+    until the last ends, as transformers.js steps them: an ended row only ever gives EOS again."""
+    import numpy as np
+    import onnxruntime
+
+    from mtkit.checkpoint import load_checkpoint
+    from mtkit.interop import web_onnx
+    from mtkit.models.base import BOS, EOS, PAD
+
+    checkpoint = variant(toy_run_workdir, tmp_path / "pre.safetensors", norm="pre", positions="learned")
+    lines = (toy_run_workdir / "corpus" / "test.en").read_text(encoding="utf-8").splitlines()[:16]
+    result = run_cli("translate", checkpoint, "-b", "1", "--dtype", "float32", stdin="\n".join(lines))
+    assert result.code == 0, result.err
+    loaded = load_checkpoint(checkpoint)
+    web_onnx.export_graphs(loaded.model, tmp_path, limits=(1.5, 10, TOY_RUN_MAX_POSITIONS - 1))
+    encoder = onnxruntime.InferenceSession(str(tmp_path / "encoder_model.onnx"))
+    decoder = onnxruntime.InferenceSession(str(tmp_path / "decoder_model_merged.onnx"))
+    sources = [ids + [EOS] for ids in loaded.tokenizer.encode_src(lines)]
+    width = max(map(len, sources))
+    ids = np.array([ids + [PAD] * (width - len(ids)) for ids in sources])
+    mask = (ids != PAD).astype(np.int64)
+    states = encoder.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    heads, layers = loaded.model.cfg.heads, loaded.model.cfg.decoder_layers
+    feeds = {
+        i.name: np.zeros((len(lines), heads, 0, loaded.model.cfg.d_model // heads), np.float32)
+        for i in decoder.get_inputs()[3:]
+    }
+    assert len(feeds) == 4 * layers
+    ended = decoder.run(
+        None,
+        {
+            "input_ids": np.full((len(lines), 1), EOS),
+            "encoder_attention_mask": mask,
+            "encoder_hidden_states": states,
+            **feeds,
+        },
+    )[0]
+    others = np.delete(ended[:, -1], EOS, axis=1)
+    assert (others <= web_onnx.NEG).all()  # after EOS, only EOS again: whatever the model would say
+    tokens, outputs = np.full((len(lines), 1), BOS), []
+    while not outputs or not (outputs[-1] == EOS).all():
+        answer = decoder.run(
+            None, {"input_ids": tokens, "encoder_attention_mask": mask, "encoder_hidden_states": states, **feeds}
+        )
+        tokens = answer[0][:, -1].argmax(-1)[:, None]
+        outputs.append(tokens[:, 0])
+        feeds = {o.name.replace("present", "past_key_values"): v for o, v in zip(decoder.get_outputs()[1:], answer[1:])}
+    steps = np.stack(outputs, axis=1)  # (lines, steps)
+    ends = [list(row).index(EOS) for row in steps]
+    assert all((row[end:] == EOS).all() for row, end in zip(steps, ends))
+    got = loaded.tokenizer.decode_tgt([list(row[:end]) for row, end in zip(steps, ends)])
+    assert list(zip(lines, got)) == list(zip(lines, result.out.splitlines()))
+
+
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [("positions", "rope", "model.positions = 'rope'"), ("decoder_self", "ssru", "model.decoder_self = 'ssru'")],
+)
+def test_a_run_the_web_path_cannot_express_is_refused(toy_run_workdir, tmp_path, run_cli, key, value, needle):
+    checkpoint = variant(toy_run_workdir, tmp_path / "other.safetensors", **{key: value})
     out = tmp_path / "site"
     assert_one_line_error(run_cli("export", checkpoint, "--format", "web", "--output", out), needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.safetensors"]

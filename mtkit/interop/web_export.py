@@ -8,10 +8,11 @@ transformers.js on onnxruntime-web's WebAssembly backend. Everything it loads is
   ``ort-wasm-simd-threaded.asyncify.{mjs,wasm}``, taken from the npm registry's tarballs of the pinned versions when
   the site is exported, checked against their integrity hashes and cached (``cache_dir``); ``--npm-dir`` reads the
   same tarballs from a folder instead (a machine without the registry);
-- ``models/model/``: config.json, generation_config.json, tokenizer.json, tokenizer_config.json and the ONNX graphs
+- ``models/model/``: config.json (a MarianMT config: what transformers.js reads of it is the model class and the
+  sizes of its caches), generation_config.json, tokenizer.json, tokenizer_config.json and the ONNX graphs
   (``onnx/encoder_model.onnx``, ``onnx/decoder_model_merged.onnx``; ``--quantization int8``: the ``_quantized``
-  ones, which transformers.js loads as ``q8``), made by ``web_onnx`` from the MarianMT export
-  (``marian_export.convert``), so the web path expresses what Marian expresses and refuses the rest by key;
+  ones, which transformers.js loads as ``q8``), computed by ``web_onnx`` from the run's own model: a Transformer
+  with sinusoidal or learned positions, pre-norm or post-norm; anything else is refused by key (``_check_run``);
 - ``mtkit-web.json``: the languages, the quantization and the model's size, which the page shows.
 
 A multilingual run is exported one direction at a time (``--target``, and ``--source`` where it has several), as an

@@ -1,6 +1,6 @@
-"""The model files of `mtkit export --format web`: the MarianMT export (``marian_export.convert``) as the two ONNX
-graphs transformers.js runs, and the tokenizer as a ``tokenizer.json``, which transformers' MarianTokenizer does not
-write.
+"""The model files of `mtkit export --format web`: a run's Transformer as the two ONNX graphs transformers.js runs
+(computed by mtkit's own modules: pre-norm or post-norm, sinusoidal or learned positions), and its SentencePiece model
+as a ``tokenizer.json``.
 
 - ``encoder_model.onnx``: ``input_ids``, ``attention_mask`` -> ``last_hidden_state``.
 - ``decoder_model_merged.onnx``: ``input_ids``, ``encoder_attention_mask``, ``encoder_hidden_states`` and
@@ -12,7 +12,7 @@ write.
   makes the same choices: PAD and the decoder's start token are never chosen, and a sentence at its length limit,
   ``min(ceil(max_len_a * source_length + max_len_b), max_positions - 1)`` output tokens (EOS excluded, the source
   counted with its EOS), can only end (``decoding.limits``); transformers.js knows no limit that grows with the
-  source.
+  source. A row that has ended gives EOS again (transformers.js steps every row of a batch until the last ends).
 - ``tokenizer.json`` is written as JSON (no ``tokenizers`` package needed): SentencePiece's normalisation (its
   precompiled character map, whitespace stripped and runs of spaces folded), a Metaspace pre-tokenizer and decoder,
   the model (Unigram with the pieces' scores, or BPE with merges ranked as SentencePiece ranks its pieces) and
@@ -153,7 +153,9 @@ class Decoder(nn.Module):
         source_len = encoder_attention_mask.sum(dim=1).clamp(max=self.limits.shape[0] - 1)  # (batch,)
         limit = self.limits[source_len][:, None]  # (batch, 1)
         at_limit = (queries.reshape(1, steps) >= limit)[:, :, None]  # (batch, steps, 1)
-        logits = torch.where(at_limit & ~self.only_eos, torch.full_like(logits, NEG), logits)
+        # a row that has ended stays ended: transformers.js steps every row until the last one ends
+        ended = (input_ids == EOS)[:, :, None]  # (batch, steps, 1)
+        logits = torch.where((at_limit | ended) & ~self.only_eos, torch.full_like(logits, NEG), logits)
         at_first = (queries.reshape(1, steps) == 0)[:, :, None]  # (1, steps, 1)
         return (torch.where(at_first & ~self.first, torch.full_like(logits, NEG), logits), *presents)
 
@@ -267,7 +269,7 @@ def tokenizer_json(spm: bytes, vocab: dict[str, int], special: dict[str, int], t
 
     Args:
         spm: the bytes of the SentencePiece model that cuts the sources (for a trained run, its one joint model).
-        vocab: piece -> id, as the exported model numbers them (``marian_export.convert``'s vocab.json).
+        vocab: piece -> id, as the model numbers them (mtkit's ids: PAD, UNK, BOS, EOS first).
         special: the ids of ``pad``, ``unk``, ``eos`` and ``start``.
         tags: a multilingual run's language tokens (special: they decode to no text), or [].
 

@@ -94,7 +94,13 @@ async function translate(lines) {
       do_sample: false,
       max_new_tokens: meta.max_new_tokens,
     });
-    const texts = tokenizer.batch_decode(output, { skip_special_tokens: true });
+    // transformers.js steps every row until the last ends: a row's translation stops at its first EOS
+    const eos = BigInt(model.generation_config.eos_token_id);
+    const rows = output.tolist().map((row) => {
+      const end = row.indexOf(eos, 1);
+      return end < 0 ? row : row.slice(0, end);
+    });
+    const texts = tokenizer.batch_decode(rows, { skip_special_tokens: true });
     batch.forEach((item, k) => (out[item.i] = item.lead + texts[k] + item.trail));
   }
   return out;
