@@ -10,6 +10,8 @@ server, loaded once with every request off the page's origin blocked and recorde
   the model's positions, which both cut;
 - the page asked for nothing off its origin, and the server's two headers made it cross-origin isolated;
 - the page's own controls translate what is typed, and show the languages and the model's size;
+- the graphs are mtkit's own model: a pre-norm variant with learned positions decodes in onnxruntime (Python) as
+  mtkit translate -b 1 does, and a row that has ended only gives EOS again;
 - a run the web path cannot express is refused: one line, exit 2, nothing written.
 
 MTKIT_WEB_SCREENSHOT=FILE.png saves a picture of the page with its translation.
