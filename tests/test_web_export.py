@@ -59,7 +59,7 @@ def site(toy_run_workdir, tmp_path_factory, request) -> Path:
 
     out = tmp_path_factory.mktemp("web") / "site"
     with pytest.MonkeyPatch.context() as patch:
-        cache = request.config.cache  # None under -p no:cacheprovider: a folder of this session's then
+        cache = getattr(request.config, "cache", None)  # none under -p no:cacheprovider: a folder of this session
         npm = cache.mkdir("mtkit-npm") if cache is not None else tmp_path_factory.mktemp("npm")
         patch.setenv("MTKIT_NPM_CACHE", str(npm))
         assert cli("export", toy_run_workdir / "run", "--format", "web", "--output", out) == 0
