@@ -1,7 +1,7 @@
 """The web export against mtkit itself, in one sitting: equality, BLEU, speed and size.
 
     python scripts/bench_web.py [--run runs/demo] [--work work/bench-web] [--out DIR] [--threads 4] [--max-lines N]
-                                [--screenshot docs/images/web-page.png]
+                                [--screenshot docs/images/web-page.png] [--batch 32]
 
 1. Exports the run twice, ``mtkit export RUN --format web --quantization float32`` and ``int8`` (WORK/float32,
    WORK/int8), and prints each site's size: the model's files (what the page downloads for the model) and the whole
@@ -65,7 +65,9 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def in_browser(site: Path, lines: list[str], threads: int, screenshot: str = "") -> tuple[list[str], float, bool]:
+def in_browser(
+    site: Path, lines: list[str], threads: int, screenshot: str = "", batch: int = 0
+) -> tuple[list[str], float, bool]:
     """(the page's translations, the seconds translate took in the page, crossOriginIsolated); with ``screenshot``,
     the page is then given the first three lines to translate as one types, and pictured."""
     from playwright.sync_api import sync_playwright
@@ -90,7 +92,7 @@ def in_browser(site: Path, lines: list[str], threads: int, screenshot: str = "")
             context = browser.new_context()
             context.route("**/*", only_own_origin)
             page = context.new_page()
-            page.goto(f"{origin}/?threads={threads}")
+            page.goto(f"{origin}/?threads={threads}" + (f"&batch={batch}" if batch else ""))
             page.evaluate("window.mtkit.ready")
             page.evaluate("(lines) => window.mtkit.translate(lines)", lines[:WARM_UP])
             timed = page.evaluate(
@@ -125,6 +127,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4, help="The page's threads in the several-threads sitting.")
     parser.add_argument("--max-lines", type=int, default=None, help="Only the first N lines of the test set.")
     parser.add_argument("--screenshot", default="", help="A PNG of the float32 page translating three lines.")
+    parser.add_argument("--batch", type=int, default=0, help="Lines the page decodes together (default: the page's).")
     args = parser.parse_args()
 
     import sacrebleu
@@ -165,7 +168,7 @@ def main() -> None:
         for threads in (1, args.threads):
             name = f"{quantization}-{threads}t"
             picture = args.screenshot if (quantization, threads) == ("float32", args.threads) else ""
-            out, seconds, isolated = in_browser(site, sources, threads, picture)
+            out, seconds, isolated = in_browser(site, sources, threads, picture, args.batch)
             outputs[name] = out
             results[name] = {"seconds": seconds, "isolated": isolated, "threads": threads}
 
