@@ -70,7 +70,8 @@ def test_every_line_scores_as_unbabel_comet(models, name):
 
 def test_the_fixtures_cut_long_lines_and_mix_layers_both_ways(models):
     """What the equality above covers: a line over 512 subwords, cut as a segment and as a joint sequence, and a
-    layer mix by sparsemax (a weight exactly 0) beside softmax (``sparsemax_patch`` runs as softmax)."""
+    layer mix by sparsemax (a weight exactly 0, the top state's in one) beside softmax (``sparsemax_patch`` runs as
+    softmax)."""
     kiwi = models["kiwi-sparsemax"]
     src, mt = lines("src"), lines("sys1")
     longest = max(src, key=len)
@@ -79,6 +80,9 @@ def test_the_fixtures_cut_long_lines_and_mix_layers_both_ways(models):
     assert max(len(ids) for ids in kiwi.joint_ids(mt, src)) == 512
     assert (models["comet-sparsemax"].weights == 0).any() and (kiwi.weights == 0).any()
     assert (models["kiwi-sparsemax-patch"].weights > 0).all() and (models["comet-softmax"].weights > 0).all()
+    # kiwi-sparsemax weighs its top state 0: its encoder stops a layer early, and still scores as unbabel-comet
+    assert kiwi.weights[-1] == 0 and len(kiwi.encoder.encoder.layer) == len(kiwi.weights) - 2
+    assert len(models["comet-softmax"].encoder.encoder.layer) == len(models["comet-softmax"].weights) - 1
     hparams = yaml.safe_load((DATA / "kiwi-sparsemax-patch" / "hparams.yaml").read_text())
     assert hparams["layer_transformation"] == "sparsemax_patch"
 

@@ -183,6 +183,10 @@ class Comet:
         self.encoder = model.to(device=self.device, dtype=dtype).eval()
         self.n_states = config.num_hidden_layers + 1
         self._layer_mix(state)
+        # the layers above the highest state the mix weighs (sparsemax can weigh the top ones 0) change no score:
+        # the encoder stops there
+        top = max(i for i in range(self.n_states) if float(self.weights[i]) != 0.0)
+        del self.encoder.encoder.layer[top:]
         self.estimator = self._estimator(state).to(self.device).eval()
 
     def _layer_mix(self, state: dict) -> None:
