@@ -158,7 +158,8 @@ def mtkit_rows(model_dir: Path, args, dtype_name: str = "float32") -> dict:
     data = texts(args.sentences)
     src, ref, cands = data["src"], data["ref"], data["candidates"]
     model.score_systems([cands[0][: args.batch_size]], src[: args.batch_size], ref[: args.batch_size])  # warm-up
-    found = {}
+    weighed = [i for i in range(model.n_states) if float(model.weights[i]) != 0.0]
+    found = {"layers": (weighed, model.n_states, len(model.encoder.encoder.layer))}
     for row, systems in (("one", cands[:1]), ("three", cands[:3]), ("eight", cands)):
         start = time.perf_counter()
         scores = model.score_systems(systems, src, ref)
@@ -183,6 +184,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--workdir", type=Path, help="keep the checkpoint here (default: a temporary directory)")
+    parser.add_argument(
+        "--reuse-unbabel", action="store_true", help="take unbabel-comet's side from an earlier run in --workdir"
+    )
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:  # in unbabel-comet's environment
@@ -210,7 +214,10 @@ def main() -> None:
         if not (work / "model" / "checkpoints" / "model.ckpt").is_file():
             subprocess.run([*me, "build", str(work)], check=True, env=env, capture_output=True)
         theirs_file = work / "unbabel.json"
-        subprocess.run([*me, "score", str(work / "model"), str(theirs_file)], check=True, env=env, capture_output=True)
+        if not (args.reuse_unbabel and theirs_file.is_file()):
+            subprocess.run(
+                [*me, "score", str(work / "model"), str(theirs_file)], check=True, env=env, capture_output=True
+            )
         theirs = json.loads(theirs_file.read_text())
         ours = mtkit_rows(work / "model", args)
         bf16 = mtkit_rows(work / "model", args, "bf16") if args.device == "cuda" else None
@@ -218,6 +225,11 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d')}; {describe() if args.device == 'cpu' else torch.cuda.get_device_name()}")
     print(f"COMET-22, XLM-R {args.size} shapes, random weights; {args.sentences} sentences of test_2016_flickr en-de, "
           f"batch {args.batch_size}, {args.threads} threads, {args.device}, float32")  # fmt: skip
+    weighed, states, run = ours["layers"]
+    print(f"the layer mix weighs hidden states {weighed} of {states}; mtkit's encoder runs {run} of {states - 1} layers, "
+          f"unbabel-comet's all {states - 1}")  # fmt: skip
+    if args.reuse_unbabel and theirs_file.is_file():
+        print("unbabel-comet's times and scores: an earlier run's in this sitting, kept in --workdir")
     print(f"{'row':<34} {'unbabel s':>10} {'mtkit s':>9} {'sent/s':>9} {'speed-up':>9} {'max |diff|':>11}")
     n = args.sentences
     rows = (("one system", "one", 1), ("three systems", "three", 3), ("8 candidates vs references", "eight", 8))
