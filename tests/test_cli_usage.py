@@ -48,9 +48,14 @@ def test_unknown_option_on_each_subcommand(command):
     _assert_usage_error(_run(command, "x", "--bogus-option"), "No such option", "--bogus-option", f"mtkit {command}")
 
 
-@pytest.mark.parametrize("command", ["prepare", "translate", "score", "average", "plot", "export"])
+@pytest.mark.parametrize("command", ["prepare", "translate", "average", "plot", "export"])
 def test_missing_argument(command):
     _assert_usage_error(_run(command), "Missing", f"mtkit {command}")
+
+
+def test_score_without_a_reference_says_which_metric_needs_one():
+    # the reference is optional since CometKiwi scores without one: its absence is the metric's error
+    _assert_usage_error(_run("score"), "bleu needs a reference file", "cometkiwi")
 
 
 @pytest.mark.parametrize(
