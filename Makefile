@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: setup demo test lint lock clean
+.PHONY: setup demo test lint lock clean tool-venvs
 
 setup: $(VENV)/.installed
 
@@ -19,8 +19,14 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 demo: setup
 	$(BIN)/python scripts/demo.py
 
-test: setup
+# tests/test_argos*.py drive Argos Translate and LibreTranslate, each in a virtual environment of its own
+# (.venv-argos: two more PyTorch installs, about a minute and a half on two cores the first time, then a no-op):
+# built here with the project's, before the tests, as .venv is
+test: setup tool-venvs
 	$(BIN)/python -m pytest -q
+
+tool-venvs:
+	PYTHON=$(PYTHON) bash benchmarks/argos/venvs.sh
 
 lint: setup
 	$(BIN)/ruff check .
