@@ -10,7 +10,8 @@ unbabel-comet 2.2.7 runs in a virtual environment of its own (scripts/make_comet
 COMET-22 checkpoint with random weights in the shapes of ``Unbabel/wmt22-comet-da`` (XLM-R large: 24 layers of
 1024 units, 250,002 embeddings; a SentencePiece model trained on the sentences, so both sides cut them alike) and
 times its ``predict`` (float32, batch ``--batch-size``); then this process times mtkit on the same checkpoint. Speed
-depends on the shapes, not on the weights' values.
+depends on the shapes and on the highest layer the (random) sparsemax mix weighs, where mtkit's encoder stops: the
+first line of the table says which.
 
 The sentences are the first ``--sentences`` of Multi30k's test_2016_flickr (English sources, German references);
 the systems and MBR candidates are German references with words dropped and swapped. Rows: one system; three
