@@ -42,6 +42,8 @@ from mtkit.checkpoint.store import Bundle, load, save  # noqa: E402
 from mtkit.interop.web_export import SITE_META, TRANSFORMERS_JS  # noqa: E402
 from mtkit.serving.web_site import ISOLATION, make_server  # noqa: E402
 
+pytestmark = pytest.mark.slow  # an export and Chromium (about 20 s): under xdist it starts with the slow modules
+
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 TRICKY = [
     "Ｔｗｏ ｄｏｇｓ run .",  # full-width letters: SentencePiece's NFKC folds them
