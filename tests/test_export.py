@@ -47,9 +47,10 @@ from conftest import (
 from mtkit.checkpoint import load_checkpoint
 from mtkit.decoding.search import length_penalty_of
 from mtkit.inference.ct2_engine import Ct2Engine
+from mtkit.inference.lines import read_lines
 from mtkit.inference.options import Options
 from mtkit.inference.torch_engine import TorchEngine
-from mtkit.inference.translate import one_line, read_lines, translate_stream
+from mtkit.inference.translate import one_line, translate_stream
 from mtkit.models.base import BOS, EOS, PAD
 
 try:

@@ -43,9 +43,10 @@ from conftest import (
 from mtkit.checkpoint import load_checkpoint
 from mtkit.decoding.search import beam_search, greedy, max_lengths
 from mtkit.inference.engine import JOIN_PADDING, max_chars_for
+from mtkit.inference.lines import chunks, pipe_chunks, read_lines
 from mtkit.inference.options import Options
 from mtkit.inference.torch_engine import Ensemble, TorchEngine
-from mtkit.inference.translate import chunks, one_line, pipe_chunks, read_lines, translate_stream
+from mtkit.inference.translate import one_line, translate_stream
 from mtkit.models.base import BOS, EOS, PAD
 from mtkit.models.int8 import Int8Linear
 
