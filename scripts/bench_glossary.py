@@ -27,10 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import describe, read_gz
+from benchlib import add_split_options, describe, read_split
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA_DIRS = (ROOT / "data" / "multi30k",)
 # English terms of test_2016_flickr, each with a valid German rendering the references seldom use
 TERMS = (
     ("bicycle", "Drahtesel"),
@@ -60,9 +58,7 @@ def main() -> None:
     parser.add_argument("--glossary", type=Path, default=None, help="a TSV or CSV file of term pairs")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--limit", type=int, default=None, help="only the first N sentences")
-    parser.add_argument("--data", type=Path, default=None, help="folder holding SPLIT.en.gz and SPLIT.de.gz")
-    parser.add_argument("--split", default="test_2016_flickr")
+    add_split_options(parser)
     parser.add_argument("--warmup", type=int, default=20, help="sentences translated untimed before each timed run")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -71,9 +67,7 @@ def main() -> None:
     from mtkit.scoring.score import corpus_scores
     from mtkit.text.glossary import Glossary
 
-    data = args.data or next((d for d in DATA_DIRS if (d / f"{args.split}.en.gz").exists()), DATA_DIRS[0])
-    sources = read_gz(data / f"{args.split}.en.gz")[: args.limit]
-    references = read_gz(data / f"{args.split}.de.gz")[: args.limit]
+    sources, references = read_split(args)
     glossary = Glossary.read(args.glossary) if args.glossary else Glossary(TERMS)
     model = mtkit.load(args.run, beam_size=args.beam, nbest=1, threads=args.threads, device="cpu")
     print(f"$ python scripts/bench_glossary.py {' '.join(sys.argv[1:])}")

@@ -26,6 +26,19 @@ def read_gz(path: Path) -> list[str]:
         return f.read().splitlines()
 
 
+def add_split_options(parser) -> None:
+    """The options of a script that translates one shipped English -> German split: its folder, name and length."""
+    parser.add_argument("--limit", type=int, default=None, help="only the first N sentences")
+    parser.add_argument("--data", type=Path, default=None, help="folder holding SPLIT.en.gz and SPLIT.de.gz")
+    parser.add_argument("--split", default="test_2016_flickr")
+
+
+def read_split(args) -> tuple[list[str], list[str]]:
+    """The sources and references ``add_split_options``' options name (data/multi30k by default)."""
+    data = args.data or Path(__file__).resolve().parent.parent / "data" / "multi30k"
+    return read_gz(data / f"{args.split}.en.gz")[: args.limit], read_gz(data / f"{args.split}.de.gz")[: args.limit]
+
+
 def sets(overrides: list[str]) -> list[str]:
     """``--set`` flags for each ``KEY=VALUE`` override."""
     return [x for o in overrides for x in ("--set", o)]
