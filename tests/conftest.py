@@ -329,6 +329,20 @@ def toy_run_workdir(tmp_path_factory) -> Path:
     return root
 
 
+# The modules that read the toy run (test_api.py, test_serve*.py, test_deepl.py, ...) take its directory and its
+# model from these two, built once per module (a module may define its own to mean something else)
+@pytest.fixture(scope="module")
+def run_dir(toy_run_workdir) -> Path:
+    return toy_run_workdir / "run"
+
+
+@pytest.fixture(scope="module")
+def model(run_dir):
+    import mtkit
+
+    return mtkit.load(run_dir)
+
+
 def prepare_and_train(root: Path, config: dict) -> None:
     """Write ``config`` to root/config.yaml, then ``mtkit prepare`` and ``mtkit train`` it in this process (a
     process of its own would add about 2 s of imports to each)."""

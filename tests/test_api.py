@@ -40,19 +40,9 @@ needs_ct2 = pytest.mark.skipif(not HAVE_CT2, reason='ctranslate2 is not installe
 
 
 @pytest.fixture(scope="module")
-def run_dir(toy_run_workdir) -> Path:
-    return toy_run_workdir / "run"
-
-
-@pytest.fixture(scope="module")
 def lines(toy_run_workdir) -> list[str]:
     test = (toy_run_workdir / "corpus" / "test.en").read_text(encoding="utf-8").splitlines()
     return test[:12] + ["", "   \t "] + test[12:16]
-
-
-@pytest.fixture(scope="module")
-def model(run_dir):
-    return mtkit.load(run_dir)
 
 
 @pytest.fixture(scope="module")

@@ -29,16 +29,6 @@ TERMS = {"tree": "Garten", "Anna": "Anna"}  # tree is always Baum in the toy cor
 
 
 @pytest.fixture(scope="module")
-def run_dir(toy_run_workdir) -> Path:
-    return toy_run_workdir / "run"
-
-
-@pytest.fixture(scope="module")
-def model(run_dir):
-    return mtkit.load(run_dir)
-
-
-@pytest.fixture(scope="module")
 def glossary_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("glossaries")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -18,18 +17,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def run_dir(toy_run_workdir) -> Path:
-    return toy_run_workdir / "run"
-
-
-@pytest.fixture(scope="module")
 def lines(toy_run_workdir) -> list[str]:
     return (toy_run_workdir / "corpus" / "test.en").read_text(encoding="utf-8").splitlines()[:12]
-
-
-@pytest.fixture(scope="module")
-def model(run_dir):
-    return mtkit.load(run_dir)
 
 
 def words(text: str) -> list[str]:

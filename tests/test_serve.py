@@ -23,7 +23,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -48,19 +47,9 @@ DEADLINE = 60.0  # seconds any wait in these tests may take before it fails
 
 
 @pytest.fixture(scope="module")
-def run_dir(toy_run_workdir) -> Path:
-    return toy_run_workdir / "run"
-
-
-@pytest.fixture(scope="module")
 def lines(toy_run_workdir) -> list[str]:
     test = (toy_run_workdir / "corpus" / "test.en").read_text(encoding="utf-8").splitlines()
     return test[:10] + ["", "  "]
-
-
-@pytest.fixture(scope="module")
-def model(run_dir):
-    return mtkit.load(run_dir)
 
 
 @pytest.fixture(scope="module")

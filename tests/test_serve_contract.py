@@ -44,18 +44,8 @@ EXAMPLES = int(os.environ.get("MTKIT_SCHEMATHESIS_EXAMPLES", "40"))
 
 
 @pytest.fixture(scope="module")
-def run_dir(toy_run_workdir) -> Path:
-    return toy_run_workdir / "run"
-
-
-@pytest.fixture(scope="module")
 def lines(toy_run_workdir) -> list[str]:
     return (toy_run_workdir / "corpus" / "test.en").read_text(encoding="utf-8").splitlines()[:6]
-
-
-@pytest.fixture(scope="module")
-def model(run_dir):
-    return mtkit.load(run_dir)
 
 
 @pytest.fixture(scope="module")

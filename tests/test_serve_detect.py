@@ -3,8 +3,6 @@ detectedLanguage of /translate with source auto."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("fastapi")
@@ -18,11 +16,6 @@ from mtkit.serving.languages import run_languages  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 ENGLISH = "A man in a blue shirt is riding his bike through the park."
 GERMAN = "Ein Mann in einem blauen Hemd fährt mit seinem Fahrrad durch den Park."
-
-
-@pytest.fixture(scope="module")
-def run_dir(toy_run_workdir) -> Path:
-    return toy_run_workdir / "run"
 
 
 def test_detect_and_detected_language(run_dir):

@@ -4,8 +4,6 @@ LibreTranslate's /translate (``format: html``) and /translate_file (its URL down
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("fastapi")
@@ -18,16 +16,6 @@ from mtkit.serving.app import create_app  # noqa: E402
 from mtkit.serving.languages import run_languages  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def run_dir(toy_run_workdir) -> Path:
-    return toy_run_workdir / "run"
-
-
-@pytest.fixture(scope="module")
-def model(run_dir):
-    return mtkit.load(run_dir)
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,6 @@ translation shows; a plain answer and an HTML one have none; through a pivot a s
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("fastapi")
@@ -31,16 +29,6 @@ TEXTS = [
     "",
     "   ",
 ]
-
-
-@pytest.fixture(scope="module")
-def run_dir(toy_run_workdir) -> Path:
-    return toy_run_workdir / "run"
-
-
-@pytest.fixture(scope="module")
-def model(run_dir):
-    return mtkit.load(run_dir)
 
 
 @pytest.fixture(scope="module")

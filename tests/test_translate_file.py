@@ -15,18 +15,6 @@ from conftest import SUBPROCESS_ENV, assert_one_line_error
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def run_dir(toy_run_workdir) -> Path:
-    return toy_run_workdir / "run"
-
-
-@pytest.fixture(scope="module")
-def model(run_dir):
-    import mtkit
-
-    return mtkit.load(run_dir)
-
-
 PARAGRAPH = "A man sits in the park . Two dogs play with a ball ."
 
 
