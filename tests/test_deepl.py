@@ -330,7 +330,7 @@ def test_schemathesis_finds_no_failure_on_the_deepl_routes(tmp_path):
 def test_schemathesis_finds_no_failure_on_the_deepl_routes_in_every_phase(tmp_path):
     from test_serve_contract import EXAMPLES
 
-    deepl_schemathesis(tmp_path, EXAMPLES)  # 40 a phase in the suite; 100 as test_serve_contract.py says
+    deepl_schemathesis(tmp_path, EXAMPLES)  # 25 a phase in the suite; 100 as test_serve_contract.py says
 
 
 def test_the_store_is_bounded_and_writes_whole_files(tmp_path, monkeypatch):

@@ -37,10 +37,10 @@ from mtkit.serving.models import ModelSpec  # noqa: E402
 from mtkit.serving.pool import ModelPool  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-# schemathesis's test cases per operation and phase: 40 in the suite; the deeper sweep is
+# schemathesis's test cases per operation and phase: 25 in the suite; the deeper sweep is
 # MTKIT_SCHEMATHESIS_EXAMPLES=100 pytest tests/test_serve_contract.py tests/test_deepl.py -k schemathesis
 # (its last run: benchmarks/results/2026-11-28-contract/)
-EXAMPLES = int(os.environ.get("MTKIT_SCHEMATHESIS_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("MTKIT_SCHEMATHESIS_EXAMPLES", "25"))
 
 
 @pytest.fixture(scope="module")
