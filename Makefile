@@ -20,13 +20,15 @@ demo: setup
 	$(BIN)/python scripts/demo.py
 
 # tests/test_argos*.py drive Argos Translate and LibreTranslate, each in a virtual environment of its own
-# (.venv-argos: two more PyTorch installs, about a minute and a half on two cores the first time, then a no-op):
+# (.venv-argos: two more PyTorch installs, about a minute and a half on two cores the first time, then a no-op),
+# and tests/test_deepl.py DeepL's Node.js client (tests/clients/deepl-node, from the npm registry, a few seconds):
 # built here with the project's, before the tests, as .venv is
 test: setup tool-venvs
 	$(BIN)/python -m pytest -q
 
 tool-venvs:
 	PYTHON=$(PYTHON) bash benchmarks/argos/venvs.sh
+	bash tests/clients/deepl-node/install.sh
 
 lint: setup
 	$(BIN)/ruff check .

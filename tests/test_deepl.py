@@ -274,6 +274,45 @@ def test_the_glossary_through_v1_and_libretranslate(client, model):
         assert answer.status_code == status and words in answer.json()["error"], answer.text
 
 
+NODE_CLIENT = Path(__file__).resolve().parent / "clients" / "deepl-node"
+
+
+def test_deepls_node_client(server, model, tmp_path):
+    """deepl-node 1.28.0, DeepL's official Node.js client (tests/clients/deepl-node, installed by `make test`):
+    texts, HTML, languages, the glossary lifecycle and its use, documents, usage, a wrong key and the limit."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node on PATH: DeepL's Node.js client is not run")
+    assert (NODE_CLIENT / "node_modules" / "deepl-node").is_dir(), "run make tool-venvs (it installs deepl-node)"
+    sources = {fmt: data for fmt, data in documents().items() if fmt in ("txt", "docx")}
+    for fmt, data in sources.items():
+        (tmp_path / f"doc.{fmt}").write_bytes(data)
+    done = subprocess.run(
+        [node, str(NODE_CLIENT / "client.mjs"), server, KEY, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout)
+    assert found["one"] == {"text": model.translate("A dog runs in the park ."), "detected": "en", "billed": 24}
+    assert found["many"] == model.translate(["Two cats eat bread .", "The man sits . A woman walks ."])
+    assert found["html"] == model.translate("A <b>man</b> sits in the <i>green</i> park .", format="html")
+    assert (found["sources"], found["targets"], found["pairs"]) == (["en"], ["de"], ["en-de"])
+    assert found["glossary"] == {"name": "node", "entries": 1, "ready": True} and found["listed"]
+    assert found["entries"] == {"tree": "Garten"}
+    lines = ["A dog sits under the tree .", "Two cats eat bread ."]
+    assert found["withGlossary"] == model.translate(lines, glossary={"tree": "Garten"})
+    assert "Garten" in found["withGlossary"][0] and found["withGlossary"][1] == model.translate(lines[1])
+    assert found["deleted"] == "GlossaryNotFoundError"
+    for fmt in sources:
+        assert found[f"doc.{fmt}"] == "done"
+        model.translate_file(tmp_path / f"doc.{fmt}", tmp_path / f"expected.{fmt}")
+        assert members((tmp_path / f"out.{fmt}").read_bytes()) == members((tmp_path / f"expected.{fmt}").read_bytes())
+    assert found["usage"]["limit"] == LIMIT and 0 < found["usage"]["count"] < LIMIT
+    assert (found["wrongKey"], found["overLimit"]) == ("AuthorizationError", "QuotaExceededError")
+
+
 def test_deepl_codes_name_the_models_languages():
     from mtkit.serving.deepl_codes import model_code, source_entries, sources, target_entries, targets
 
