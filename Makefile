@@ -43,4 +43,4 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) .venv-argos work runs .pytest_cache
+	rm -rf $(VENV) .venv-argos tests/clients/deepl-node/node_modules work runs .pytest_cache
