@@ -128,6 +128,11 @@ def test_the_page_translates_as_the_cli_greedy_offline(served, toy_run_workdir, 
     assert len(TRICKY[-1].split()) > TOY_RUN_MAX_POSITIONS
     got = page.evaluate("(lines) => window.mtkit.translate(lines)", lines)
     assert list(zip(lines, got)) == list(zip(lines, expected))
+    # two calls at once (a script's and the page's own, as one types) give what each gives alone
+    both = page.evaluate(
+        "(l) => Promise.all([window.mtkit.translate(l), window.mtkit.translate(l.slice(0, 5))])", lines
+    )
+    assert both == [expected, expected[:5]]
     assert off_origin == []
 
 

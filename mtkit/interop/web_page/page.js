@@ -1,5 +1,5 @@
-// The page of an mtkit web export: translates in the browser with transformers.js on onnxruntime-web's WebAssembly
-// backend. Every file comes from this page's own folder (the library, its WebAssembly, the model), so it works
+// The page of an mtkit web export: translates in the browser, transformers.js loading the model and its tokenizer,
+// a greedy loop of its own running the graphs on onnxruntime-web's WebAssembly backend. Every file comes from this page's own folder (the library, its WebAssembly, the model), so it works
 // offline once loaded. window.mtkit = {ready, translate(lines)} for scripts: one translation per line, in order.
 import { Tensor, env, pipeline } from "./transformers.min.js";
 
@@ -55,6 +55,71 @@ async function load() {
 
 const ready = load();
 
+// A copy of the rows ``keep`` of a tensor whose first dimension is the batch.
+function rowsOf(tensor, keep) {
+  const [rows, ...rest] = tensor.dims;
+  const stride = tensor.data.length / rows;
+  const data = new tensor.data.constructor(keep.length * stride);
+  keep.forEach((row, k) => data.set(tensor.data.subarray(row * stride, (row + 1) * stride), k * stride));
+  return new Tensor(tensor.type, data, [keep.length, ...rest]).ort_tensor;
+}
+
+// The sessions run one batch at a time, as transformers.js runs its own in a browser: translations that overlap
+// (typing, a script) take turns, batch by batch.
+let turn = Promise.resolve();
+function inTurn(work) {
+  const done = turn.then(work, work);
+  turn = done.catch(() => undefined);
+  return done;
+}
+
+// Greedy search over the exported graphs, which hold mtkit's rules (no PAD or start token, the output limit): the
+// encoder once, then one decoder step at a time with its caches. A row leaves the batch when it gives EOS, so a
+// step computes only the rows still going (transformers.js' generate steps every row until the last one ends).
+// -> each row's output token ids, EOS excluded.
+async function greedy(model, inputIds, mask, count, width, maxNew) {
+  const { model: encoder, decoder_model_merged: decoder } = model.sessions;
+  const ids = (data, dims) => new Tensor("int64", data, dims).ort_tensor;
+  const { last_hidden_state: states } = await encoder.run({
+    input_ids: ids(inputIds, [count, width]),
+    attention_mask: ids(mask, [count, width]),
+  });
+  const eos = model.generation_config.eos_token_id;
+  const outputs = Array.from({ length: count }, () => []);
+  let alive = [...Array(count).keys()]; // the batch's rows still going, in the order of the caches' rows
+  let feeds = { encoder_attention_mask: ids(mask, [count, width]), encoder_hidden_states: states };
+  const heads = model.config.decoder_attention_heads;
+  const empty = new Tensor("float32", new Float32Array(0), [count, heads, 0, model.config.d_model / heads]).ort_tensor;
+  for (const name of decoder.inputNames) if (name.startsWith("past_key_values.")) feeds[name] = empty;
+  let last = new BigInt64Array(count).fill(BigInt(model.generation_config.decoder_start_token_id));
+  for (let step = 0; alive.length && step < maxNew; step++) {
+    const found = await decoder.run({ ...feeds, input_ids: ids(last, [alive.length, 1]) });
+    const logits = found.logits.data;
+    const vocab = logits.length / alive.length;
+    const keep = [];
+    const next = [];
+    alive.forEach((row, r) => {
+      let best = 0;
+      for (let v = 1, base = r * vocab; v < vocab; v++) if (logits[base + v] > logits[base + best]) best = v;
+      if (best === eos) return;
+      outputs[row].push(best);
+      keep.push(r);
+      next.push(BigInt(best));
+    });
+    const whole = keep.length === alive.length;
+    const carry = (tensor) => (whole ? tensor : rowsOf(tensor, keep));
+    const passed = {};
+    for (const name of ["encoder_attention_mask", "encoder_hidden_states"]) passed[name] = carry(feeds[name]);
+    for (const name of decoder.inputNames) {
+      if (name.startsWith("past_key_values.")) passed[name] = carry(found[name.replace("past_key_values.", "present.")]);
+    }
+    feeds = passed;
+    alive = keep.map((r) => alive[r]);
+    last = BigInt64Array.from(next);
+  }
+  return outputs;
+}
+
 // One translation per line, in order. As mtkit translate does, a line keeps its leading and trailing whitespace
 // around its translation, and a line of whitespace alone is translated to an empty line. A line is translated as one
 // sentence (mtkit translate cuts a line of several sentences first: docs/browser.md).
@@ -87,19 +152,7 @@ async function translate(lines) {
       inputIds[row * width + col] = BigInt(id);
       mask[row * width + col] = 1n;
     }));
-    const output = await model.generate({
-      inputs: new Tensor("int64", inputIds, [batch.length, width]),
-      attention_mask: new Tensor("int64", mask, [batch.length, width]),
-      num_beams: 1,
-      do_sample: false,
-      max_new_tokens: meta.max_new_tokens,
-    });
-    // transformers.js steps every row until the last ends: a row's translation stops at its first EOS
-    const eos = BigInt(model.generation_config.eos_token_id);
-    const rows = output.tolist().map((row) => {
-      const end = row.indexOf(eos, 1);
-      return end < 0 ? row : row.slice(0, end);
-    });
+    const rows = await inTurn(() => greedy(model, inputIds, mask, batch.length, width, meta.max_new_tokens));
     const texts = tokenizer.batch_decode(rows, { skip_special_tokens: true });
     batch.forEach((item, k) => (out[item.i] = item.lead + texts[k] + item.trail));
   }
