@@ -1,6 +1,7 @@
 // The page of an mtkit web export: translates in the browser, transformers.js loading the model and its tokenizer,
-// a greedy loop of its own running the graphs on onnxruntime-web's WebAssembly backend. Every file comes from this page's own folder (the library, its WebAssembly, the model), so it works
-// offline once loaded. window.mtkit = {ready, translate(lines)} for scripts: one translation per line, in order.
+// a greedy loop of its own running the graphs on onnxruntime-web's WebAssembly backend. Every file comes from this
+// page's own folder (the library, its WebAssembly, the model), so it works offline once loaded.
+// window.mtkit = {ready, translate(lines)} for scripts: one translation per line, in order.
 import { Tensor, env, pipeline } from "./transformers.min.js";
 
 const $ = (id) => document.getElementById(id);
@@ -111,7 +112,9 @@ async function greedy(model, inputIds, mask, count, width, maxNew) {
     const passed = {};
     for (const name of ["encoder_attention_mask", "encoder_hidden_states"]) passed[name] = carry(feeds[name]);
     for (const name of decoder.inputNames) {
-      if (name.startsWith("past_key_values.")) passed[name] = carry(found[name.replace("past_key_values.", "present.")]);
+      if (name.startsWith("past_key_values.")) {
+        passed[name] = carry(found[name.replace("past_key_values.", "present.")]);
+      }
     }
     feeds = passed;
     alive = keep.map((r) => alive[r]);
