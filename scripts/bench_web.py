@@ -67,8 +67,9 @@ def folder_bytes(folder: Path) -> int:
 
 def in_browser(
     site: Path, lines: list[str], threads: int, screenshot: str = "", batch: int = 0
-) -> tuple[list[str], float, bool]:
-    """(the page's translations, the seconds translate took in the page, crossOriginIsolated); with ``screenshot``,
+) -> tuple[list[str], float, bool, dict]:
+    """(the page's translations, the seconds translate took in the page, crossOriginIsolated, where those seconds went:
+    ``window.mtkit.spent()``'s difference); with ``screenshot``,
     the page is then given the first three lines to translate as one types, and pictured."""
     from playwright.sync_api import sync_playwright
 
@@ -97,9 +98,13 @@ def in_browser(
             page.evaluate("(lines) => window.mtkit.translate(lines)", lines[:WARM_UP])
             timed = page.evaluate(
                 """async (lines) => {
+                    const before = window.mtkit.spent();
                     const start = performance.now();
                     const out = await window.mtkit.translate(lines);
-                    return { out, seconds: (performance.now() - start) / 1000, isolated: crossOriginIsolated };
+                    const seconds = (performance.now() - start) / 1000;
+                    const after = window.mtkit.spent();
+                    const spent = Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - before[k]]));
+                    return { out, seconds, spent, isolated: crossOriginIsolated };
                 }""",
                 lines,
             )
@@ -114,7 +119,7 @@ def in_browser(
         server.server_close()
     if off_origin:
         sys.exit(f"bench_web: the page asked for {off_origin[0]} off its origin")
-    return timed["out"], timed["seconds"], timed["isolated"]
+    return timed["out"], timed["seconds"], timed["isolated"], timed["spent"]
 
 
 def main() -> None:
@@ -168,9 +173,9 @@ def main() -> None:
         for threads in (1, args.threads):
             name = f"{quantization}-{threads}t"
             picture = args.screenshot if (quantization, threads) == ("float32", args.threads) else ""
-            out, seconds, isolated = in_browser(site, sources, threads, picture, args.batch)
+            out, seconds, isolated, spent = in_browser(site, sources, threads, picture, args.batch)
             outputs[name] = out
-            results[name] = {"seconds": seconds, "isolated": isolated, "threads": threads}
+            results[name] = {"seconds": seconds, "isolated": isolated, "threads": threads, "spent": spent}
 
     def scores(hyps: list[str]) -> dict:
         return {
@@ -208,6 +213,19 @@ def main() -> None:
         note = "" if entry["isolated"] else "  (not cross-origin isolated)"
         print(f"{label:<28}{entry['seconds']:>9.2f}{rate:>9.1f}{rate / mtkit_rate:>9.2f}{note}")
     results["mtkit"]["sentences_per_second"] = mtkit_rate
+    print()
+    print("where the page's time goes (onnxruntime-web's calls; the rest is the page's own JavaScript):")
+    for name in outputs:
+        if name == "mtkit":
+            continue
+        entry, spent = results[name], results[name]["spent"]
+        own = entry["seconds"] - spent["encoder_s"] - spent["decoder_s"]
+        print(
+            f"page {entry_label(name):<23} encoder {spent['encoder_s']:.2f} s, decoder {spent['decoder_s']:.2f} s "
+            f"({spent['decoder_s'] / entry['seconds']:.0%}) in {spent['decoder_calls']} calls, own {own:.2f} s; "
+            f"rows computed {spent['rows']} of {spent['whole_batch_rows']} stepping whole batches "
+            f"({spent['rows'] / spent['whole_batch_rows']:.0%})"
+        )
     print()
     for quantization, size in sizes.items():
         print(

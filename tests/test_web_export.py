@@ -126,8 +126,13 @@ def test_the_page_translates_as_the_cli_greedy_offline(served, toy_run_workdir, 
     expected = result.out.splitlines()
     assert len(expected) == len(lines)
     assert len(TRICKY[-1].split()) > TOY_RUN_MAX_POSITIONS
+    before = page.evaluate("window.mtkit.spent()")
     got = page.evaluate("(lines) => window.mtkit.translate(lines)", lines)
     assert list(zip(lines, got)) == list(zip(lines, expected))
+    spent = {k: v - before[k] for k, v in page.evaluate("window.mtkit.spent()").items()}
+    # a line leaves its batch at its EOS: the decoder computed fewer rows than stepping whole batches would
+    assert spent["encoder_s"] > 0 and spent["decoder_s"] > 0 and spent["decoder_calls"] > 0
+    assert sum(len(t.split()) for t in expected) < spent["rows"] < spent["whole_batch_rows"]
     # two calls at once (a script's and the page's own, as one types) give what each gives alone
     both = page.evaluate(
         "(l) => Promise.all([window.mtkit.translate(l), window.mtkit.translate(l.slice(0, 5))])", lines

@@ -74,6 +74,18 @@ function inTurn(work) {
   return done;
 }
 
+// Where the time goes, since the page loaded (window.mtkit.spent(); scripts/bench_web.py prints it): seconds in the
+// encoder's and the decoder's onnxruntime-web calls, the decoder's calls, the rows they computed, and the rows that
+// stepping every line of a batch until its last one ends would have computed.
+const spent = { encoder_s: 0, decoder_s: 0, decoder_calls: 0, rows: 0, whole_batch_rows: 0 };
+
+async function timed(session, feeds, key) {
+  const start = performance.now();
+  const found = await session.run(feeds);
+  spent[key] += (performance.now() - start) / 1000;
+  return found;
+}
+
 // Greedy search over the exported graphs, which hold mtkit's rules (no PAD or start token, the output limit): the
 // encoder once, then one decoder step at a time with its caches. A row leaves the batch when it gives EOS, so a
 // step computes only the rows still going (transformers.js' generate steps every row until the last one ends).
@@ -81,10 +93,8 @@ function inTurn(work) {
 async function greedy(model, inputIds, mask, count, width, maxNew) {
   const { model: encoder, decoder_model_merged: decoder } = model.sessions;
   const ids = (data, dims) => new Tensor("int64", data, dims).ort_tensor;
-  const { last_hidden_state: states } = await encoder.run({
-    input_ids: ids(inputIds, [count, width]),
-    attention_mask: ids(mask, [count, width]),
-  });
+  const encoded = { input_ids: ids(inputIds, [count, width]), attention_mask: ids(mask, [count, width]) };
+  const { last_hidden_state: states } = await timed(encoder, encoded, "encoder_s");
   const eos = model.generation_config.eos_token_id;
   const outputs = Array.from({ length: count }, () => []);
   let alive = [...Array(count).keys()]; // the batch's rows still going, in the order of the caches' rows
@@ -94,7 +104,10 @@ async function greedy(model, inputIds, mask, count, width, maxNew) {
   for (const name of decoder.inputNames) if (name.startsWith("past_key_values.")) feeds[name] = empty;
   let last = new BigInt64Array(count).fill(BigInt(model.generation_config.decoder_start_token_id));
   for (let step = 0; alive.length && step < maxNew; step++) {
-    const found = await decoder.run({ ...feeds, input_ids: ids(last, [alive.length, 1]) });
+    const found = await timed(decoder, { ...feeds, input_ids: ids(last, [alive.length, 1]) }, "decoder_s");
+    spent.decoder_calls += 1;
+    spent.rows += alive.length;
+    spent.whole_batch_rows += count;
     const logits = found.logits.data;
     const vocab = logits.length / alive.length;
     const keep = [];
@@ -162,7 +175,7 @@ async function translate(lines) {
   return out;
 }
 
-window.mtkit = { ready: ready.then(() => undefined), translate };
+window.mtkit = { ready: ready.then(() => undefined), translate, spent: () => ({ ...spent }) };
 
 // ------------------------------------------------------------------------------------------- the page
 const state = { seq: 0, timer: 0, shown: "" };
