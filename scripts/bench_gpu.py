@@ -306,6 +306,8 @@ def bench_decoding(data: list[str], args, work: Path) -> list[tuple]:
     hf_model.generation_config.max_length = None  # max_new_tokens below, as mtkit's max_len_a * source + max_len_b
     hf_tok = MarianTokenizer.from_pretrained(hf_dir)
     max_len_a, max_len_b = cfg.decoding.max_len_a, cfg.decoding.max_len_b
+    if args.smoke:  # 4 updates give no EOS: every line would run to its limit, which the paths do not need
+        max_len_a, max_len_b = 0.0, 6
 
     def hf_translate(lines: list[str], beam: int, batch: int) -> list[str]:
         out = []
@@ -326,7 +328,9 @@ def bench_decoding(data: list[str], args, work: Path) -> list[tuple]:
     rows = []
     for batch in (cfg.decoding.batch_size, 1000):
         for beam in (5, 1):
-            model = mtkit.load(run_dir, device=args.device, beam_size=beam, batch_size=batch)
+            model = mtkit.load(
+                run_dir, device=args.device, beam_size=beam, batch_size=batch, max_len_a=max_len_a, max_len_b=max_len_b
+            )
             engines = (
                 ("mtkit", lambda lines, m=model: m.translate(lines)),
                 ("transformers", lambda lines, b=beam, n=batch: hf_translate(lines, b, n)),
