@@ -27,6 +27,19 @@ def lines(name: str) -> list[str]:
     return (DATA / f"{name}.txt").read_text(encoding="utf-8").split("\n")[:-1]
 
 
+def record_encodings(model, monkeypatch) -> list:
+    """The token sequences ``model`` encodes from now on (each as a tuple), in a list that grows as it encodes."""
+    encoded = []
+    original = type(model)._pooled
+
+    def counting(self, sequences):
+        encoded.extend(map(tuple, sequences))
+        return original(self, sequences)
+
+    monkeypatch.setattr(type(model), "_pooled", counting)
+    return encoded
+
+
 def place_in_hub_cache(cache: Path, name: str, folder: Path) -> None:
     """``folder``'s files where a download of hub repository ``name`` puts them."""
     repo = cache / ("models--" + name.replace("/", "--"))
@@ -89,14 +102,7 @@ def test_the_fixtures_cut_long_lines_and_mix_layers_both_ways(models):
 
 def test_systems_share_the_encoding_of_sources_and_references(models, monkeypatch):
     model = models["comet-softmax"]
-    encoded = []
-    original = type(model)._pooled
-
-    def counting(self, sequences):
-        encoded.extend(map(tuple, sequences))
-        return original(self, sequences)
-
-    monkeypatch.setattr(type(model), "_pooled", counting)
+    encoded = record_encodings(model, monkeypatch)
     src, ref, systems = lines("src"), lines("ref"), [lines("sys1"), lines("sys2")]
     together = model.score_systems(systems, src, ref)
     assert len(encoded) == len(set(src) | set(ref) | set(systems[0]) | set(systems[1]))
@@ -234,14 +240,7 @@ def test_mbr_comet_encodes_each_text_once_and_scores_every_pair(models, monkeypa
     from mtkit.decoding.hypothesis import Decoded
 
     model = models["comet-softmax"]
-    encoded = []
-    original = type(model)._pooled
-
-    def counting(self, sequences):
-        encoded.extend(map(tuple, sequences))
-        return original(self, sequences)
-
-    monkeypatch.setattr(type(model), "_pooled", counting)
+    encoded = record_encodings(model, monkeypatch)
     sources = lines("src")[:2]
     candidates = [lines("sys1")[:3], lines("sys2")[1:4]]
     references = [lines("ref")[:2], [lines("ref")[3], lines("sys2")[0]]]
