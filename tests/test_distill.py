@@ -26,7 +26,14 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import SUBPROCESS_ENV, TINY_TRANSFORMER, assert_one_line_error, kill_after_first_chunk, write_lines
+from conftest import (
+    SUBPROCESS_ENV,
+    TINY_TRANSFORMER,
+    assert_one_line_error,
+    kill_after_first_chunk,
+    without_curves,
+    write_lines,
+)
 from mtkit import config as cfgmod
 from mtkit.data import distill as distillmod
 from mtkit.data.selection import Selector
@@ -68,7 +75,7 @@ def student(tmp_path, toy_run_workdir):
             },
         }
         path = tmp_path / name
-        path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+        path.write_text(yaml.safe_dump(without_curves(tree), sort_keys=False), encoding="utf-8")
         return path
 
     return write

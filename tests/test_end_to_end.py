@@ -49,6 +49,7 @@ def test_prepare_train_translate_score(tmp_path, toy_data, write_config):
                 "log_every": 10,
                 "threads": 1,
                 "valid_max_sentences": 8,
+                "curves": True,  # the default, which the tests' configs otherwise turn off
             },
             "decoding": {"beam_size": 3, "threads": 1, "device": "cpu"},
         }
@@ -67,6 +68,7 @@ def test_prepare_train_translate_score(tmp_path, toy_data, write_config):
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     assert max(r["update"] for r in records) == 200
     assert any(r["kind"] == "valid" for r in records)
+    assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     hyps = tmp_path / "hyps.de"
     done = ok(mtkit("translate", run_dir, "-i", test_src, "-o", hyps))

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import TINY_TRANSFORMER, assert_one_line_error, cli, toy_pairs, write_lines
+from conftest import TINY_TRANSFORMER, assert_one_line_error, cli, toy_pairs, without_curves, write_lines
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit import lora
@@ -56,7 +56,7 @@ def base(tmp_path_factory, one_thread):
     prepare(cfgmod.from_dict({"data": data}).data)
     config = root / "base.yaml"
     tree = {"data": data, "model": BASE_MODEL, "training": _training(root / "base", max_updates=8, validate_every=8)}
-    config.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    config.write_text(yaml.safe_dump(without_curves(tree), sort_keys=False), encoding="utf-8")
     assert cli("train", config) == 0
     return root, data
 
@@ -69,7 +69,7 @@ def _config(tmp_path, base, name: str = "ft", lora_section=LORA, model=None, **t
         "training": _training(tmp_path / name, **({"lora": lora_section} if lora_section else {}), **training),
     }
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(without_curves(tree), sort_keys=False), encoding="utf-8")
     return str(path)
 
 
@@ -184,7 +184,7 @@ def test_a_run_starts_from_a_lora_run_with_its_adapters_merged(tmp_path, base, r
         config = _config(tmp_path, base, name=name, lora_section=lora_section, max_updates=1, lr=1e-9)
         config_tree = yaml.safe_load(open(config))
         config_tree["model"] = {"init_from": str(tmp_path / "ft")}
-        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config_tree), encoding="utf-8")
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(without_curves(config_tree)), encoding="utf-8")
         assert run_cli("train", config).code == 0
         got = ckpt.load_checkpoint(tmp_path / name).model.state_dict()
         for k in ("encoder.0.attn.qkv.weight", "decoder.1.cross_attn.kv.weight"):  # adapted layers of the first run

@@ -17,7 +17,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from conftest import TINY_TRANSFORMER, assert_one_line_error, prepared_toy_data
+from conftest import TINY_TRANSFORMER, assert_one_line_error, prepared_toy_data, without_curves
 from mtkit import checkpoint as ckpt
 from mtkit.training import board as boardmod
 from mtkit.training import step as stepmod
@@ -61,7 +61,7 @@ def make_config(folder: Path, data_section: dict, **training) -> Path:
         "decoding": DECODING,
     }
     path = folder / "run.yaml"
-    path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(without_curves(tree), sort_keys=False), encoding="utf-8")
     return path
 
 

@@ -48,6 +48,7 @@ TRAINING = {
     "valid_max_sentences": 10,
     "keep_last": 3,
     "keep_best": 1,
+    "curves": False,  # but trained_run's, which draws RUN/curves.png as a run does by default
 }
 DECODING = {"max_len_a": 1.0, "max_len_b": 4}  # an untrained model decodes to the length limit: keep it short
 SUBPROCESS_ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -119,9 +120,13 @@ def assert_same_state(a: Path, b: Path) -> None:
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, data_section) -> Path:
-    """A tiny Transformer trained for 8 updates: checkpoints every 2, validation (loss, BLEU) every 4."""
+    """A tiny Transformer trained for 8 updates: checkpoints every 2, validation (loss, BLEU) every 4, the curves
+    drawn at the end (training.curves' default)."""
     folder = tmp_path_factory.mktemp("trained")
     config = make_config(folder, data_section, save_every=2, keep_last=2, best_metric="loss", max_updates=8)
+    tree = yaml.safe_load(config.read_text(encoding="utf-8"))
+    del tree["training"]["curves"]
+    config.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
     assert cli("train", config) == 0
     return folder / "run"
 
@@ -425,6 +430,7 @@ def test_resume_equals_uninterrupted_bitwise(tmp_path, request, run_cli, monkeyp
     assert run_cli("train", straight).code == 0
     assert run_cli("train", split).code == 0
     assert set(checkpoints(tmp_path / "split")) == {k}
+    assert not (tmp_path / "split" / "curves.png").exists()  # training.curves: false (TRAINING)
     copies_read = []
     use_epoch = ParallelData.use_epoch
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import TINY_TRANSFORMER, prepared_toy_data
+from conftest import TINY_TRANSFORMER, prepared_toy_data, without_curves
 from mtkit import checkpoint as ckpt
 from mtkit.errors import MtkitError
 from mtkit.training import loop as trainmod
@@ -132,7 +132,7 @@ def _config(tmp_path, data_section, model: dict = TINY_TRANSFORMER, name: str = 
         },
     }
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(without_curves(tree), sort_keys=False), encoding="utf-8")
     return str(path)
 
 

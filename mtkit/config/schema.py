@@ -183,6 +183,9 @@ class TrainingConfig(Section):
     calibrate: bool = Field(
         False, description="at the end, fit the translations' confidence on the valid split (mtkit calibrate)"
     )
+    curves: bool = Field(
+        True, description="draw RUN/curves.png when training stops (matplotlib; mtkit plot RUN draws it at any time)"
+    )
     tensorboard: bool = Field(
         False,
         description="also write the metrics.jsonl records and a sample translation per validation as TensorBoard "

@@ -409,13 +409,14 @@ class Trainer:
         return None, signal_votes > 0
 
     def _finish(self, reason: str) -> None:
-        """Average the last checkpoints if asked, draw the curves and say where the run stopped (main rank)."""
+        """Average the last checkpoints and draw the curves if asked, and say where the run stopped (main rank)."""
         if self.t.average_last > 1:
             ckpt.average_main(self.run_dir, last=self.t.average_last, output=None)
-        try:
-            plot_curves(self.run_dir)
-        except Exception as err:  # a plot must never fail a training run
-            print(f"note: could not draw curves ({err})")
+        if self.t.curves:
+            try:
+                plot_curves(self.run_dir)
+            except Exception as err:  # a plot must never fail a training run
+                print(f"note: could not draw curves ({err})")
         print(f"stopped at update {self.state.update} ({reason}); run dir: {self.run_dir}")
         if self.stop_signal:
             print(f"resume with: mtkit train --resume {self.run_dir}")
