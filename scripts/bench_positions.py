@@ -27,11 +27,11 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import benchlib
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,16 +40,11 @@ BUCKETS = ((0.0, 1.0, "<= L"), (1.0, 1.5, "<= 1.5 L"), (1.5, 2.0, "<= 2 L"), (2.
 JOINS = (2, 3)
 
 
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    print("$", shlex.join(cmd), flush=True)
-    done = subprocess.run(cmd, **kw)
-    if done.returncode:  # mtkit already printed its one-line reason
-        sys.exit(done.returncode)
-    return done
-
-
-def sets(overrides: list[str]) -> list[str]:
-    return [x for o in overrides for x in ("--set", o)]
+def mtkit(*args) -> None:
+    """``mtkit ARGS`` (a process of its own, or this one with --in-process); stops the script if it fails."""
+    _, code, _ = benchlib.mtkit_timed(list(args))
+    if code:  # mtkit already printed its one-line reason
+        sys.exit(code)
 
 
 def eval_sets(data_dir: Path, limit: int | None) -> dict[str, tuple[list[str], list[str], list[int]]]:
@@ -108,7 +103,11 @@ def main() -> None:
     ap.add_argument("--eval-sentences", type=int, default=None, help="only the first N of val and test")
     ap.add_argument("--set", action="append", default=[], help="extra config overrides, for every scheme")
     ap.add_argument("--reuse", action="store_true", help="skip training: translate and score the existing runs")
+    ap.add_argument(
+        "--in-process", action="store_true", help="each mtkit command in this process (no start-up per command)"
+    )
     args = ap.parse_args()
+    benchlib.IN_PROCESS = args.in_process
     if args.updates is not None and args.updates < 1 or args.max_target_len < 1:
         ap.error("--updates and --max-target-len must be at least 1")
     minutes = 20.0 if args.minutes is None and args.updates is None else args.minutes
@@ -116,14 +115,12 @@ def main() -> None:
     command = shlex.join(["python", "scripts/bench_positions.py", *sys.argv[1:]])
     workdir = Path(args.workdir)
     data_dir = workdir / "data"
-    mtkit = [sys.executable, "-m", "mtkit"]
-
     from mtkit import config as cfgmod
 
     tree = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
     cosine = (tree.get("training") or {}).get("schedule") == "cosine"
     data_sets = [f"data.dir={data_dir}", f"data.max_tokens={args.max_target_len}"]
-    run(mtkit + ["prepare", args.config] + sets(data_sets + args.set))  # once: a no-op when the data is current
+    mtkit("prepare", args.config, *benchlib.sets(data_sets + args.set))  # once: a no-op when the data is current
     from mtkit.data.batches import ParallelData
 
     longest = int(ParallelData(data_dir, "train").src_lengths.max())  # L
@@ -155,10 +152,10 @@ def main() -> None:
         ]
         if not args.reuse:
             shutil.rmtree(run_dir, ignore_errors=True)
-            run(mtkit + ["train", args.config] + sets(overrides))
+            mtkit("train", args.config, *benchlib.sets(overrides))
         hyp_path = run_dir / "eval.hyp.txt"
         translate = ["translate", str(run_dir), "--input", str(eval_dir / "sources.txt"), "--output", str(hyp_path)]
-        run(mtkit + translate + ["--beam-size", str(args.beam_size), "--threads", str(args.threads)])
+        mtkit(*translate, "--beam-size", args.beam_size, "--threads", args.threads)
         hyps = hyp_path.read_text(encoding="utf-8").split("\n")[: len(sources)]
         if len(hyps) != len(sources):
             sys.exit(f"{hyp_path}: {len(hyps)} lines for {len(sources)} sources")
@@ -188,12 +185,10 @@ def main() -> None:
     header += [f"{label} ({n})" for (_, _, label), n in zip(BUCKETS, counts)]
     header += [f"test joined x{k} ({len(evals[f'joined x{k}'][0])})" for k in JOINS]
     budget_text = f"{args.updates} updates" if args.updates is not None else f"{minutes:g} minutes"
-    from benchlib import describe
-
     lines = [
         f"`{command}`",
         "",
-        f"{time.strftime('%Y-%m-%d')}, {describe()}; {budget_text} per scheme on the training pairs of at "
+        f"{time.strftime('%Y-%m-%d')}, {benchlib.describe()}; {budget_text} per scheme on the training pairs of at "
         f"most {args.max_target_len} subwords a side (L = {longest} source subwords); beam {args.beam_size}. "
         "BLEU / chrF on the valid + test splits by source subwords (sentences per bucket in brackets), and on "
         "test lines joined 2 or 3 at a time.",

@@ -323,8 +323,8 @@ job = json.load(open(sys.argv[1], encoding="utf-8"))
 for path in job["install"]:
     package.install_from_path(path)
 answer = {"installed": sorted(f"{p.from_code}-{p.to_code}" for p in package.get_installed_packages())}
-if "texts" in job:
-    answer["translations"] = [translate.translate(t, job["source"], job["target"]) for t in job["texts"]]
+for source, target, texts in job.get("translate", []):  # each direction's own sentences
+    answer[f"{source}-{target}"] = [translate.translate(t, source, target) for t in texts]
 for source, target in job.get("directions", []):  # several packages: each direction's translations of "each"
     answer[f"{source}-{target}"] = [translate.translate(t, source, target) for t in job["each"]]
 if "split" in job:
@@ -351,47 +351,58 @@ def run_in(python: Path, home: Path, job: dict, tmp_path: Path, settings: Option
     return json.loads((tmp_path / "answer.json").read_text(encoding="utf-8"))
 
 
+def english_sources(workdir: Path) -> tuple[list[str], list[str]]:
+    """The toy test sentences and one longer than the model's max_positions (128) in subwords (Argos feeds up to
+    1024); and three paragraphs of two of them ("... . Two ...")."""
+    long = " ".join(s.rstrip(" .") for s in toy_sources(workdir)[20:30]) + " ."
+    sources = [*toy_sources(workdir)[:20], long]
+    return sources, [f"{a} {b}" for a, b in zip(sources[0:6:2], sources[1:6:2])]
+
+
+def german_sources(workdir: Path) -> tuple[list[str], str]:
+    sources = (workdir / "corpus" / "test.de").read_text(encoding="utf-8").splitlines()[:10]
+    return sources, f"{sources[0]} {sources[1]}"
+
+
+@pytest.fixture(scope="module")
+def argos_answer(venvs, packages, toy_run_workdir, tmp_path_factory) -> tuple[dict, Path]:
+    """Both packages installed offline into a new home by argostranslate, which then translates each direction's
+    sentences: one process for the tests below (its start-up takes seconds). (The answer, the home.)"""
+    work = tmp_path_factory.mktemp("argos-job")
+    english, pairs = english_sources(toy_run_workdir)
+    german, paragraph = german_sources(toy_run_workdir)
+    job = {
+        "install": [str(packages["en-de"]), str(packages["de-en"])],
+        "translate": [["en", "de", english + pairs], ["de", "en", [*german, paragraph]]],
+    }
+    return run_in(venvs["argos"], work / "home", job, work), work / "home"
+
+
 @pytest.mark.slow
-def test_argos_translate_installs_offline_and_translates_as_the_model_does(venvs, packages, toy_run_workdir, tmp_path):
-    # the toy test sentences, and one longer than the model's max_positions (128) in subwords: Argos feeds up to 1024
-    long = " ".join(s.rstrip(" .") for s in toy_sources(toy_run_workdir)[20:30]) + " ."
-    sources = [*toy_sources(toy_run_workdir)[:20], long]
-    pairs = [f"{a} {b}" for a, b in zip(sources[0:6:2], sources[1:6:2])]  # two sentences each: "... . Two ..."
-    home = tmp_path / "home"
-    answer = run_in(
-        venvs["argos"],
-        home,
-        {"install": [str(packages["en-de"])], "texts": sources + pairs, "source": "en", "target": "de"},
-        tmp_path,
-    )
-    assert answer["installed"] == ["en-de"]
+def test_argos_translate_installs_offline_and_translates_as_the_model_does(argos_answer, toy_run_workdir):
+    answer, home = argos_answer
+    sources, pairs = english_sources(toy_run_workdir)
+    assert answer["installed"] == ["de-en", "en-de"]
     folder = home / "packages" / "translate-en_de-1_0"
     assert (folder / "model" / "model.bin").is_file()
     expected = argos_reference(folder, [[s] for s in sources], "auto")
-    assert answer["translations"][: len(sources)] == expected
-    assert len(sentencepiece_model(folder).encode(long)) > 128
+    assert answer["en-de"][: len(sources)] == expected
+    assert len(sentencepiece_model(folder).encode(sources[-1])) > 128
     # a paragraph of two sentences is cut in two by the package's splitter and each is translated on its own
     split = argos_reference(folder, [[a, b] for a, b in zip(sources[0:6:2], sources[1:6:2])], "auto")
-    assert answer["translations"][len(sources) :] == split
+    assert answer["en-de"][len(sources) :] == split
     assert split != argos_reference(folder, [[p] for p in pairs], "auto")  # unsplit, the model says something else
     assert not (home / "data" / "argos-translate" / "minisbd").exists()  # MiniSBD downloaded nothing
 
 
 @pytest.mark.slow
-def test_argos_translate_forces_a_multilingual_package_s_language(venvs, packages, toy_run_workdir, tmp_path):
-    sources = (toy_run_workdir / "corpus" / "test.de").read_text(encoding="utf-8").splitlines()[:10]
-    home = tmp_path / "home"
-    paragraph = f"{sources[0]} {sources[1]}"
-    answer = run_in(
-        venvs["argos"],
-        home,
-        {"install": [str(packages["de-en"])], "texts": [*sources, paragraph], "source": "de", "target": "en"},
-        tmp_path,
-    )
+def test_argos_translate_forces_a_multilingual_package_s_language(argos_answer, toy_run_workdir):
+    answer, home = argos_answer
+    sources, _ = german_sources(toy_run_workdir)
     folder = home / "packages" / "translate-de_en-1_0"
     expected = argos_reference(folder, [[s] for s in sources] + [[sources[0], sources[1]]], "auto")
-    assert answer["translations"] == expected
-    assert not any("<2" in t for t in answer["translations"])  # the language token never shows, in any sentence
+    assert answer["de-en"] == expected
+    assert not any("<2" in t for t in answer["de-en"])  # the language token never shows, in any sentence
 
 
 @pytest.mark.slow

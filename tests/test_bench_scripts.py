@@ -25,7 +25,7 @@ import sacrebleu
 import yaml
 
 import mtkit
-from conftest import TINY_TRANSFORMER, cli, write_toy_splits
+from conftest import TINY_TRANSFORMER, cli, without_curves, write_toy_splits
 
 pytestmark = pytest.mark.slow  # processes, training runs, benchmark scripts
 
@@ -103,7 +103,7 @@ def bench_run(tmp_path_factory):
         "decoding": {"max_len_a": 1.0, "max_len_b": 4, "batch_size": 250},
     }
     config = root / "tiny-bench.yaml"
-    config.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    config.write_text(yaml.safe_dump(without_curves(tree), sort_keys=False), encoding="utf-8")
     start = time.perf_counter()
     out = run_script(
         ROOT / "scripts" / "bench_train.py",
@@ -172,10 +172,14 @@ def test_bench_train_reuse_reports_on_the_run_without_training_or_inventing_a_me
 
 def test_bench_translate_prints_a_row_per_beam(bench_run, tmp_path):
     _, run_dir, _, _, _ = bench_run
+    sources, refs = read_gz(TEST_EN)[:200], read_gz(TEST_DE)[:200]  # a split of the first 200 test pairs
+    for lang, lines in (("en", sources), ("de", refs)):
+        (tmp_path / f"head.{lang}.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
     start = time.perf_counter()
     out = run_script(
         ROOT / "scripts" / "bench_translate.py",
         run_dir,
+        *("--data", tmp_path, "--split", "head"),
         "--beams",
         "5",
         "1",
@@ -191,7 +195,6 @@ def test_bench_translate_prints_a_row_per_beam(bench_run, tmp_path):
     rows = [line.split() for line in out.splitlines() if line.startswith("torch ")]
     mbr = "mbr:mbr_candidates=2,mbr_epsilon=0"
     assert [row[2] for row in rows] == ["5", "1", mbr], out
-    sources, refs = read_gz(TEST_EN), read_gz(TEST_DE)
     hyps = {beam: mtkit_translate(run_dir, sources, beam, tmp_path, "float32") for beam in (5, 1)}  # the rows' dtype
     hyps[mbr] = mtkit.load(
         run_dir, algorithm="mbr", mbr_candidates=2, mbr_epsilon=0, beam_size=5, nbest=1, device="cpu", dtype="float32"
@@ -240,7 +243,7 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
         ROOT / "scripts" / "bench_ct2_engine.py",
         run_dir,
         *("--input", source, "--repeat", "2", "--threads", "1", "--out", work, "--inside"),
-        *("--cases", "float32:5", "float32:1", "int8:5"),  # int8 beam 1 left out: only the cases asked for run
+        *("--cases", "float32:5", "int8:1"),  # 2 of the 4 cases: only the cases asked for run
         cwd=tmp_path,
     )
     for what in ("empty input", "5 lines"):
@@ -253,16 +256,10 @@ def test_bench_ct2_engine_times_mtkit_and_the_plain_script_and_compares_their_li
     )
     assert [(c, b, n) for c, b, n, *_ in summaries] == [
         ("float32", "5", "mtkit"),
-        ("float32", "5", "--search ctranslate2"),
-        ("float32", "1", "mtkit"),
-        ("int8", "5", "mtkit"),
-        ("int8", "5", "--search ctranslate2"),
+        ("float32", "5", "--search ctranslate2"),  # a beam's own search: beam 5 only
+        ("int8", "1", "mtkit"),
     ], out
-    assert re.findall(r"^(float32|int8) beam (\d) run 1: ", out, re.MULTILINE) == [
-        ("float32", "5"),
-        ("float32", "1"),
-        ("int8", "5"),
-    ], out
+    assert re.findall(r"^(float32|int8) beam (\d) run 1: ", out, re.MULTILINE) == [("float32", "5"), ("int8", "1")], out
     for compute, beam, name, fastest, direct, ratio, median, same, total in summaries:
         runs = re.findall(rf"^{compute} beam {beam} run \d: (.*)$", out, re.MULTILINE)
         assert len(runs) == 2, out
