@@ -1,4 +1,5 @@
-"""DDP training on the CPU: gloo processes started by torchrun, driven through the real `mtkit train` CLI.
+"""DDP training on the CPU: gloo processes started by torchrun (or given its environment), driven through the real
+`mtkit train` CLI.
 
 - two processes, each with half of every update's batches, give the weights of one process that accumulates
   both halves (Transformer and a Luong RNN), and metrics.jsonl logs the global (effective) batch
@@ -74,6 +75,37 @@ def mtkit(*args) -> list:
 
 def torchrun(*args, nproc: int = 2) -> list:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
+
+
+def ranks(*args, nproc: int = 2, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    """``python ARGS`` as ``nproc`` processes given the environment torchrun gives its workers (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT), without torchrun's own process (seconds of start-up): for the tests of
+    what the ranks compute; the launch itself is tested with torchrun. The return code is the first non-zero one
+    (or 0); stdout holds every rank's output and stderr, rank by rank."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = {**env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nproc)}
+    common["LOCAL_WORLD_SIZE"] = str(nproc)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *map(str, args)],
+            env={**common, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(nproc)
+    ]
+    try:
+        outs = [proc.communicate(timeout=timeout)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    code = next((proc.returncode for proc in procs if proc.returncode), 0)
+    return subprocess.CompletedProcess(args, code, "".join(outs))
 
 
 def ok(result: subprocess.CompletedProcess) -> str:
@@ -237,7 +269,7 @@ def test_two_processes_match_one_rnn(toy):
     single, double = cfg.parent / "luong-single", cfg.parent / "luong-double"
     common = ["--set", "training.max_updates=2"]
     train_here(cfg, *common, "--set", "training.update_freq=4", "--set", f"training.run_dir={single}")
-    ok(run(torchrun("-m", "mtkit", "train", cfg, *common, "--set", f"training.run_dir={double}")))
+    ok(ranks("-m", "mtkit", "train", cfg, *common, "--set", f"training.run_dir={double}"))
     assert_same_weights(weights(double, 2), weights(single, 2))
     assert [r["batch_tokens"] for r in train_records(double)] == [r["batch_tokens"] for r in train_records(single)]
 
@@ -256,7 +288,7 @@ def test_two_processes_match_one_with_lora_frozen_embeddings_and_alibi_positions
     single, double = cfg.parent / "lora-single", cfg.parent / "lora-double"
     common = ["--set", "training.max_updates=2"]
     train_here(cfg, *common, "--set", "training.update_freq=4", "--set", f"training.run_dir={single}")
-    ok(run(torchrun("-m", "mtkit", "train", cfg, *common, "--set", f"training.run_dir={double}")))
+    ok(ranks("-m", "mtkit", "train", cfg, *common, "--set", f"training.run_dir={double}"))
     adapters = weights(single, 2)
     assert adapters and all(".lora_" in name for name in adapters)
     assert any(t.abs().max() > 0 for name, t in adapters.items() if ".lora_B." in name)  # they trained
@@ -317,7 +349,7 @@ def test_ranks_that_resume_from_different_updates_are_refused(toy):
     assert sorted(ckpt.list_checkpoints(run_dir / "checkpoints"))[-1][0] == 4
     worker = cfg.parent / "stale_worker.py"
     worker.write_text(STALE_COPY_WORKER)
-    result = run(torchrun(worker, "train", "--resume", run_dir, "--set", "training.max_updates=6"))
+    result = ranks(worker, "train", "--resume", run_dir, "--set", "training.max_updates=6")
     assert result.returncode != 0
     assert "the 2 processes found different latest checkpoints" in result.stdout, result.stdout[-4000:]
     assert "training.run_dir must be one shared directory" in result.stdout
