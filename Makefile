@@ -22,8 +22,11 @@ demo: setup
 # tests/test_argos*.py drive Argos Translate and LibreTranslate, each in a virtual environment of its own
 # (.venv-argos: two more PyTorch installs, about a minute and a half on two cores the first time, then a no-op),
 # and tests/test_deepl.py DeepL's Node.js client (tests/clients/deepl-node, from the npm registry, a few seconds):
-# built here with the project's, before the tests, as .venv is
+# built here with the project's, before the tests, as .venv is. mtkit's modules are compiled to bytecode first, as
+# pip install leaves an installed package: where PYTHONDONTWRITEBYTECODE is set, each of the processes
+# the tests start would otherwise compile them again
 test: setup tool-venvs
+	$(BIN)/python -m compileall -q mtkit
 	$(BIN)/python -m pytest -q
 
 tool-venvs:
