@@ -6,7 +6,7 @@
 Prints: target tokens/s (mean of the log windows after the first `--warmup-logs`), updates, padding
 fraction, peak RSS of the training process, achieved matmul FLOP/s (counted with torch's FlopCounterMode on
 real batches) beside a plain matmul of the same shapes, and the BLEU/chrF of the final checkpoint (averaged
-when the config says so) on test_2016_flickr at beam 5.
+when the config says so) on test_2016_flickr at beam 5 (or the SPLIT.en.gz / SPLIT.de.gz of --data and --split).
 """
 
 from __future__ import annotations
@@ -89,6 +89,10 @@ def main() -> None:
     ap.add_argument("--skip-flops", action="store_true")
     ap.add_argument("--flops-only", action="store_true", help="only the GFLOP/s line: no training, no test")
     ap.add_argument("--reuse", action="store_true", help="skip training: report on the existing run dir")
+    ap.add_argument(
+        "--data", type=Path, default=ROOT / "data" / "multi30k", help="folder holding SPLIT.en.gz and SPLIT.de.gz"
+    )
+    ap.add_argument("--split", default="test_2016_flickr", help="the split translated and scored at beam 5")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     if args.flops_only:
@@ -128,8 +132,7 @@ def main() -> None:
     valid = [r for r in records if r["kind"] == "valid"]
     updates = max([r["update"] for r in train + valid] or [0])  # the final update is validated, maybe not logged
 
-    src = ROOT / "data/multi30k/test_2016_flickr.en.gz"
-    ref = ROOT / "data/multi30k/test_2016_flickr.de.gz"
+    src, ref = args.data / f"{args.split}.en.gz", args.data / f"{args.split}.de.gz"
     hyp_path, src_path = run_dir / "test.beam5.de", run_dir / "test.en"
     src_path.write_text("\n".join(read_gz(src)) + "\n", encoding="utf-8")
     run(

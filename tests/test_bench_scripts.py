@@ -1,8 +1,8 @@
 """The benchmark scripts that time one shared run, end to end from a checkout: `scripts/bench_train.py` trains a
-tiny model for a few seconds on the toy corpus and scores the shipped test_2016_flickr (data/multi30k), then
-reports again with --reuse; `scripts/bench_translate.py`, `bench_constraints.py` and `bench_ct2_engine.py` time and
-score that run; `scripts/bench_lora.py --smoke`. The whole experiments are in tests/test_bench_experiments.py (a
-module of their own, so that the two run on two workers). The figures are checked against what they are computed
+tiny model for a few seconds on the toy corpus and scores the first 200 pairs of the shipped test_2016_flickr
+(data/multi30k), then reports again with --reuse; `scripts/bench_translate.py`, `bench_constraints.py` and
+`bench_ct2_engine.py` time and score that run; `scripts/bench_lora.py --smoke`. The whole experiments are in
+tests/test_bench_experiments.py (a module of their own, so that the two run on two workers). The figures are checked against what they are computed
 from: BLEU and chrF against sacreBLEU on hypotheses the test reads or writes itself, rates against the counts and
 seconds printed beside them, training figures against the run's metrics.jsonl and the test's own clock. Timings
 are never held to a speed.
@@ -79,6 +79,15 @@ def rate_matches(rate: float, count: int, seconds: float) -> bool:
     return count / (seconds + 0.005) - 0.05 <= rate <= count / max(seconds - 0.005, 1e-9) + 0.05
 
 
+def write_head_split(folder: Path, n: int = 200) -> tuple[list[str], list[str]]:
+    """folder/head.en.gz and head.de.gz: the first ``n`` pairs of test_2016_flickr, a split for the scripts'
+    --data and --split; (sources, references)."""
+    sources, refs = read_gz(TEST_EN)[:n], read_gz(TEST_DE)[:n]
+    for lang, lines in (("en", sources), ("de", refs)):
+        (folder / f"head.{lang}.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    return sources, refs
+
+
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     """(config path, run dir, bench_train output, its seconds, the largest RSS in MB of this process's children)
@@ -104,17 +113,13 @@ def bench_run(tmp_path_factory):
     }
     config = root / "tiny-bench.yaml"
     config.write_text(yaml.safe_dump(without_curves(tree), sort_keys=False), encoding="utf-8")
+    write_head_split(root)
     start = time.perf_counter()
     out = run_script(
         ROOT / "scripts" / "bench_train.py",
         config,
-        "--minutes",
-        "0.05",
-        "--skip-flops",
-        "--threads",
-        "1",
-        "--run-dir",
-        run_dir,
+        *("--minutes", "0.05", "--skip-flops", "--threads", "1", "--run-dir", run_dir),
+        *("--data", root, "--split", "head"),
         cwd=root,
     )
     seconds = time.perf_counter() - start
@@ -122,7 +127,7 @@ def bench_run(tmp_path_factory):
     return config, run_dir, out, seconds, children_rss_mb
 
 
-def test_bench_train_prints_every_figure_and_translates_the_whole_test_set(bench_run):
+def test_bench_train_prints_every_figure_and_translates_the_split(bench_run):
     config, run_dir, out, seconds, children_rss_mb = bench_run
     records = metrics(run_dir)
     train = [r for r in records if r["kind"] == "train"]
@@ -138,10 +143,10 @@ def test_bench_train_prints_every_figure_and_translates_the_whole_test_set(bench
     # the trainer's wall time: no less than the training time it recorded, no more than the whole script's
     trained = max(r["elapsed"] for r in records) / 60
     assert trained - 0.05 <= figure(r"^wall time train\s+" + NUMBER + " min", out) <= seconds / 60 + 0.05
-    sources = read_gz(TEST_EN)
+    sources = read_gz(config.parent / "head.en.gz")
     hyps = (run_dir / "test.beam5.de").read_text(encoding="utf-8").split("\n")
-    assert hyps[-1] == "" and len(hyps) - 1 == len(sources) == 1000
-    bleu, chrf = bleu_chrf(hyps[:-1], read_gz(TEST_DE))  # the script asks `mtkit score --json -w 2`: two decimals
+    assert hyps[-1] == "" and len(hyps) - 1 == len(sources) == 200
+    bleu, chrf = bleu_chrf(hyps[:-1], read_gz(config.parent / "head.de.gz"))  # `mtkit score --json -w 2`: 2 decimals
     assert figure(r"^test BLEU beam 5\s+" + NUMBER, out) == float(f"{bleu:.2f}")
     assert figure(r"^test chrF beam 5\s+" + NUMBER, out) == float(f"{chrf:.2f}")
 
@@ -160,6 +165,7 @@ def test_bench_train_reuse_reports_on_the_run_without_training_or_inventing_a_me
         "--run-dir",
         run_dir,
         "--reuse",
+        *("--data", config.parent, "--split", "head"),
         cwd=config.parent,
     )
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == checkpoints  # nothing trained
@@ -172,9 +178,7 @@ def test_bench_train_reuse_reports_on_the_run_without_training_or_inventing_a_me
 
 def test_bench_translate_prints_a_row_per_beam(bench_run, tmp_path):
     _, run_dir, _, _, _ = bench_run
-    sources, refs = read_gz(TEST_EN)[:200], read_gz(TEST_DE)[:200]  # a split of the first 200 test pairs
-    for lang, lines in (("en", sources), ("de", refs)):
-        (tmp_path / f"head.{lang}.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    sources, refs = write_head_split(tmp_path)
     start = time.perf_counter()
     out = run_script(
         ROOT / "scripts" / "bench_translate.py",

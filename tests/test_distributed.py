@@ -182,21 +182,19 @@ def toy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def transformer_runs(toy):
-    """One process (update_freq 4, 4 updates) vs `mtkit train --gpus 2` (update_freq 2, 2 updates), then the
-    two-process run resumed under torchrun up to update 4. Rank r gets batches r, r + 2, ..., so update k of
+    """One process (update_freq 4, 4 updates) vs two ranks (update_freq 2, 2 updates), then the two-process run
+    resumed by `mtkit train --gpus 2` (torchrun) up to update 4. Rank r gets batches r, r + 2, ..., so update k of
     the two ranks covers the same four batches as update k of the one process."""
     cfg = toy(TRANSFORMER, "transformer")
     root = cfg.parent
     single, double = root / "single", root / "double"
     train_here(cfg, "--set", "training.update_freq=4", "--set", f"training.run_dir={single}")
     first = ok(
-        run(
-            mtkit("train", "--gpus", "2", cfg, "--set", "training.max_updates=2", "--set", f"training.run_dir={double}")
-        )
+        ranks("-m", "mtkit", "train", cfg, "--set", "training.max_updates=2", "--set", f"training.run_dir={double}")
     )
     first_ckpts = sorted(p.name for p in (double / "checkpoints").glob("ckpt_*"))
     first_weights = weights(double, 2)
-    resumed = ok(run(torchrun("-m", "mtkit", "train", "--resume", double, "--set", "training.max_updates=4")))
+    resumed = ok(run(mtkit("train", "--gpus", "2", "--resume", double, "--set", "training.max_updates=4")))
     return {
         "single": single,
         "double": double,
@@ -241,9 +239,10 @@ def test_too_few_sentences_for_the_world():
 
 # ------------------------------------------------------------------------------------------ training
 def test_gpus_flag_launches_gloo_processes_on_the_cpu(transformer_runs):
-    assert "cpu x2" in transformer_runs["first"]  # the run summary: device x world size
-    meta = ckpt.read_metadata(transformer_runs["double"] / "checkpoints" / "ckpt_0000002.safetensors")
-    assert meta["world_size"] == 2
+    assert "cpu x2" in transformer_runs["first"] and "cpu x2" in transformer_runs["resumed"]  # device x world size
+    for update in (2, 4):
+        meta = ckpt.read_metadata(transformer_runs["double"] / "checkpoints" / f"ckpt_{update:07d}.safetensors")
+        assert meta["world_size"] == 2
 
 
 def test_two_processes_match_one_transformer(transformer_runs):
