@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -89,21 +90,27 @@ def ranks(*args, nproc: int = 2, timeout: float = TIMEOUT) -> subprocess.Complet
         port = s.getsockname()[1]
     common = {**env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nproc)}
     common["LOCAL_WORLD_SIZE"] = str(nproc)
+    logs = [tempfile.TemporaryFile("w+", encoding="utf-8") for _ in range(nproc)]  # no pipe to fill and block on
     procs = [
         subprocess.Popen(
             [sys.executable, *map(str, args)],
             env={**common, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-            stdout=subprocess.PIPE,
+            stdout=log,
             stderr=subprocess.STDOUT,
-            text=True,
         )
-        for rank in range(nproc)
+        for rank, log in enumerate(logs)
     ]
     try:
-        outs = [proc.communicate(timeout=timeout)[0] for proc in procs]
+        for proc in procs:
+            proc.wait(timeout=timeout)
     finally:
         for proc in procs:
             proc.kill()
+    outs = []
+    for log in logs:
+        log.seek(0)
+        outs.append(log.read())
+        log.close()
     code = next((proc.returncode for proc in procs if proc.returncode), 0)
     return subprocess.CompletedProcess(args, code, "".join(outs))
 
