@@ -2,10 +2,10 @@
 tiny model for a few seconds on the toy corpus and scores the first 200 pairs of the shipped test_2016_flickr
 (data/multi30k), then reports again with --reuse; `scripts/bench_translate.py`, `bench_constraints.py` and
 `bench_ct2_engine.py` time and score that run; `scripts/bench_lora.py --smoke`. The whole experiments are in
-tests/test_bench_experiments.py (a module of their own, so that the two run on two workers). The figures are checked against what they are computed
-from: BLEU and chrF against sacreBLEU on hypotheses the test reads or writes itself, rates against the counts and
-seconds printed beside them, training figures against the run's metrics.jsonl and the test's own clock. Timings
-are never held to a speed.
+tests/test_bench_experiments.py (a module of their own, so that the two run on two workers). The figures are
+checked against what they are computed from: BLEU and chrF against sacreBLEU on hypotheses the test reads or writes
+itself, rates against the counts and seconds printed beside them, training figures against the run's metrics.jsonl
+and the test's own clock. Timings are never held to a speed.
 """
 
 from __future__ import annotations
