@@ -135,7 +135,7 @@ def test_bench_distill_distils_trains_both_students_and_tabulates_what_it_decode
     out = run_script(
         ROOT / "scripts" / "bench_distill.py",
         *("--teacher-config", configs["teacher"], "--student-config", configs["student"], "--workdir", work),
-        *("--minutes", "0.05", "--limit", "20", "--threads", "1", "--in-process"),
+        *("--minutes", "0.02", "--limit", "20", "--threads", "1", "--in-process"),
         *("--select", "chrf", "top", "--updates", "6"),
         cwd=tmp_path,
     )

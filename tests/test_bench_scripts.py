@@ -91,7 +91,7 @@ def write_head_split(folder: Path, n: int = 200) -> tuple[list[str], list[str]]:
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     """(config path, run dir, bench_train output, its seconds, the largest RSS in MB of this process's children)
-    of one 3-second benchmark run on the toy corpus."""
+    of one 1.2-second benchmark run on the toy corpus."""
     root = tmp_path_factory.mktemp("bench")
     run_dir = root / "run"
     tree = {
@@ -118,7 +118,7 @@ def bench_run(tmp_path_factory):
     out = run_script(
         ROOT / "scripts" / "bench_train.py",
         config,
-        *("--minutes", "0.05", "--skip-flops", "--threads", "1", "--run-dir", run_dir),
+        *("--minutes", "0.02", "--skip-flops", "--threads", "1", "--run-dir", run_dir),
         *("--data", root, "--split", "head"),
         cwd=root,
     )
@@ -158,7 +158,7 @@ def test_bench_train_reuse_reports_on_the_run_without_training_or_inventing_a_me
         ROOT / "scripts" / "bench_train.py",
         config,
         "--minutes",
-        "0.05",
+        "0.02",
         "--skip-flops",
         "--threads",
         "1",

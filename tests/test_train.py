@@ -240,7 +240,7 @@ def test_a_run_that_decays_over_minutes_stops_on_time_at_min_lr(tmp_path, data_s
         min_lr=1e-5,
         warmup_updates=2,
         max_updates=1_000_000,  # never reached: the clock ends the run
-        max_minutes=0.05,
+        max_minutes=0.02,
         log_every=1,
         validate_every=1_000_000,
     )
