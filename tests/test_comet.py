@@ -201,6 +201,22 @@ def test_bad_inputs_are_one_line_exit_2(hub, run_cli, tmp_path):
     assert_refused(run_cli(*comet_args(no_hparams)), "hparams.yaml")
 
 
+def test_a_model_of_the_other_kind_is_refused_before_its_weights_are_read(hub, monkeypatch):
+    """The quality estimate needs CometKiwi, MBR's utility COMET-22: each says so in one line, weights unread."""
+    from mtkit.decoding import mbr
+    from mtkit.errors import MtkitError
+    from mtkit.inference.quality import QualityEstimator
+    from mtkit.scoring import comet
+
+    monkeypatch.setattr(comet, "_load_checkpoint", lambda path: pytest.fail(f"{path} was read"))
+    with pytest.raises(MtkitError, match=r"^--qe-model \S+: a reference-based \(COMET-22\) model; give a CometKiwi"):
+        QualityEstimator(str(DATA / "comet-softmax"))
+    with pytest.raises(
+        MtkitError, match=r"^--comet-model \S+: a reference-free \(CometKiwi\) model; MBR needs a COMET"
+    ):
+        mbr.comet_scorer(str(DATA / "kiwi-sparsemax"))
+
+
 def test_an_encoder_that_does_not_fit_the_checkpoint_is_refused(hub, run_cli, tmp_path):
     wider = tmp_path / "wider-encoder"
     shutil.copytree(DATA / "encoder", wider)

@@ -70,13 +70,11 @@ def comet_scorer(name: str, device: str = "cpu"):
     """The COMET-22 model ``name``, loaded once per process and device."""
     key = (name, device)
     if key not in _COMET:
-        from mtkit.errors import MtkitError
         from mtkit.scoring import comet
 
-        scorer = comet.load(name, what="comet", device=device)
-        if scorer.reference_free:
-            raise MtkitError(f"--comet-model {name}: a reference-free (CometKiwi) model; MBR needs a COMET-22 model")
-        _COMET[key] = scorer
+        _COMET[key] = comet.load(
+            name, what="comet", device=device, reference_free=False, otherwise="MBR needs a COMET-22 model"
+        )
     return _COMET[key]
 
 

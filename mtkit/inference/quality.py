@@ -24,9 +24,7 @@ class QualityEstimator:
         from mtkit.scoring import comet
 
         self.name, self.rerank = name, rerank
-        self.model = comet.load(name, what="qe", device=device)
-        if not self.model.reference_free:
-            raise MtkitError(f"--qe-model {name}: a reference-based (COMET-22) model; give a CometKiwi model")
+        self.model = comet.load(name, what="qe", device=device, reference_free=True, otherwise="give a CometKiwi model")
 
     def annotate(self, translations: list[Translation], scores: bool = True) -> list[Translation]:
         """``translations`` with each hypothesis's ``qe`` where ``scores`` (reordered by it with ``rerank``)."""

@@ -320,27 +320,38 @@ class Comet:
         ]
 
 
+KINDS = {False: "a reference-based (COMET-22) model", True: "a reference-free (CometKiwi) model"}
+
+
 def load(
     name: str,
     what: str = "comet",
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
     batch_size: int = 32,
+    reference_free: Optional[bool] = None,
+    otherwise: str = "",
 ) -> Comet:
     """The COMET model ``name`` (a directory in the hub's layout, or a hub name in the local cache).
 
     Args:
         name: the model's directory or hub name.
-        what: what it is for, in messages ("comet", "cometkiwi", "qe").
+        what: what it is for, in messages ("comet", "cometkiwi", "qe": the option ``--{what}-model``).
         device: where it runs.
         dtype: the encoder's dtype (the layer mix and estimator run in float32).
         batch_size: sentences encoded together.
+        reference_free: the kind the caller needs (True: CometKiwi, False: COMET-22; None: either); a model of
+            the other kind is refused before its weights are read, the message ending in ``otherwise`` (what to
+            give instead).
 
     Raises:
-        MtkitError: the model or its encoder is missing, unreadable, refused or does not fit.
+        MtkitError: the model or its encoder is missing, unreadable, refused, of the other kind or does not fit.
     """
     where = resolve(name, f"--{what}-model")
     hparams = _read_hparams(where / "hparams.yaml")
+    free = hparams["class_identifier"] == "unified_metric"
+    if reference_free is not None and free != reference_free:
+        raise MtkitError(f"--{what}-model {name}: {KINDS[free]}; {otherwise}")
     state = _load_checkpoint(where / "checkpoints" / "model.ckpt")
     encoder = hparams.get("pretrained_model")
     if not isinstance(encoder, str) or not encoder:

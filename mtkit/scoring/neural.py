@@ -12,8 +12,6 @@ from typing import Optional, Sequence
 
 from sacrebleu.metrics.base import Metric, Score, Signature
 
-from mtkit.errors import MtkitError
-
 NEURAL = ("comet", "cometkiwi")
 LABELS = {"comet": "COMET", "cometkiwi": "CometKiwi"}
 WIDTH = 4  # the fewest decimals a neural score is printed with (its scores lie near 0-1)
@@ -25,11 +23,8 @@ def sentence_scores(
     """Each system's sentence scores by metric ``name`` ("comet" or "cometkiwi") with ``model``: [system][line]."""
     from mtkit.scoring import comet
 
-    scorer = comet.load(model, what=name)
-    if name == "comet" and scorer.reference_free:
-        raise MtkitError(f"--comet-model {model}: a reference-free (CometKiwi) model; give it as --cometkiwi-model")
-    if name == "cometkiwi" and not scorer.reference_free:
-        raise MtkitError(f"--cometkiwi-model {model}: a reference-based (COMET-22) model; give it as --comet-model")
+    other = "cometkiwi" if name == "comet" else "comet"
+    scorer = comet.load(model, what=name, reference_free=name == "cometkiwi", otherwise=f"give it as --{other}-model")
     return scorer.score_systems(systems, source, None if scorer.reference_free else reference)
 
 
