@@ -27,7 +27,6 @@ import gzip
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -35,10 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
-from benchlib import describe  # noqa: E402
+from benchlib import describe, own_origin_page  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 WARM_UP = 8
 
 
@@ -71,52 +68,26 @@ def in_browser(
     """(the page's translations, the seconds translate took in the page, crossOriginIsolated, where those seconds went:
     ``window.mtkit.spent()``'s difference); with ``screenshot``,
     the page is then given the first three lines to translate as one types, and pictured."""
-    from playwright.sync_api import sync_playwright
-
-    from mtkit.serving.web_site import make_server
-
-    server = make_server(site, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    origin = f"http://127.0.0.1:{server.server_address[1]}"
-    off_origin = []
-
-    def only_own_origin(route):
-        if route.request.url.startswith(origin + "/"):
-            route.continue_()
-        else:
-            off_origin.append(route.request.url)
-            route.abort()
-
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-            context = browser.new_context()
-            context.route("**/*", only_own_origin)
-            page = context.new_page()
-            page.goto(f"{origin}/?threads={threads}" + (f"&batch={batch}" if batch else ""))
-            page.evaluate("window.mtkit.ready")
-            page.evaluate("(lines) => window.mtkit.translate(lines)", lines[:WARM_UP])
-            timed = page.evaluate(
-                """async (lines) => {
-                    const before = window.mtkit.spent();
-                    const start = performance.now();
-                    const out = await window.mtkit.translate(lines);
-                    const seconds = (performance.now() - start) / 1000;
-                    const after = window.mtkit.spent();
-                    const spent = Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - before[k]]));
-                    return { out, seconds, spent, isolated: crossOriginIsolated };
-                }""",
-                lines,
-            )
-            if screenshot:
-                page.fill("#input", "\n".join(lines[:3]))
-                page.wait_for_function("document.getElementById('output').textContent.split('\\n').length === 3")
-                page.screenshot(path=screenshot)
-                print(f"a picture of the page: {screenshot}")
-            browser.close()
-    finally:
-        server.shutdown()
-        server.server_close()
+    query = f"?threads={threads}" + (f"&batch={batch}" if batch else "")
+    with own_origin_page(site, query) as (page, _, off_origin, _):
+        page.evaluate("(lines) => window.mtkit.translate(lines)", lines[:WARM_UP])
+        timed = page.evaluate(
+            """async (lines) => {
+                const before = window.mtkit.spent();
+                const start = performance.now();
+                const out = await window.mtkit.translate(lines);
+                const seconds = (performance.now() - start) / 1000;
+                const after = window.mtkit.spent();
+                const spent = Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - before[k]]));
+                return { out, seconds, spent, isolated: crossOriginIsolated };
+            }""",
+            lines,
+        )
+        if screenshot:
+            page.fill("#input", "\n".join(lines[:3]))
+            page.wait_for_function("document.getElementById('output').textContent.split('\\n').length === 3")
+            page.screenshot(path=screenshot)
+            print(f"a picture of the page: {screenshot}")
     if off_origin:
         sys.exit(f"bench_web: the page asked for {off_origin[0]} off its origin")
     return timed["out"], timed["seconds"], timed["isolated"], timed["spent"]

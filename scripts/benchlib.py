@@ -6,6 +6,7 @@ sampling its memory, reading its /metrics, sending it requests from many clients
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import re
@@ -279,3 +280,45 @@ async def _load(port: int, requests: Sequence[Request], clients: int, seconds: f
         "errors": errors,
         "done": len(timed),
     }
+
+
+CHROMIUM = "/usr/bin/chromium"  # the system's (Debian's chromium package); Playwright's own browsers are not used
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+
+
+@contextlib.contextmanager
+def own_origin_page(site: Path, query: str = ""):
+    """An exported web site (``mtkit export --format web``) served as ``mtkit serve --web`` serves it and opened in
+    headless Chromium, every request off its origin refused and noted, the model loaded: yields (the page, its
+    origin, the off-origin URLs asked for so far, the headers of the page's own response)."""
+    from playwright.sync_api import sync_playwright
+
+    from mtkit.serving.web_site import make_server
+
+    server = make_server(site, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    origin = f"http://127.0.0.1:{server.server_address[1]}"
+    off_origin: list[str] = []
+
+    def only_own_origin(route):
+        if route.request.url.startswith(origin + "/"):
+            route.continue_()
+        else:
+            off_origin.append(route.request.url)
+            route.abort()
+
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+            try:
+                context = browser.new_context()
+                context.route("**/*", only_own_origin)
+                page = context.new_page()
+                first = page.goto(f"{origin}/{query}")
+                page.evaluate("window.mtkit.ready")
+                yield page, origin, off_origin, first.headers
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()

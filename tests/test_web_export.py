@@ -20,7 +20,7 @@ MTKIT_WEB_SCREENSHOT=FILE.png saves a picture of the page with its translation.
 from __future__ import annotations
 
 import os
-import threading
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,20 +31,21 @@ from conftest import EN_WORDS, TOY_RUN_MAX_POSITIONS, assert_one_line_error
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("playwright")
-CHROMIUM = "/usr/bin/chromium"  # the system's (Debian's chromium package); Playwright's own browsers are not used
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from benchlib import CHROMIUM, own_origin_page  # noqa: E402
+
 if not os.path.exists(CHROMIUM):
     pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
 
-from playwright.sync_api import expect, sync_playwright  # noqa: E402
+from playwright.sync_api import expect  # noqa: E402
 
 from mtkit.checkpoint import resolve  # noqa: E402
 from mtkit.checkpoint.store import Bundle, load, save  # noqa: E402
 from mtkit.interop.web_export import SITE_META, TRANSFORMERS_JS  # noqa: E402
-from mtkit.serving.web_site import ISOLATION, make_server  # noqa: E402
+from mtkit.serving.web_site import ISOLATION  # noqa: E402
 
 pytestmark = pytest.mark.slow  # an export and Chromium (about 20 s): under xdist it starts with the slow modules
 
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 TRICKY = [
     "Ｔｗｏ ｄｏｇｓ run .",  # full-width letters: SentencePiece's NFKC folds them
     "A\u00a0cat  sits\tin the park .",  # a no-break space, two spaces, a tab
@@ -70,30 +71,10 @@ def site(toy_run_workdir, tmp_path_factory, request) -> Path:
 
 @pytest.fixture(scope="module")
 def served(site):
-    """The page as ``mtkit serve --web`` serves it, loaded in Chromium: (page, origin, requests made off origin)."""
-    server = make_server(site, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    origin = f"http://127.0.0.1:{server.server_address[1]}"
-    off_origin: list[str] = []
-
-    def only_own_origin(route):
-        if route.request.url.startswith(origin + "/"):
-            route.continue_()
-        else:
-            off_origin.append(route.request.url)
-            route.abort()
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-        context = browser.new_context()
-        context.route("**/*", only_own_origin)
-        page = context.new_page()
-        first = page.goto(origin + "/")
-        page.evaluate("window.mtkit.ready")
-        yield page, origin, off_origin, first.headers
-        browser.close()
-    server.shutdown()
-    server.server_close()
+    """The page as ``mtkit serve --web`` serves it, loaded in Chromium: (page, origin, requests made off origin,
+    the headers of the page's own response)."""
+    with own_origin_page(site) as served:
+        yield served
 
 
 def test_the_export_writes_a_site_of_its_own_files(site):
