@@ -16,6 +16,7 @@ import io
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -166,6 +167,13 @@ def write_lines(path: Path, lines, gz: bool = False) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(data, mtime=0) if gz else data)
     return path
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free at the time of asking."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def write_toy_splits(root: Path, sizes=(("train", 300, 0), ("valid", 30, 1), ("test", 30, 2))) -> dict:

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,15 @@ from typing import Optional
 import pytest
 import yaml
 
-from conftest import SUBPROCESS_ENV, TINY_TRANSFORMER, assert_one_line_error, cli, prepare_and_train, write_toy_splits
+from conftest import (
+    SUBPROCESS_ENV,
+    TINY_TRANSFORMER,
+    assert_one_line_error,
+    cli,
+    free_port,
+    prepare_and_train,
+    write_toy_splits,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "argos"))
 from argos_offline import offline_env as tool_env  # noqa: E402
@@ -430,12 +437,6 @@ def test_minisbd_splits_with_the_package_s_rule(venvs, tmp_path):
         ["日本語です。", "次の文！"],
         ["End.", "A new paragraph.", "And more."],
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

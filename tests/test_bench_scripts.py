@@ -25,7 +25,7 @@ import sacrebleu
 import yaml
 
 import mtkit
-from conftest import TINY_TRANSFORMER, cli, without_curves, write_toy_splits
+from conftest import TINY_TRANSFORMER, cli, without_curves, write_lines, write_toy_splits
 
 pytestmark = pytest.mark.slow  # processes, training runs, benchmark scripts
 
@@ -84,7 +84,7 @@ def write_head_split(folder: Path, n: int = 200) -> tuple[list[str], list[str]]:
     --data and --split; (sources, references)."""
     sources, refs = read_gz(TEST_EN)[:n], read_gz(TEST_DE)[:n]
     for lang, lines in (("en", sources), ("de", refs)):
-        (folder / f"head.{lang}.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+        write_lines(folder / f"head.{lang}.gz", lines, gz=True)
     return sources, refs
 
 

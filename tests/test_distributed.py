@@ -26,7 +26,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import TINY_TRANSFORMER, without_curves
+from conftest import TINY_TRANSFORMER, free_port, without_curves
 from mtkit import checkpoint as ckpt
 from mtkit import config as cfgmod
 from mtkit.data.batches import ParallelData, make_batches, shard_batches
@@ -83,12 +83,7 @@ def ranks(*args, nproc: int = 2, timeout: float = TIMEOUT) -> subprocess.Complet
     LOCAL_RANK, MASTER_ADDR, MASTER_PORT), without torchrun's own process (seconds of start-up): for the tests of
     what the ranks compute; the launch itself is tested with torchrun. The return code is the first non-zero one
     (or 0); stdout holds every rank's output and stderr, rank by rank."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    common = {**env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nproc)}
+    common = {**env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(nproc)}
     common["LOCAL_WORLD_SIZE"] = str(nproc)
     logs = [tempfile.TemporaryFile("w+", encoding="utf-8") for _ in range(nproc)]  # no pipe to fill and block on
     procs = [

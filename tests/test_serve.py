@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SUBPROCESS_ENV
+from conftest import SUBPROCESS_ENV, free_port
 
 pytest.importorskip("fastapi")
 
@@ -342,12 +342,6 @@ class _Instant(Gated):
 
 
 # ----------------------------------------------------------------------------- a real server, a real client
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def uvicorn_server(app, timeout_graceful_shutdown=None):
     """A real uvicorn server of ``app`` on a free port of 127.0.0.1, in a thread; yields (server, port)."""
